@@ -1,0 +1,54 @@
+"""The decoder graph, written once over glimmer_cupy.ops for every supported architecture."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops
+from .config import ModelConfig
+from .step import StepBatch
+from .weights import ModelWeights
+
+
+class Decoder:
+    """forward(step, kv) -> logits for the step's logit rows; kv[layer] = (k_pool, v_pool)."""
+
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights):
+        self.cfg = cfg
+        self.w = weights
+
+    def forward(self, step: StepBatch, kv) -> np.ndarray:
+        cfg, w = self.cfg, self.w
+        t = step.n_tokens
+        x = ops.embed(w.embed, step.tokens, cfg.embed_scale)                     # x: (T, hidden)
+        h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps)
+        for i, lw in enumerate(w.layers):
+            q, k, v = lw.qkv.split(lw.qkv(h))
+            q = q.reshape(t, cfg.n_heads, cfg.head_dim)                          # (T, Hq, D)
+            k = k.reshape(t, cfg.n_kv_heads, cfg.head_dim)                       # (T, Hkv, D)
+            v = v.reshape(t, cfg.n_kv_heads, cfg.head_dim)
+            if cfg.qk_norm:
+                q = ops.rms_norm(q, lw.q_norm, cfg.rms_eps)
+                k = ops.rms_norm(k, lw.k_norm, cfg.rms_eps)
+            base = cfg.layer_rope_base(i)
+            q = ops.rope(q, step.positions, base, cfg.rope_neox, cfg.rope_dim)
+            k = ops.rope(k, step.positions, base, cfg.rope_neox, cfg.rope_dim)
+            k_pool, v_pool = kv[i]
+            ops.kv_write_(k_pool, v_pool, k, v, step.cells)
+            a = ops.attention(q, k_pool, v_pool, step.cell_table, step.seq_lens, step.tok_seq,
+                              step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible)
+            o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
+            if cfg.post_norms:
+                o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)
+            h = ops.add_rms_norm_(x, o, lw.ffn_norm, cfg.rms_eps)                # x += o
+            gu = lw.gate_up(h)                                                   # (T, 2 ffn)
+            act = ops.gelu_mul(gu) if cfg.activation == "gelu" else ops.silu_mul(gu)
+            d = lw.down(act)
+            if cfg.post_norms:
+                d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
+            nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
+            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps)                        # x += d
+        logits = w.head(h[step.logit_rows])                                      # (K, vocab)
+        if cfg.final_softcap:
+            logits = ops.softcap(logits, cfg.final_softcap)
+        return logits

@@ -1,0 +1,57 @@
+"""Linear layers over QuantTensors: matrices that read the same input are joined at load time.
+
+q/k/v and gate/up read the same normed activations; joined into one matrix they cost one
+pass over the input and one launch on the GPU. GGUF files sometimes give them different
+quant types (Gemma 3 270M: q, k Q5_0 and v Q8_0); those stay separate parts, and the layer
+writes each part's columns of the output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops
+from ..weights.quant_tensor import QuantTensor
+
+
+def join_rows(name: str, parts: list[QuantTensor]) -> QuantTensor | None:
+    """One QuantTensor stacking the rows of `parts`, or None when their types or widths differ."""
+    first = parts[0]
+    if any(p.qtype != first.qtype or p.shape[1:] != first.shape[1:] for p in parts):
+        return None
+    rows = sum(p.shape[0] for p in parts)
+    data = np.concatenate([np.asarray(p.data).reshape(p.shape[0], -1) for p in parts], axis=0)
+    if not first.is_quantized:
+        data = data.reshape((rows,) + first.shape[1:])
+    return QuantTensor(name, first.qtype, (rows,) + first.shape[1:], data)
+
+
+class Linear:
+    """y = x @ W^T (+ bias) for W the row-stack of one or more QuantTensors."""
+
+    def __init__(self, name: str, parts: list[QuantTensor], biases: list[np.ndarray] | None = None):
+        joined = join_rows(name, parts) if len(parts) > 1 else parts[0]
+        self.parts = [joined] if joined is not None else list(parts)
+        self.out_dims = [p.shape[0] for p in parts]
+        self.in_dim = parts[0].shape[1]
+        self.bias = np.concatenate(biases).astype(np.float32) if biases else None
+
+    @property
+    def out_dim(self) -> int:
+        return sum(self.out_dims)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def __call__(self, x):
+        """x: (T, in_dim) -> (T, out_dim)."""
+        ys = [ops.quant_matmul(x, p) for p in self.parts]
+        y = ys[0] if len(ys) == 1 else np.concatenate(ys, axis=-1)
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+    def split(self, y):
+        """The output columns of each original matrix (q, k, v or gate, up)."""
+        return np.split(y, np.cumsum(self.out_dims)[:-1], axis=-1)

@@ -1,0 +1,12 @@
+"""The kernel-level API: one function per op; NumPy arrays run the reference, CuPy the kernel."""
+
+from .activation import gelu_mul, scale, silu_mul, softcap
+from .attention import attention, kv_write_
+from .matmul import embed, quant_matmul
+from .norm import add_rms_norm_, rms_norm
+from .rope import rope
+from .sampling import GREEDY, SamplingParams, argmax, sample_rows
+
+__all__ = ["rms_norm", "add_rms_norm_", "rope", "silu_mul", "gelu_mul", "softcap", "scale",
+           "quant_matmul", "embed", "kv_write_", "attention", "argmax", "sample_rows",
+           "SamplingParams", "GREEDY"]

@@ -1,0 +1,24 @@
+"""Runs steps on the NumPy path: the decoder's reference ops over a float32 KV pool."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.decoder import Decoder
+from ..model.step import StepBatch
+from ..ops import sample_rows
+
+
+class HostExecutor:
+    def __init__(self, decoder: Decoder, n_cells: int):
+        cfg = decoder.cfg
+        self.decoder = decoder
+        shape = (n_cells, cfg.n_kv_heads, cfg.head_dim)
+        self.kv = [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.n_layers)]
+
+    def logits(self, step: StepBatch) -> np.ndarray:
+        """(K, vocab) float32 logits of the step's logit rows."""
+        return self.decoder.forward(step, self.kv)
+
+    def sample(self, logits: np.ndarray, params, positions) -> tuple[np.ndarray, np.ndarray]:
+        return sample_rows(logits, params, positions)

@@ -1,0 +1,92 @@
+"""QuantTensor: a weight as GGUF stores it — raw block bytes, the GGUF type, the logical shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from ..errors import GGUFError, UnsupportedError
+
+QType = GGMLQuantizationType
+
+# The types llama.cpp's common files use; each loads and dequantizes on the NumPy path.
+SUPPORTED_TYPES = frozenset({
+    QType.F32, QType.F16, QType.BF16,
+    QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0,
+    QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K,
+})
+
+
+def block_geometry(qtype: QType) -> tuple[int, int]:
+    """(elements per block, bytes per block) of a GGUF type."""
+    return GGML_QUANT_SIZES[qtype]
+
+
+def row_bytes(qtype: QType, cols: int) -> int:
+    """Bytes one row of `cols` elements takes; cols must be a whole number of blocks."""
+    block, nbytes = block_geometry(qtype)
+    return cols // block * nbytes
+
+
+@dataclass(frozen=True, eq=False)
+class QuantTensor:
+    """A matrix or vector in GGUF block form.
+
+    shape is logical, NumPy order: a weight of GGUF shape [K, N] is (N, K) here, one row per
+    output feature, so y = x @ dequantize().T. `data` holds the bytes as the file has them:
+    uint8 of shape (rows, row_bytes) for block types, the plain dtype for F32/F16/BF16 (BF16
+    as uint16). It may be a read-only memory map of the file.
+    """
+
+    name: str
+    qtype: QType
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+    def __post_init__(self):
+        if self.qtype not in SUPPORTED_TYPES:
+            raise UnsupportedError(f"tensor {self.name}: GGUF type {self.qtype.name} is not supported")
+        block, _ = block_geometry(self.qtype)
+        if self.shape[-1] % block:
+            raise GGUFError(f"tensor {self.name}: last dimension {self.shape[-1]} is not a "
+                            f"multiple of the {self.qtype.name} block size {block}")
+        need = self.nbytes_expected
+        if self.data.nbytes != need:
+            raise GGUFError(f"tensor {self.name} has {self.data.nbytes} bytes, its shape "
+                            f"{self.shape} and {self.qtype.name} need {need}")
+
+    @property
+    def nbytes_expected(self) -> int:
+        rows = int(np.prod(self.shape[:-1], dtype=np.int64))
+        return rows * row_bytes(self.qtype, self.shape[-1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.qtype not in (QType.F32, QType.F16, QType.BF16)
+
+    def dequantize(self, dtype=np.float32) -> np.ndarray:
+        """The logical values, through gguf's own dequantizers (the oracle for block decoding)."""
+        if self.qtype == QType.F32:
+            out = np.asarray(self.data, dtype=np.float32)
+        elif self.qtype == QType.F16:
+            out = np.asarray(self.data).view(np.float16).astype(np.float32)
+        elif self.qtype == QType.BF16:
+            bits = np.asarray(self.data).view(np.uint16).astype(np.uint32) << 16
+            out = bits.view(np.float32)
+        else:
+            raw = np.ascontiguousarray(self.data).reshape(-1, row_bytes(self.qtype, self.shape[-1]))
+            out = gguf_dequantize(raw, self.qtype)
+        return out.reshape(self.shape).astype(dtype, copy=False)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Dequantize only the given rows (an embedding lookup), float32 (len(ids), cols)."""
+        data = np.asarray(self.data).reshape(self.shape[0], -1)[np.asarray(ids)]
+        sub = QuantTensor(self.name, self.qtype, (len(ids), self.shape[-1]), data)
+        return sub.dequantize()
