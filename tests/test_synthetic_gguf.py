@@ -106,13 +106,12 @@ def test_seed_determines_file(tmp_path, tiny_path):
 
 
 def test_layers_override(tmp_path):
-    path = msg.write_synthetic_gguf("qwen3-0.6b", tmp_path / "small.gguf", layers=1)
+    path = msg.write_synthetic_gguf("tiny", tmp_path / "three.gguf", layers=3)
     f = GGUFFile(path)
-    assert f.metadata["qwen3.block_count"] == 1
-    assert f.tensors["blk.0.attn_q.weight"].shape == (2048, 1024)
-    assert "blk.1.attn_q.weight" not in f.tensors and "output.weight" not in f.tensors  # tied
-    assert f.tensors["token_embd.weight"].qtype == QT.Q6_K
-    assert len(f.metadata["tokenizer.ggml.tokens"]) == 151936
+    assert f.metadata["qwen3.block_count"] == 3
+    assert "blk.2.attn_q.weight" in f.tensors and "blk.3.attn_q.weight" not in f.tensors
+    # use_more_bits counts over the overridden layer count
+    assert [f.tensors[f"blk.{i}.attn_v.weight"].qtype for i in range(3)] == [QT.Q4_K, QT.Q4_K, QT.Q6_K]
 
 
 def test_cli(tmp_path, capsys):

@@ -172,7 +172,7 @@ def make_vocab(vocab_size: int) -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def _add_metadata(w: GGUFWriter, model: str, c: Config, n_layers: int) -> None:
+def _add_metadata(w: GGUFWriter, c: Config, n_layers: int) -> None:
     w.add_type("model")
     w.add_name(f"Qwen3 {c.size_label} synthetic")
     w.add_size_label(c.size_label)
@@ -220,7 +220,7 @@ def write_synthetic_gguf(model: str, path, seed: int = 0, layers: int | None = N
     path = Path(path)
 
     w = GGUFWriter(path, "qwen3")
-    _add_metadata(w, model, c, n_layers)
+    _add_metadata(w, c, n_layers)
     for name, shape, qtype in plan:
         nbytes = tensor_nbytes(shape, qtype)
         if qtype == QT.F32:
@@ -228,24 +228,26 @@ def write_synthetic_gguf(model: str, path, seed: int = 0, layers: int | None = N
         else:
             byte_shape = (*shape[:-1], nbytes // int(np.prod(shape[:-1])))
             w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), nbytes, raw_dtype=qtype)
-    w.write_header_to_file(path)
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
+    try:
+        w.write_header_to_file(path)
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
 
-    def make(i: int) -> np.ndarray:
-        _, shape, qtype = plan[i]
-        return _make_tensor(shape, qtype, np.random.default_rng([seed, i]))
+        def make(i: int) -> np.ndarray:
+            _, shape, qtype = plan[i]
+            return _make_tensor(shape, qtype, np.random.default_rng([seed, i]))
 
-    workers = os.cpu_count() or 1
-    ahead = 2 * workers
-    with ThreadPoolExecutor(workers) as pool:
-        pending = [pool.submit(make, i) for i in range(min(ahead, len(plan)))]
-        for i in range(len(plan)):
-            w.write_tensor_data(pending[i].result())
-            pending[i] = None  # drop the array once written
-            if i + ahead < len(plan):
-                pending.append(pool.submit(make, i + ahead))
-    w.close()
+        workers = os.cpu_count() or 1
+        ahead = 2 * workers  # tensors in flight at most, which bounds memory (about 2 GB for 8B on 16 cores)
+        with ThreadPoolExecutor(workers) as pool:
+            pending = [pool.submit(make, i) for i in range(min(ahead, len(plan)))]
+            for i in range(len(plan)):
+                w.write_tensor_data(pending[i].result())
+                pending[i] = None  # drop the array once written
+                if i + ahead < len(plan):
+                    pending.append(pool.submit(make, i + ahead))
+    finally:
+        w.close()
     return path
 
 

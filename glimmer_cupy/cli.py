@@ -1,0 +1,214 @@
+"""The `glimmer` command: run, chat, info, fetch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+
+from .errors import GlimmerError
+from .reference.sampling import SamplingParams
+from .weights.fetch import DEFAULT_MODEL, MODELS, fetch, resolve_model
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line, with exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _sampling(args, vocab: int | None = None) -> SamplingParams:
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          min_p=args.min_p, seed=seed).check(vocab)
+
+
+def _open_model(args):
+    from .runtime.device import pick_device
+
+    device = pick_device(args.device)
+    if device == "cuda":
+        if args.device == "cuda":
+            raise GlimmerError("--device cuda: the CUDA model path is not available in this version; "
+                               "use --device cpu")
+        _say("device: a CUDA device is present, but the CUDA model path is not available in this "
+             "version; using the NumPy path")
+    else:
+        _say("device: cpu (NumPy reference path)")
+    from .model.model import load_model
+    return load_model(resolve_model(args.model))
+
+
+def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None) -> list[int]:
+    from .model.chat import render_chat
+
+    tok = model.tokenizer
+    if not chat:
+        return tok.encode(text)
+    if model.chat_template is None:
+        raise GlimmerError(f"{model.path}: the model has no chat template; run without --chat")
+    messages = (history or []) + [{"role": "user", "content": text}]
+    rendered = render_chat(model.chat_template, messages, add_generation_prompt=True,
+                           bos_token=tok.bos_token, eos_token=tok.eos_token)
+    return tok.encode(rendered, add_special=False)
+
+
+def _generate_text(model, ids: list[int], args, params, stream: bool):
+    from .model.tokenizer import StreamDecoder
+    from .runtime.generate import GenerationStats, generate
+
+    stats = GenerationStats()
+    out: list[int] = []
+    dec = StreamDecoder(model.tokenizer)
+    for t in generate(model, ids, args.n, params, stop_ids=model.tokenizer.eos_ids, stats=stats):
+        out.append(t)
+        if stream and t not in model.tokenizer.eos_ids:
+            sys.stdout.write(dec.push(t))
+            sys.stdout.flush()
+    if stream:
+        sys.stdout.write(dec.flush() + "\n")
+        sys.stdout.flush()
+    pf, gen = stats.rates()
+    _say(f"prompt: {stats.prompt_tokens} tokens, {pf:.1f} tok/s | generated: {stats.generated_tokens} "
+         f"tokens, {gen:.1f} tok/s | stop: {stats.stop_reason}")
+    if stats.flagged_rows:
+        _say(f"warning: {stats.flagged_rows} steps had non-finite logits (took the argmax)")
+    return out
+
+
+def cmd_run(args) -> int:
+    _sampling(args)                                   # reject bad arguments before loading
+    if args.n <= 0:
+        raise GlimmerError(f"-n must be > 0, got {args.n}")
+    model = _open_model(args)
+    params = _sampling(args, model.cfg.vocab)
+    if args.seed is None and params.temperature > 0:
+        _say(f"seed: {params.seed}")
+    ids = _prompt_ids(model, args.prompt, args.chat)
+    out = _generate_text(model, ids, args, params, stream=not args.json)
+    if args.json:
+        text = model.tokenizer.decode(out)
+        print(json.dumps({"prompt_tokens": ids, "tokens": out, "text": text}, ensure_ascii=False))
+    return 0
+
+
+def cmd_chat(args) -> int:
+    _sampling(args)
+    if args.n <= 0:
+        raise GlimmerError(f"-n must be > 0, got {args.n}")
+    model = _open_model(args)
+    params = _sampling(args, model.cfg.vocab)
+    history: list[dict] = []
+    if args.system:
+        history.append({"role": "system", "content": args.system})
+    _say("chat: one message per line; an empty line or end of input quits")
+    for line in sys.stdin:
+        text = line.rstrip("\n")
+        if not text:
+            break
+        ids = _prompt_ids(model, text, True, history)
+        out = _generate_text(model, ids, args, params, stream=True)
+        history += [{"role": "user", "content": text},
+                    {"role": "assistant", "content": model.tokenizer.decode(out)}]
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .model.config import ModelConfig
+    from .weights.gguf_file import GGUFFile
+
+    f = GGUFFile(resolve_model(args.model))
+    by_type: Counter = Counter()
+    count: Counter = Counter()
+    n_params = 0
+    for t in f.tensors.values():
+        by_type[t.qtype.name] += t.nbytes
+        count[t.qtype.name] += 1
+        n = 1
+        for d in t.shape:
+            n *= d
+        n_params += n
+    print(f"file:          {f.path} ({f.file_size / 1e6:.1f} MB)")
+    print(f"name:          {f.get('general.name', '?')}")
+    print(f"architecture:  {f.architecture}")
+    cfg = ModelConfig.from_gguf(f)
+    print(f"parameters:    {n_params / 1e6:.1f} M")
+    print(f"layers:        {cfg.n_layers}, hidden {cfg.hidden}, ffn {cfg.ffn}")
+    print(f"attention:     {cfg.n_heads} query heads, {cfg.n_kv_heads} KV heads, head_dim {cfg.head_dim}"
+          + (f", sliding window {cfg.sliding_window} on {sum(map(cfg.is_sliding, range(cfg.n_layers)))} layers"
+             if cfg.sliding_window else ""))
+    print(f"vocabulary:    {cfg.vocab}, context {cfg.context}, rope base {cfg.rope_base:g}"
+          + (", tied output" if cfg.tied_output else ""))
+    print("tensor bytes by type:")
+    for name, b in sorted(by_type.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:6s} {count[name]:5d} tensors  {b / 1e6:10.2f} MB")
+    return 0
+
+
+def cmd_fetch(args) -> int:
+    names = sorted(MODELS) if args.name == "all" else [args.name]
+    for name in names:
+        print(fetch(name))
+    return 0
+
+
+def _add_generation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", default=DEFAULT_MODEL,
+                   help=f"a GGUF path or a model name ({', '.join(sorted(MODELS))}); default {DEFAULT_MODEL}")
+    p.add_argument("-n", type=int, default=64, help="tokens to generate (default 64)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, default=40, help="0 is off (default 40)")
+    p.add_argument("--top-p", type=float, default=0.95, help="1 is off (default 0.95)")
+    p.add_argument("--min-p", type=float, default=0.0, help="0 is off (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: drawn and printed)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="glimmer", description="Run LLMs from GGUF files: CUDA kernels, NumPy reference path.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="generate text from a prompt")
+    _add_generation_args(p)
+    p.add_argument("-p", "--prompt", required=True)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("chat", help="multi-turn chat on standard input")
+    _add_generation_args(p)
+    p.add_argument("--system", default=None, help="a system message")
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("info", help="architecture, sizes and tensor bytes by quant type")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("fetch", help="download a named model into the cache")
+    p.add_argument("name", choices=sorted(MODELS) + ["all"])
+    p.set_defaults(func=cmd_fetch)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except GlimmerError as e:
+        _say(f"glimmer: error: {e}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
