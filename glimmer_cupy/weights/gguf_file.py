@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 
 from ..errors import GGUFError, UnsupportedError
 from .quant_tensor import SUPPORTED_TYPES, QuantTensor
@@ -24,6 +24,10 @@ class _Reader(GGUFReader):
     the same mapped bytes do not — the header then parses several times faster.
     """
 
+    def __init__(self, path, mode="r"):
+        self._path = path
+        super().__init__(path, mode)
+
     @property
     def data(self):
         return self._data
@@ -31,6 +35,34 @@ class _Reader(GGUFReader):
     @data.setter
     def data(self, value):
         self._data = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    def _build_tensors(self, start_offs, fields):
+        """Check every tensor's extent against the file and its neighbours before slicing."""
+        spans = []
+        for field in fields:
+            _, name_data, _, dims, raw_dtype, offset = field.parts
+            name = bytes(name_data).decode("utf-8", "replace")
+            try:
+                qtype = GGMLQuantizationType(int(raw_dtype[0]))
+            except ValueError:
+                raise UnsupportedError(f"{self._path}: tensor {name} has unknown GGUF type {int(raw_dtype[0])}") from None
+            block, type_size = GGML_QUANT_SIZES[qtype]
+            shape = tuple(int(d) for d in reversed(dims.tolist()))
+            if shape and shape[-1] % block:
+                raise GGUFError(f"{self._path}: tensor {name} has rows of {shape[-1]} values, not a "
+                                f"multiple of the {qtype.name} block size {block}")
+            n_bytes = int(np.prod(shape, dtype=np.int64)) * type_size // block
+            start = int(start_offs + offset[0])
+            spans.append((start, start + n_bytes, name, shape, qtype))
+        spans.sort()
+        for (s0, e0, n0, shape, qtype), nxt in zip(spans, spans[1:] + [None]):
+            if e0 > len(self._data):
+                raise GGUFError(f"{self._path}: truncated: tensor {n0} of shape {shape} and type {qtype.name} "
+                                f"needs {e0 - s0} bytes at offset {s0}, the file ends at {len(self._data)}")
+            if nxt is not None and e0 > nxt[0]:
+                raise GGUFError(f"{self._path}: tensor {n0} of shape {shape} and type {qtype.name} needs "
+                                f"{e0 - s0} bytes, only {nxt[0] - s0} lie before tensor {nxt[2]}")
+        super()._build_tensors(start_offs, fields)
 
 
 class GGUFFile:
@@ -49,6 +81,8 @@ class GGUFFile:
         self.file_size = self.path.stat().st_size
         try:
             self._reader = _Reader(self.path, "r")
+        except (GGUFError, UnsupportedError):
+            raise
         except Exception as e:  # the gguf package raises many kinds on a damaged header
             raise GGUFError(f"{self.path}: damaged or truncated GGUF header ({type(e).__name__}: {e})") from None
 
