@@ -10,6 +10,7 @@ from collections import Counter
 
 from .errors import GlimmerError
 from .reference.sampling import SamplingParams
+from .runtime.generate import check_lengths
 from .weights.fetch import DEFAULT_MODEL, MODELS, fetch, resolve_model
 
 
@@ -31,19 +32,19 @@ def _sampling(args, vocab: int | None = None) -> SamplingParams:
 
 
 def _open_model(args):
+    """(model, note on the device) — the note is printed only once all input has been checked."""
+    from .model.model import load_model
     from .runtime.device import pick_device
 
     device = pick_device(args.device)
+    note = "device: cpu (NumPy reference path)"
     if device == "cuda":
         if args.device == "cuda":
             raise GlimmerError("--device cuda: the CUDA model path is not available in this version; "
                                "use --device cpu")
-        _say("device: a CUDA device is present, but the CUDA model path is not available in this "
-             "version; using the NumPy path")
-    else:
-        _say("device: cpu (NumPy reference path)")
-    from .model.model import load_model
-    return load_model(resolve_model(args.model))
+        note = ("device: a CUDA device is present, but the CUDA model path is not available in this "
+                "version; using the NumPy path")
+    return load_model(resolve_model(args.model)), note
 
 
 def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None) -> list[int]:
@@ -87,11 +88,13 @@ def cmd_run(args) -> int:
     _sampling(args)                                   # reject bad arguments before loading
     if args.n <= 0:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
-    model = _open_model(args)
+    model, note = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
+    ids = _prompt_ids(model, args.prompt, args.chat)
+    check_lengths(model, len(ids), args.n)
+    _say(note)
     if args.seed is None and params.temperature > 0:
         _say(f"seed: {params.seed}")
-    ids = _prompt_ids(model, args.prompt, args.chat)
     out = _generate_text(model, ids, args, params, stream=not args.json)
     if args.json:
         text = model.tokenizer.decode(out)
@@ -103,8 +106,9 @@ def cmd_chat(args) -> int:
     _sampling(args)
     if args.n <= 0:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
-    model = _open_model(args)
+    model, note = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
+    _say(note)
     history: list[dict] = []
     if args.system:
         history.append({"role": "system", "content": args.system})

@@ -44,7 +44,7 @@ def byte_vocab(n: int) -> tuple[list[str], list[int]]:
             bs.append(b)
             cs.append(256 + k)
             k += 1
-    tokens = [chr(c) for c in cs] + [f"tok{i}" for i in range(n - 256 - 2)] + ["<|endoftext|>", "<|im_end|>"]
+    tokens = [chr(c) for c in cs] + ["Ġt"] + [f"tok{i}" for i in range(n - 256 - 3)] + ["<|endoftext|>", "<|im_end|>"]
     types = [1] * (n - 2) + [3, 3]
     return tokens, types
 
