@@ -2,7 +2,8 @@
 
 from .activation import gelu_mul, scale, silu_mul, softcap
 from .attention import attention, kv_write_
-from .matmul import embed, quant_matmul
+from .embed import embed
+from .matmul import quant_matmul
 from .norm import add_rms_norm_, rms_norm
 from .rope import rope
 from .sampling import GREEDY, SamplingParams, argmax, sample_rows

@@ -1,6 +1,4 @@
-"""Quantized matmul y = x @ W^T and embedding lookup from a quantized table."""
-
-import numpy as np
+"""Quantized matmul y = x @ W^T."""
 
 from ..errors import GlimmerError
 from ..reference import matmul as ref
@@ -15,14 +13,3 @@ def quant_matmul(x, w: QuantTensor):
     if is_host(x):
         return ref.quant_matmul(x, w)
     raise no_kernel("quant_matmul", x)
-
-
-def embed(table: QuantTensor, ids, scale: float = 1.0):
-    """Rows `ids` of a quantized table times `scale`: (T,) -> (T, hidden) float32."""
-    if is_host(ids):
-        ids = np.asarray(ids)
-        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-            raise GlimmerError(f"embed: token ids must be in [0, {table.shape[0]}), "
-                               f"got {int(ids.min())}..{int(ids.max())}")
-        return ref.embed(table, ids, scale)
-    raise no_kernel("embed", ids)

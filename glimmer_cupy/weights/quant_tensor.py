@@ -85,6 +85,15 @@ class QuantTensor:
             out = gguf_dequantize(raw, self.qtype)
         return out.reshape(self.shape).astype(dtype, copy=False)
 
+    @property
+    def on_device(self) -> bool:
+        return not isinstance(self.data, np.ndarray)
+
+    def to_device(self) -> "QuantTensor":
+        """The same tensor with its bytes uploaded as they are (kernels read GGUF blocks directly)."""
+        import cupy
+        return QuantTensor(self.name, self.qtype, self.shape, cupy.asarray(np.ascontiguousarray(self.data)))
+
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantize only the given rows (an embedding lookup), float32 (len(ids), cols)."""
         data = np.asarray(self.data).reshape(self.shape[0], -1)[np.asarray(ids)]

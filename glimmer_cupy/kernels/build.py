@@ -1,0 +1,80 @@
+"""Compile cuda_src/*.cu through cupy.RawModule, once per process, cached on disk across runs.
+
+CuPy keys its on-disk cache by the source text and the options; headers a source includes are
+not part of that text, so the options carry a hash of every file in cuda_src/ and an edited
+header recompiles what includes it. Templates are instantiated through `name_expressions`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from pathlib import Path
+
+from ..errors import GlimmerError
+
+CUDA_SRC = Path(__file__).resolve().parents[2] / "cuda_src"
+
+
+class KernelBuildError(GlimmerError):
+    """A .cu file failed to compile; the message carries the compiler's log."""
+
+
+class NoDeviceError(GlimmerError):
+    """CUDA was asked for on a machine without a device or a driver."""
+
+
+@cache
+def device_arch() -> str:
+    """'sm_90' on Hopper; raises NoDeviceError (at the first GPU call, never at import)."""
+    try:
+        import cupy
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        raise NoDeviceError(f"no usable CUDA device ({type(e).__name__}: {e})") from None
+    if n == 0:
+        raise NoDeviceError("no CUDA device found")
+    return f"sm_{cupy.cuda.Device().compute_capability}"      # CuPy gives e.g. '90'
+
+
+@cache
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for p in sorted(CUDA_SRC.glob("*.cu*")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compile_options(defines: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
+    opts = ["-std=c++17", f"-I{CUDA_SRC}", f"-DGLIMMER_SRC_HASH=0x{_sources_hash()}ULL"]
+    opts += [f"-D{k}={v}" for k, v in defines]
+    return tuple(opts)
+
+
+@cache
+def _load(name: str, defines: tuple[tuple[str, object], ...], name_expressions: tuple[str, ...]):
+    import cupy
+    from cupy.cuda.compiler import CompileException
+
+    device_arch()
+    path = CUDA_SRC / f"{name}.cu"
+    if not path.is_file():
+        raise KernelBuildError(f"no CUDA source {path}")
+    module = cupy.RawModule(code=path.read_text(), options=compile_options(defines),
+                            name_expressions=name_expressions or None)
+    try:
+        module.compile()
+    except CompileException as e:
+        raise KernelBuildError(f"{path}: compilation failed:\n{e.get_message()}") from None
+    return module
+
+
+def load_module(name: str, defines: dict | None = None, name_expressions=()):
+    """The compiled module of cuda_src/<name>.cu (compiled on first use in this process)."""
+    return _load(name, tuple(sorted((defines or {}).items())), tuple(name_expressions))
+
+
+def get_kernel(name: str, kernel: str, defines: dict | None = None, name_expressions=()):
+    """One kernel of a module; `kernel` is a plain name or one of the name expressions."""
+    return load_module(name, defines, name_expressions).get_function(kernel)
