@@ -48,26 +48,21 @@ def _open_model(args):
 
 
 def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None) -> list[int]:
-    from .model.chat import render_chat
+    from .model.chat import encode_chat
 
-    tok = model.tokenizer
     if not chat:
-        return tok.encode(text)
+        return model.tokenizer.encode(text)
     if model.chat_template is None:
         raise GlimmerError(f"{model.path}: the model has no chat template; run without --chat")
-    messages = (history or []) + [{"role": "user", "content": text}]
-    rendered = render_chat(model.chat_template, messages, add_generation_prompt=True,
-                           bos_token=tok.bos_token, eos_token=tok.eos_token)
-    return tok.encode(rendered, add_special=False)
+    return encode_chat(model.tokenizer, model.chat_template, (history or []) + [{"role": "user", "content": text}])
 
 
 def _generate_text(model, ids: list[int], args, params, stream: bool):
-    from .model.tokenizer import StreamDecoder
     from .runtime.generate import GenerationStats, generate
 
     stats = GenerationStats()
     out: list[int] = []
-    dec = StreamDecoder(model.tokenizer)
+    dec = model.tokenizer.stream()
     for t in generate(model, ids, args.n, params, stop_ids=model.tokenizer.eos_ids, stats=stats):
         out.append(t)
         if stream and t not in model.tokenizer.eos_ids:

@@ -82,3 +82,22 @@ def test_template_errors_are_one_line(template, message):
     with pytest.raises(GlimmerError, match=message) as err:
         render_chat(template, CHAT)
     assert "\n" not in str(err.value)
+
+
+def test_encode_chat_adds_bos_once():
+    # a small SentencePiece vocabulary with Gemma's special tokens; the template writes <bos>
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+    pieces = ["\n"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁", *"abcdefghijklmnopqrstuvwxyz"]
+    tokens = specials + pieces
+    metadata = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+                "tokenizer.ggml.scores": [0.0] * len(tokens),
+                "tokenizer.ggml.token_type": [3] * 6 + [4] + [6] * 256 + [1] * 27,
+                "tokenizer.ggml.bos_token_id": 2, "tokenizer.ggml.eos_token_id": 1,
+                "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_space_prefix": False}
+    tok = Tokenizer.from_gguf(metadata)
+    ids = encode_chat(tok, GEMMA3_TEMPLATE, [{"role": "user", "content": "hi"}])
+    assert [tok.id_to_token(i) for i in ids] == [
+        "<bos>", "<start_of_turn>", "u", "s", "e", "r", "\n", "h", "i", "<end_of_turn>", "\n",
+        "<start_of_turn>", "m", "o", "d", "e", "l", "\n"]
+    # a template that writes no BOS still gets one, since the vocabulary asks for it
+    assert encode_chat(tok, "{{ messages[0]['content'] }}", [{"role": "user", "content": "hi"}])[0] == 2

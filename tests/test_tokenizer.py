@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from glimmer_cupy.errors import UnsupportedError
-from glimmer_cupy.model.tokenizer import BYTE, CONTROL, NORMAL, Tokenizer
+from glimmer_cupy.model.tokenizer import BYTE, CONTROL, NORMAL, PRE_TOKENIZERS, Tokenizer, bytes_to_unicode
 
 GOLDEN = Path(__file__).parent / "golden"
 MODELS = ("smollm2-135m", "gemma3-270m")
@@ -20,8 +20,8 @@ def golden(name: str) -> dict:
 
 
 @pytest.fixture(scope="session")
-def tokenizers(gguf_metadata):
-    """tokenizers(name) -> Tokenizer, built once per session (Gemma's takes seconds)."""
+def tokenizer_for(gguf_metadata):
+    """tokenizer_for(name) -> Tokenizer, built once per session (Gemma's takes seconds)."""
     cache = {}
 
     def get(name: str) -> Tokenizer:
@@ -35,8 +35,8 @@ def tokenizers(gguf_metadata):
 
 @pytest.mark.model
 @pytest.mark.parametrize("name", MODELS)
-def test_ids_equal_llama_cpp(tokenizers, model_file, name):
-    tok, record = tokenizers(name), golden(name)
+def test_ids_equal_llama_cpp(tokenizer_for, name):
+    tok, record = tokenizer_for(name), golden(name)
     from glimmer_cupy.weights.fetch import MODELS as SOURCES
     assert record["sha256"] == SOURCES[name].sha256, "golden was recorded from another file"
     wrong = []
@@ -49,8 +49,8 @@ def test_ids_equal_llama_cpp(tokenizers, model_file, name):
 
 @pytest.mark.model
 @pytest.mark.parametrize("name", MODELS)
-def test_decode_round_trips(tokenizers, name):
-    tok = tokenizers(name)
+def test_decode_round_trips(tokenizer_for, name):
+    tok = tokenizer_for(name)
     for case in golden(name)["cases"]:
         text = case["text"]
         assert tok.decode(tok.encode(text, add_special=False), skip_special=False) == text
@@ -61,8 +61,8 @@ def test_decode_round_trips(tokenizers, name):
 
 @pytest.mark.model
 @pytest.mark.parametrize("name", MODELS)
-def test_stream_concatenates_to_decode(tokenizers, name):
-    tok = tokenizers(name)
+def test_stream_concatenates_to_decode(tokenizer_for, name):
+    tok = tokenizer_for(name)
     for case in golden(name)["cases"]:
         ids = tok.encode(case["text"])
         for skip in (True, False):
@@ -73,8 +73,8 @@ def test_stream_concatenates_to_decode(tokenizers, name):
 
 
 @pytest.mark.model
-def test_stream_holds_partial_characters(tokenizers):
-    tok = tokenizers("gemma3-270m")
+def test_stream_holds_partial_characters(tokenizer_for):
+    tok = tokenizer_for("gemma3-270m")
     # one byte token per UTF-8 byte of a 3-byte character: nothing until the last byte
     byte_ids = [tok.token_to_id(f"<0x{b:02X}>") for b in "€".encode()]
     assert all(tok.token_types[i] == BYTE for i in byte_ids)
@@ -86,8 +86,8 @@ def test_stream_holds_partial_characters(tokenizers):
 
 
 @pytest.mark.model
-def test_smollm2_specials(tokenizers):
-    tok = tokenizers("smollm2-135m")
+def test_smollm2_specials(tokenizer_for):
+    tok = tokenizer_for("smollm2-135m")
     assert tok.vocab_size == 49152
     assert tok.bos_id == 1 and not tok.add_bos
     assert {2, tok.token_to_id("<|im_end|>")} <= tok.eos_ids
@@ -98,8 +98,8 @@ def test_smollm2_specials(tokenizers):
 
 
 @pytest.mark.model
-def test_gemma3_specials(tokenizers):
-    tok = tokenizers("gemma3-270m")
+def test_gemma3_specials(tokenizer_for):
+    tok = tokenizer_for("gemma3-270m")
     assert tok.vocab_size == 262144
     assert tok.add_bos and tok.encode("hi")[0] == tok.bos_id == tok.token_to_id("<bos>")
     assert tok.encode("hi", add_special=False)[0] != tok.bos_id
@@ -145,3 +145,17 @@ def test_unsupported_tokenizer_model():
         Tokenizer.from_gguf({"tokenizer.ggml.model": "bert"})
     with pytest.raises(UnsupportedError, match="'no-such-pre'"):
         Tokenizer.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "no-such-pre"})
+
+
+@pytest.mark.parametrize("pre", sorted(PRE_TOKENIZERS))
+def test_every_pre_tokenizer_builds_and_round_trips(pre):
+    # 256 single-byte tokens, one merge: each regex compiles and text survives the byte mapping
+    alphabet = [bytes_to_unicode()[b] for b in range(256)]
+    tok = Tokenizer.from_gguf({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+                               "tokenizer.ggml.tokens": alphabet + ["he", "<|eot|>"],
+                               "tokenizer.ggml.token_type": [NORMAL] * 257 + [CONTROL],
+                               "tokenizer.ggml.merges": ["h e"], "tokenizer.ggml.eos_token_id": 257})
+    text = "he said: I'M 12345 héllo 世界\n\n  tabs\t\there<|eot|>"
+    ids = tok.encode(text)
+    assert ids[0] == 256 and ids[-1] == 257 == tok.eos_id
+    assert tok.decode(ids, skip_special=False) == text

@@ -109,9 +109,8 @@ def chat_template_for(metadata: dict[str, object]) -> str | None:
 def encode_chat(tokenizer, template: str, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
     """Prompt ids for `messages`: rendered with the tokenizer's BOS/EOS text, BOS added only
     when the tokenizer wants one and the template did not write it."""
-    bos = tokenizer.id_to_token(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
-    eos = tokenizer.id_to_token(tokenizer.eos_id) if tokenizer.eos_id is not None else ""
-    text = render_chat(template, messages, add_generation_prompt, bos_token=bos, eos_token=eos)
+    text = render_chat(template, messages, add_generation_prompt,
+                       bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
     ids = tokenizer.encode(text, add_special=False)
     if tokenizer.add_bos and (not ids or ids[0] != tokenizer.bos_id):
         ids = [tokenizer.bos_id] + ids

@@ -65,7 +65,7 @@ END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|end
                "<|endoftext|>", "<|end_of_text|>", "<EOT>")
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map used by byte-level vocabularies."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -82,8 +82,8 @@ def _spm_merges(tokens: list[str], scores: list[float], vocab: dict[str, int]) -
     """Every (left, right) split of every token whose halves are tokens, best merged score first.
 
     llama.cpp's SPM loop merges the adjacent pair whose concatenation is the highest-scoring
-    token, so ranking merges by that score reproduces it. Ties (only among the -1000 / 0 scores
-    of non-normal tokens) go to the lower token id.
+    token, so ranking merges by that score reproduces it. Equal scores go to the lower token id
+    (llama.cpp takes the leftmost pair instead; normal tokens' scores are distinct in practice).
     """
     ranked = []
     for tid, (tok, score) in enumerate(zip(tokens, scores)):
@@ -97,29 +97,39 @@ def _spm_merges(tokens: list[str], scores: list[float], vocab: dict[str, int]) -
     return [(tokens[tid][:i], tokens[tid][i:]) for _, tid, i in ranked]
 
 
-def _list(metadata: dict, key: str) -> list:
+def _list(metadata: dict, key: str, n: int | None = None) -> list:
     value = metadata.get(key)
     if not isinstance(value, list):
         raise GGUFError(f"tokenizer metadata {key} is missing or not a list")
+    if n is not None and len(value) != n:
+        raise GGUFError(f"tokenizer metadata {key} has {len(value)} entries, the vocabulary {n}")
     return value
+
+
+def _types(metadata: dict, n: int) -> list[int]:
+    if "tokenizer.ggml.token_type" not in metadata:
+        return [NORMAL] * n
+    return _list(metadata, "tokenizer.ggml.token_type", n)
 
 
 class Tokenizer:
     """Text <-> token ids for one model, built from GGUF metadata (see `from_gguf`)."""
 
     def __init__(self, hf: HFTokenizer, tokens: list[str], token_types: list[int], token_bytes: list[bytes],
-                 bos_id: int | None, eos_id: int | None, add_bos: bool, add_eos: bool, strip_space_prefix: bool):
+                 bos_id: int | None, eos_id: int | None, add_bos: bool, add_eos: bool, strip_space_prefix: bool,
+                 end_ids: Iterable[int] = ()):
         self.hf = hf
         self.tokens = tokens
         self.token_types = token_types
-        self.token_bytes = token_bytes          # what each token decodes to ('' for nothing)
+        self.token_bytes = token_bytes          # what each token decodes to
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.add_bos = add_bos
         self.add_eos = add_eos
         self.strip_space_prefix = strip_space_prefix
         self._ids = {t: i for i, t in enumerate(tokens)}
-        self.eos_ids = {i for i in (eos_id,) if i is not None}
+        # ids that end a reply: eos, the file's eot/eom, and turn-end tokens by name
+        self.eos_ids = {i for i in (eos_id, *end_ids) if i is not None}
         self.eos_ids |= {self._ids[t] for t in END_OF_TURN if t in self._ids}
 
     # --- construction -------------------------------------------------------------------------
@@ -141,7 +151,7 @@ class Tokenizer:
                                    f"(supported: {', '.join(sorted(PRE_TOKENIZERS))})")
         regexes, ignore_merges = PRE_TOKENIZERS[pre]
         tokens = _list(md, "tokenizer.ggml.tokens")
-        types = md.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
+        types = _types(md, len(tokens))
         vocab = {t: i for i, t in enumerate(tokens)}
         merges = [tuple(m.split(" ", 1)) for m in _list(md, "tokenizer.ggml.merges")]
         hf = HFTokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
@@ -149,7 +159,7 @@ class Tokenizer:
             [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
             + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         hf.decoder = decoders.ByteLevel()
-        byte_of = {c: b for b, c in _bytes_to_unicode().items()}
+        byte_of = {c: b for b, c in bytes_to_unicode().items()}
 
         def to_bytes(tok: str, ttype: int) -> bytes:
             if ttype in (*SPECIAL, USER_DEFINED) or any(c not in byte_of for c in tok):
@@ -163,10 +173,8 @@ class Tokenizer:
     @classmethod
     def _sentencepiece_bpe(cls, md: dict) -> Tokenizer:
         tokens = _list(md, "tokenizer.ggml.tokens")
-        scores = _list(md, "tokenizer.ggml.scores")
-        types = md.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
-        if len(scores) != len(tokens) or len(types) != len(tokens):
-            raise GGUFError(f"tokenizer has {len(tokens)} tokens but {len(scores)} scores and {len(types)} types")
+        scores = _list(md, "tokenizer.ggml.scores", len(tokens))
+        types = _types(md, len(tokens))
         vocab = {t: i for i, t in enumerate(tokens)}
         unk_id = md.get("tokenizer.ggml.unknown_token_id")
         unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
@@ -212,13 +220,23 @@ class Tokenizer:
         eos_id = token_id("tokenizer.ggml.eos_token_id")
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", add_bos_default)) and bos_id is not None
         add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False)) and eos_id is not None
-        return cls(hf, tokens, list(types), token_bytes, bos_id, eos_id, add_bos, add_eos, strip_space_prefix)
+        end_ids = (token_id("tokenizer.ggml.eot_token_id"), token_id("tokenizer.ggml.eom_token_id"))
+        return cls(hf, tokens, list(types), token_bytes, bos_id, eos_id, add_bos, add_eos, strip_space_prefix, end_ids)
 
     # --- API ----------------------------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)
+
+    @property
+    def bos_token(self) -> str:
+        """BOS as text ('' when the vocabulary has none), for chat templates."""
+        return self.tokens[self.bos_id] if self.bos_id is not None else ""
+
+    @property
+    def eos_token(self) -> str:
+        return self.tokens[self.eos_id] if self.eos_id is not None else ""
 
     def token_to_id(self, token: str) -> int | None:
         return self._ids.get(token)
