@@ -47,3 +47,15 @@ def gguf_metadata(model_file):
             cache[name] = GGUFFile(model_file(name)).metadata
         return cache[name]
     return get
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip cleanly on machines without a CUDA device."""
+    from glimmer_cupy.runtime.device import cuda_device_count
+
+    if cuda_device_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

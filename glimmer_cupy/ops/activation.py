@@ -1,30 +1,100 @@
-"""Gated activations and elementwise ops."""
+"""Gated activations and elementwise ops (kernels: cuda_src/activation.cu)."""
 
+from functools import cache
+
+import numpy as np
+
+from ..kernels.build import get_kernel
 from ..reference import activation as ref
-from ._dispatch import is_host, no_kernel
+from ._check import F32, aligned, check, check_out, data_ptr, fail, no_overlap
+from ._dispatch import is_host
+
+_CTYPE = {F32: "float"}
+_GATED = {"silu_mul": "Silu", "gelu_mul": "GeluTanh"}
+_UNARY = {"softcap": "Softcap", "scale": "Scale"}
+_EXPRS = tuple([f"gated_kernel<{a}, {t}, {v}>" for a in _GATED.values() for t in _CTYPE.values() for v in (1, 4)]
+               + [f"unary_kernel<{a}, {t}, {v}>" for a in _UNARY.values() for t in _CTYPE.values() for v in (1, 4)])
+_THREADS = 256
+_MAX_BLOCKS = 4096          # grid-stride beyond this (about 31 blocks of 256 per H200 SM)
 
 
-def silu_mul(gate_up):
+@cache
+def _kernel(family: str, functor: str, dtype: np.dtype, vec: int):
+    return get_kernel("activation", f"{family}<{functor}, {_CTYPE[dtype]}, {vec}>", name_expressions=_EXPRS)
+
+
+def _host_out(y, out):
+    if out is None:
+        return y
+    out[...] = y
+    return out
+
+
+def silu_mul(gate_up, *, out=None):
     """(T, 2F), gate first -> silu(gate) * up, (T, F)."""
     if is_host(gate_up):
-        return ref.silu_mul(gate_up)
-    raise no_kernel("silu_mul", gate_up)
+        return _host_out(ref.silu_mul(gate_up), out)
+    return _gated_gpu("silu_mul", gate_up, out)
 
 
-def gelu_mul(gate_up):
+def gelu_mul(gate_up, *, out=None):
     """(T, 2F), gate first -> gelu_tanh(gate) * up, (T, F)."""
     if is_host(gate_up):
-        return ref.gelu_mul(gate_up)
-    raise no_kernel("gelu_mul", gate_up)
+        return _host_out(ref.gelu_mul(gate_up), out)
+    return _gated_gpu("gelu_mul", gate_up, out)
 
 
-def softcap(x, cap: float):
+def softcap(x, cap: float, *, out=None):
+    """cap * tanh(x / cap), elementwise; on the GPU out may be x."""
     if is_host(x):
-        return ref.softcap(x, cap)
-    raise no_kernel("softcap", x)
+        return _host_out(ref.softcap(x, cap), out)
+    if not cap > 0:
+        raise fail("softcap", "cap", "positive", cap)
+    return _unary_gpu("softcap", x, cap, out)
 
 
-def scale(x, s: float):
+def scale(x, s: float, *, out=None):
+    """x * s, elementwise; on the GPU out may be x."""
     if is_host(x):
-        return ref.scale(x, s)
-    raise no_kernel("scale", x)
+        return _host_out(ref.scale(x, s), out)
+    return _unary_gpu("scale", x, s, out)
+
+
+def _gated_gpu(op: str, gate_up, out):
+    check(gate_up, op, "gate_up", dtypes=tuple(_CTYPE), shape=(..., "2F"))
+    two_f = gate_up.shape[-1]                          # check() guarantees ndim >= 1
+    if two_f % 2 or two_f == 0:
+        raise fail(op, "gate_up", "(..., 2F) with an even, non-zero last axis", tuple(gate_up.shape))
+    f = two_f // 2
+    shape = (*gate_up.shape[:-1], f)
+    if out is None:
+        import cupy
+        out = cupy.empty(shape, dtype=gate_up.dtype)
+    else:
+        check_out(out, op, shape, gate_up.dtype, like=gate_up)
+        no_overlap(out, gate_up, op, "out", "gate_up")
+    rows = gate_up.size // two_f
+    if rows == 0:
+        return out
+    vec = 4 if f % 4 == 0 and aligned(gate_up, out) else 1
+    grid = (rows, (f // vec + _THREADS - 1) // _THREADS)
+    _kernel("gated_kernel", _GATED[op], gate_up.dtype, vec)(grid, (_THREADS,), (out, gate_up, np.int32(f)))
+    return out
+
+
+def _unary_gpu(op: str, x, a: float, out):
+    check(x, op, "x", dtypes=tuple(_CTYPE), shape=(...,))
+    if out is None:
+        import cupy
+        out = cupy.empty_like(x)
+    else:
+        check_out(out, op, x.shape, x.dtype, like=x)
+        if data_ptr(out) != data_ptr(x):             # exactly in place is fine, a shifted overlap is not
+            no_overlap(out, x, op, "out", "x")
+    n = x.size
+    if n == 0:
+        return out
+    vec = 4 if n % 4 == 0 and aligned(x, out) else 1
+    blocks = max(1, min(_MAX_BLOCKS, (n // vec + _THREADS - 1) // _THREADS))
+    _kernel("unary_kernel", _UNARY[op], x.dtype, vec)((blocks,), (_THREADS,), (out, x, np.int64(n), np.float32(a)))
+    return out

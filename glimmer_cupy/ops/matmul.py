@@ -1,15 +1,81 @@
-"""Quantized matmul y = x @ W^T."""
+"""Quantized matmul y = x @ W^T, W a QuantTensor read as GGUF blocks (kernels: cuda_src/quant_matmul.cu).
 
-from ..errors import GlimmerError
+Bucketed by M, the rows of x. The table below is the one place the edges live.
+"""
+
+from functools import cache
+
+import numpy as np
+
+from ..kernels.build import get_kernel
 from ..reference import matmul as ref
-from ..weights.quant_tensor import QuantTensor
-from ._dispatch import is_host, no_kernel
+from ..weights.quant_tensor import QType, QuantTensor
+from ._check import F32, check, check_out, fail
+from ._dispatch import is_host
+
+# QType -> trait struct in quant_blocks.cuh
+TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0,
+                               QType.Q5_1, QType.Q8_0, QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K,
+                               QType.Q6_K)}
+GEMV_WIDTHS = tuple(range(1, 9))    # gemv_kernel<QT, M> instances: every M of the GEMV bucket
+ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
+
+# (largest M, bucket). M <= 8: memory-bound GEMV streaming each weight byte once.
+# Larger M: dequantize to a float32 scratch, then cuBLAS. Edge at 8: the GEMV keeps M
+# accumulators per lane and its register use grows with M (ptxas: 86-92 registers at M = 8).
+BUCKETS = ((8, "gemv"), (None, "dequant_cublas"))
 
 
-def quant_matmul(x, w: QuantTensor):
+
+@cache
+def _kernel(trait: str, expr: str):
+    """One module per quant type, so a model compiles only the types it holds."""
+    exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + (f"dequant_kernel<gguf::{trait}>",)
+    return get_kernel("quant_matmul", expr, name_expressions=exprs)
+
+
+def bucket(m: int) -> str:
+    for edge, name in BUCKETS:
+        if edge is None or m <= edge:
+            return name
+    raise AssertionError("unreachable")
+
+
+def quant_matmul(x, w: QuantTensor, *, out=None):
     """x: (M, K) float32, w: QuantTensor (N, K) -> (M, N) float32."""
-    if x.ndim != 2 or x.shape[1] != w.shape[-1]:
-        raise GlimmerError(f"quant_matmul: x must be (M, {w.shape[-1]}) for {w.name}, got {tuple(x.shape)}")
+    n, k = w.shape
     if is_host(x):
-        return ref.quant_matmul(x, w)
-    raise no_kernel("quant_matmul", x)
+        check(x, "quant_matmul", "x", dtypes=(F32, np.float64), shape=("M", k), contiguous=False)
+        y = ref.quant_matmul(x, w)
+        if out is not None:
+            out[...] = y
+            return out
+        return y
+    import cupy
+
+    check(x, "quant_matmul", "x", dtypes=(F32,), shape=("M", k))
+    if w.qtype not in TRAITS:
+        raise fail("quant_matmul", "w", f"one of {', '.join(t.name for t in TRAITS)}", w.qtype.name)
+    if not w.on_device:
+        raise fail("quant_matmul", "w", "a QuantTensor on the device (w.to_device())", "host bytes")
+    if k % 32:
+        raise fail("quant_matmul", "w", "K a multiple of 32", k)
+    m = x.shape[0]
+    if out is None:
+        out = cupy.empty((m, n), dtype=cupy.float32)
+    check_out(out, "quant_matmul", (m, n), like=x)
+    if m == 0:
+        return out
+    row_bytes = np.int64(w.data.nbytes // n)
+    t = TRAITS[w.qtype]
+    if bucket(m) == "gemv":
+        _kernel(t, f"gemv_kernel<gguf::{t}, {m}>")(
+            ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
+            (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
+        return out
+    dense = cupy.empty((n, k), dtype=cupy.float32)
+    subs = n * (k // 32)
+    _kernel(t, f"dequant_kernel<gguf::{t}>")(((subs + 255) // 256,), (256,),
+                                         (dense, w.data, np.int32(n), np.int32(k), row_bytes))
+    cupy.matmul(x, dense.T, out=out)
+    return out

@@ -1,0 +1,84 @@
+// activation.cu — gated activations and small elementwise ops, float32 math.
+//
+//   gated_kernel<Act, T, VEC>  gate_up (rows, 2F), gate first -> out (rows, F) = act(gate) * up
+//       Act = Silu      g / (1 + exp(-g))
+//       Act = GeluTanh  0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))   (Gemma's GELU)
+//     grid=(rows, ceil(F / VEC / 256)) block=(256,)    rows on x: up to 2^31-1 tokens
+//   unary_kernel<Op, T, VEC>   out = op(x, a) over n elements (any shape, contiguous)
+//       Op = Softcap    a * tanh(x / a)
+//       Op = Scale      x * a
+//     grid=(min(ceil(n / VEC / 256), 4096),) block=(256,), grid-stride loop
+//
+// VEC=4: 16-byte loads and stores (the caller checks F % 4 == 0 / n % 4 == 0 and 16-byte
+// aligned pointers), VEC=1 otherwise. expf / tanhf are the accurate library versions (no fast
+// math): the references are float64 and the budgets are 1e-10. unary_kernel may run in place
+// (out == x), so its pointers are not __restrict__.
+//
+// Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only).
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+    T v[N];
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ void from_f32(float v, float& out) { out = v; }
+
+struct Silu {
+    __device__ __forceinline__ static float apply(float g) { return g / (1.f + expf(-g)); }
+};
+
+struct GeluTanh {
+    __device__ __forceinline__ static float apply(float g) {
+        const float k = 0.7978845608028654f;            // sqrt(2 / pi)
+        return 0.5f * g * (1.f + tanhf(k * (g + 0.044715f * g * g * g)));
+    }
+};
+
+struct Softcap {
+    __device__ __forceinline__ static float apply(float x, float cap) { return cap * tanhf(x / cap); }
+};
+
+struct Scale {
+    __device__ __forceinline__ static float apply(float x, float s) { return x * s; }
+};
+
+template <class Act, typename T, int VEC>
+__global__ void __launch_bounds__(256) gated_kernel(
+    T* __restrict__ out, const T* __restrict__ gate_up, int f) {
+    typedef Pack<T, VEC> PT;
+    const int k = blockIdx.y * blockDim.x + threadIdx.x;       // pack index within the row
+    if (k >= f / VEC) return;
+    const long long row = blockIdx.x;
+    const PT g = reinterpret_cast<const PT*>(gate_up + row * 2 * f)[k];
+    const PT u = reinterpret_cast<const PT*>(gate_up + row * 2 * f + f)[k];
+    PT o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) from_f32(Act::apply(to_f32(g.v[j])) * to_f32(u.v[j]), o.v[j]);
+    reinterpret_cast<PT*>(out + row * f)[k] = o;
+}
+
+template <class Op, typename T, int VEC>
+__global__ void __launch_bounds__(256) unary_kernel(T* out, const T* x, long long n, float a) {
+    typedef Pack<T, VEC> PT;
+    const long long packs = n / VEC;
+    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < packs;
+         k += (long long)gridDim.x * blockDim.x) {
+        const PT p = reinterpret_cast<const PT*>(x)[k];
+        PT o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) from_f32(Op::apply(to_f32(p.v[j]), a), o.v[j]);
+        reinterpret_cast<PT*>(out)[k] = o;
+    }
+}
+
+#ifdef GLIMMER_INSTANTIATE
+template __global__ void gated_kernel<Silu, float, 1>(float*, const float*, int);
+template __global__ void gated_kernel<Silu, float, 4>(float*, const float*, int);
+template __global__ void gated_kernel<GeluTanh, float, 1>(float*, const float*, int);
+template __global__ void gated_kernel<GeluTanh, float, 4>(float*, const float*, int);
+template __global__ void unary_kernel<Softcap, float, 1>(float*, const float*, long long, float);
+template __global__ void unary_kernel<Softcap, float, 4>(float*, const float*, long long, float);
+template __global__ void unary_kernel<Scale, float, 1>(float*, const float*, long long, float);
+template __global__ void unary_kernel<Scale, float, 4>(float*, const float*, long long, float);
+#endif

@@ -1,0 +1,129 @@
+// norm.cu — RMSNorm over the last axis, optionally fused with the residual add.
+//
+//   rms_norm_kernel<T, VEC>      out = x / sqrt(mean(x^2) + eps) * weight
+//   add_rms_norm_kernel<T, VEC>  residual += delta; out = rms_norm(residual) * weight
+//
+// Launch (both): a row is handled by blockDim.x threads (a multiple of 32: one warp up to the
+// whole block), blockDim.y rows per block, blockDim.x * blockDim.y <= 1024.
+//   grid=(ceil(rows / blockDim.y),) block=(tx, ty)
+// Wide rows (hidden sizes) get one block per row; narrow rows (per-head q/k norm over head_dim,
+// the same kernel on a (T*heads, head_dim) view) get a warp or two per row and several rows per
+// block. VEC=4: 16-byte loads and stores, for d % 4 == 0 with 16-byte aligned pointers (the
+// caller checks); VEC=1 for everything else.
+//
+// The sum of squares is float32 per thread, reduced by warp shuffles and then across the row's
+// warps through shared memory. x is read twice (sum, then scale): the second read hits L1/L2.
+// T is the storage type of x / residual / delta / out (float for now); weight is float.
+//
+// Explicit instantiations at the bottom under GLIMMER_INSTANTIATE, for offline compiles
+// (tests/test_cuda_compile.py passes -DGLIMMER_INSTANTIATE); at run time the same names come
+// from name_expressions in glimmer_cupy/ops/norm.py.
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+    T v[N];
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ void from_f32(float v, float& out) { out = v; }
+
+// Sum of `v` over the blockDim.x threads of this row (every thread of the block must call it).
+__device__ __forceinline__ float row_sum(float v, float* red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warps_per_row = blockDim.x >> 5;
+    if (warps_per_row == 1) return v;
+    const int warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    const float* mine = red + threadIdx.y * warps_per_row;
+    float s = 0.f;
+    for (int w = 0; w < warps_per_row; ++w) s += mine[w];
+    return s;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(1024) rms_norm_kernel(
+    T* __restrict__ out, const T* __restrict__ x, const float* __restrict__ weight,
+    int rows, int d, float eps) {
+    typedef Pack<T, VEC> PT;
+    typedef Pack<float, VEC> PF;
+    __shared__ float red[32];
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    const int nv = d / VEC;
+    const PT* xr = reinterpret_cast<const PT*>(x + (long long)row * d);
+    float ss = 0.f;
+    if (active) {
+        for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+            const PT p = xr[k];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const float v = to_f32(p.v[j]);
+                ss += v * v;
+            }
+        }
+    }
+    ss = row_sum(ss, red);
+    if (!active) return;
+    const float inv = rsqrtf(ss / (float)d + eps);
+    PT* orow = reinterpret_cast<PT*>(out + (long long)row * d);
+    const PF* wr = reinterpret_cast<const PF*>(weight);
+    for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+        const PT p = xr[k];
+        const PF w = wr[k];
+        PT o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
+        orow[k] = o;
+    }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(1024) add_rms_norm_kernel(
+    T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ delta,
+    const float* __restrict__ weight, int rows, int d, float eps) {
+    typedef Pack<T, VEC> PT;
+    typedef Pack<float, VEC> PF;
+    __shared__ float red[32];
+    const int row = blockIdx.x * blockDim.y + threadIdx.y;
+    const bool active = row < rows;
+    const int nv = d / VEC;
+    PT* rr = reinterpret_cast<PT*>(residual + (long long)row * d);
+    const PT* dr = reinterpret_cast<const PT*>(delta + (long long)row * d);
+    float ss = 0.f;
+    if (active) {
+        for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+            const PT a = rr[k], b = dr[k];
+            PT s;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                from_f32(to_f32(a.v[j]) + to_f32(b.v[j]), s.v[j]);
+                const float v = to_f32(s.v[j]);         // the stored (rounded) sum is what we norm
+                ss += v * v;
+            }
+            rr[k] = s;
+        }
+    }
+    ss = row_sum(ss, red);
+    if (!active) return;
+    const float inv = rsqrtf(ss / (float)d + eps);
+    PT* orow = reinterpret_cast<PT*>(out + (long long)row * d);
+    const PF* wr = reinterpret_cast<const PF*>(weight);
+    // each thread re-reads exactly the elements it wrote above, so no barrier is needed
+    for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+        const PT p = rr[k];
+        const PF w = wr[k];
+        PT o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
+        orow[k] = o;
+    }
+}
+
+#ifdef GLIMMER_INSTANTIATE
+template __global__ void rms_norm_kernel<float, 1>(float*, const float*, const float*, int, int, float);
+template __global__ void rms_norm_kernel<float, 4>(float*, const float*, const float*, int, int, float);
+template __global__ void add_rms_norm_kernel<float, 1>(float*, float*, const float*, const float*, int, int, float);
+template __global__ void add_rms_norm_kernel<float, 4>(float*, float*, const float*, const float*, int, int, float);
+#endif
