@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import device_name, graph_time_us, n_sets  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.reference import activation as ref_act  # noqa: E402
 from glimmer_cupy.reference import matmul as ref_matmul  # noqa: E402
@@ -33,8 +33,6 @@ from glimmer_cupy.reference import rope as ref_rope  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor, row_bytes  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
-L2_BYTES = 60 << 20
-MAX_SETS = 16
 
 # Qwen3-8B-like shapes: hidden 4096, 32 q / 8 kv heads of 128, ffn 12288, vocab 151936
 HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB = 4096, 32, 128, 12288, 151936
@@ -47,35 +45,6 @@ class Case:
     size: str
     nbytes: int                                   # bytes the op must read + write
     make: Callable[[np.random.Generator], tuple]  # -> (run(set), check()) over a fresh input set
-
-
-def n_sets(set_bytes: int) -> int:
-    return max(1, min(MAX_SETS, math.ceil(2 * L2_BYTES / max(set_bytes, 1))))
-
-
-def graph_time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) -> float:
-    """Median over `reps` of (time of a graph of `launches` calls) / launches, in microseconds."""
-    import cupy
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        for i in range(sets):                     # warm-up: compile, first touch
-            launch(i)
-        stream.synchronize()
-        stream.begin_capture()
-        for i in range(launches):
-            launch(i % sets)
-        graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        times = []
-        for _ in range(reps):
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / launches)
-    return float(np.median(times))
 
 
 def copy_time_us(nbytes: int, launches: int, reps: int) -> float:
@@ -192,8 +161,7 @@ def main(argv=None) -> int:
     import cupy
     rng = np.random.default_rng(0)
     rows = []
-    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    name = name.decode() if isinstance(name, bytes) else name
+    name = device_name()
     print(f"# {name}  (CUDA graphs of {args.launches} launches, median of {args.reps})")
     for case in cases():
         if args.only and args.only not in case.name:

@@ -32,14 +32,21 @@ def nmse(out, ref):
     return float(np.mean((out - ref) ** 2) / np.mean(ref ** 2))
 
 
-def matmul_case(q, n, k, m, rng):
+def check_sweep(q, n, k, ms, rng):
+    """Fresh random W (decoded once by gguf) and x for each M; NaN-filled outputs."""
     import cupy
     w = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.05))
-    x = rng.normal(0, 1, (m, k)).astype(np.float32)
-    ref = x.astype(np.float64) @ w.dequantize(np.float64).T
-    out = cupy.full((m, n), np.nan, dtype=cupy.float32)
-    ops.quant_matmul(cupy.asarray(x), w.to_device(), out=out)
-    return cupy.asnumpy(out), ref
+    w_ref = w.dequantize(np.float64)
+    w_dev = w.to_device()
+    for m in ms:
+        x = rng.normal(0, 1, (m, k)).astype(np.float32)
+        ref = x.astype(np.float64) @ w_ref.T
+        out = cupy.full((m, n), np.nan, dtype=cupy.float32)
+        ops.quant_matmul(cupy.asarray(x), w_dev, out=out)
+        got = cupy.asnumpy(out)
+        assert np.isfinite(got).all(), (q.name, n, k, m)
+        e = nmse(got, ref)
+        assert e < NMSE_BUDGET, (q.name, n, k, m, e)
 
 
 @gpu
@@ -47,21 +54,14 @@ def matmul_case(q, n, k, m, rng):
 def test_every_type_every_bucket(q):
     rng = np.random.default_rng(int(q))
     for n, k in shapes_for(q):
-        for m in M_SWEEP:
-            out, ref = matmul_case(q, n, k, m, rng)
-            assert np.isfinite(out).all(), (q.name, n, k, m)
-            e = nmse(out, ref)
-            assert e < NMSE_BUDGET, (q.name, n, k, m, e)
+        check_sweep(q, n, k, M_SWEEP, rng)
 
 
 @gpu
 @pytest.mark.parametrize("q,n,k", [(QType.Q6_K, 151936, 1024), (QType.Q8_0, 262144, 640),
                                     (QType.Q4_K, 12288, 4096), (QType.Q6_K, 4096, 12288)])
 def test_large_shapes(q, n, k):
-    rng = np.random.default_rng(7)
-    for m in (1, 8, 9):
-        out, ref = matmul_case(q, n, k, m, rng)
-        assert nmse(out, ref) < NMSE_BUDGET, (q.name, n, k, m)
+    check_sweep(q, n, k, (1, 8, 9), np.random.default_rng(7))
 
 
 def test_bucket_table_covers_every_m():

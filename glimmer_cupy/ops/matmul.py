@@ -73,9 +73,23 @@ def quant_matmul(x, w: QuantTensor, *, out=None):
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
-    dense = cupy.empty((n, k), dtype=cupy.float32)
+    cupy.matmul(x, dequantize(w).T, out=out)
+    return out
+
+
+def dequantize(w: QuantTensor, *, out=None):
+    """float32 (N, K) values of a device QuantTensor, decoded by the same block traits."""
+    import cupy
+
+    if not w.on_device or w.qtype not in TRAITS:
+        raise fail("dequantize", "w", "a device QuantTensor of a type with a kernel", f"{w.qtype.name} "
+                   f"{'on the device' if w.on_device else 'on the host'}")
+    n, k = w.shape
+    if out is None:
+        out = cupy.empty((n, k), dtype=cupy.float32)
+    check_out(out, "dequantize", (n, k))
+    t = TRAITS[w.qtype]
     subs = n * (k // 32)
     _kernel(t, f"dequant_kernel<gguf::{t}>")(((subs + 255) // 256,), (256,),
-                                         (dense, w.data, np.int32(n), np.int32(k), row_bytes))
-    cupy.matmul(x, dense.T, out=out)
+                                         (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)))
     return out

@@ -1,0 +1,129 @@
+"""Time quant_matmul on the GPU: every bucket, Qwen3-8B shapes, against the copy ceiling and cuBLAS.
+
+For each quant type, shape (N x K) and M: the time of one call (CUDA graph of many calls for the
+GEMV bucket, eager calls for the bucket that allocates its scratch; weights rotated so L2 never
+holds the next call's), weight bytes read per second and its fraction of the device-to-device copy
+bandwidth measured in this run, TFLOP/s, and cuBLAS fp16 (cupy.matmul) on weights dequantized to
+fp16 beforehand as the baseline beside it. Results: JSON and a markdown table.
+
+    PYTHONPATH=$PWD python3 bench/bench_quant_matmul.py --out bench/results/quant_matmul
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (copy_bandwidth, cublas_fp16_flops, device_name, eager_time_us,  # noqa: E402
+                          graph_time_us, n_sets)
+from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
+from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
+from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
+
+# Qwen3-8B: q/o (4096x4096), gate+up joined (2 x 12288 rows, timed as 12288 as the issue states),
+# down (4096 x 12288), head (151936 x 4096)
+SHAPES = [(4096, 4096), (12288, 4096), (4096, 12288), (151936, 4096)]
+TYPES = [QType.Q4_K, QType.Q6_K]
+EXTRA = [(QType.Q4_0, (4096, 4096)), (QType.Q4_1, (4096, 4096)), (QType.Q5_0, (4096, 4096)),
+         (QType.Q8_0, (4096, 4096)), (QType.F16, (4096, 4096))]
+MS = (1, 2, 4, 8, 16, 64, 512)
+
+
+def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float):
+    import cupy
+    host = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.02))
+    sets = n_sets(host.nbytes)
+    ws = [QuantTensor("w", q, (n, k), cupy.asarray(random_blocks(q, n, k, rng, 0.02))) for _ in range(sets)]
+    # the baseline: the same weights dequantized to fp16 beforehand (more copies to rotate)
+    w16 = [dequantize(ws[i % sets]).astype(np.float16) for i in range(n_sets(n * k * 2))]
+    head = min(n, 2048)                          # rows checked against gguf's dequantizer
+    w_ref = QuantTensor("w", q, (head, k), np.asarray(host.data)[:head]).dequantize(np.float64)
+    host_first = QuantTensor("w", q, (n, k), cupy.asarray(host.data))
+    rows = []
+    for m in ms:
+        xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
+        outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
+        # check once: the first rows of x and W against float64 math on gguf's dequantized values
+        got = cupy.asnumpy(ops.quant_matmul(xs[0], host_first, out=outs[0]))[:8, :head]
+        ref = cupy.asnumpy(xs[0][:8]).astype(np.float64) @ w_ref.T
+        err = float(np.mean((got - ref) ** 2) / np.mean(ref ** 2))
+        b = bucket(m)
+        timer = graph_time_us if b == "gemv" else eager_time_us
+        us = timer(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets,
+                   launches if b == "gemv" else max(3, launches // 20), reps)
+        x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
+        o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
+        us16 = eager_time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16),
+                             max(3, launches // 20), reps)
+        wbytes = host.nbytes
+        row = dict(type=q.name, n=n, k=k, m=m, bucket=b, us=us, weight_gbps=wbytes / us / 1e3,
+                   of_copy=wbytes / us / 1e3 / (copy_bw / 1e9), tflops=2 * m * n * k / us / 1e6,
+                   cublas_fp16_us=us16, vs_m1=None, nmse=err)
+        rows.append(row)
+        print(f"quant_matmul {q.name:5s} M={m:<4d} N={n:<6d} K={k:<5d} | {us:8.1f} us | "
+              f"{row['weight_gbps'] / 1e3:5.2f} TB/s ({100 * row['of_copy']:3.0f}% of copy) | "
+              f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us | {b} | NMSE {err:.1e}", flush=True)
+        del xs, outs, x16, o16
+    base = rows[0]["us"]
+    for r in rows:
+        r["vs_m1"] = r["us"] / base
+    del ws, w16, host_first
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def markdown(meta, rows) -> str:
+    lines = [f"# quant_matmul — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
+             f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s; "
+             f"cuBLAS fp16 4096³: {meta['cublas_tflops']:.0f} TFLOP/s (both measured in this run).", "",
+             "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['type']} | {r['n']} | {r['k']} | {r['m']} | {r['bucket']} | {r['us']:.1f} | "
+                     f"{r['weight_gbps'] / 1e3:.2f} | {100 * r['of_copy']:.0f}% | {r['tflops']:.1f} | "
+                     f"{r['vs_m1']:.2f} | {r['cublas_fp16_us']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--launches", type=int, default=100)
+    ap.add_argument("--quick", action="store_true", help="only M=1 and the Q4_K layer shapes")
+    ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    copy_bw = copy_bandwidth()
+    flops = cublas_fp16_flops()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    meta = dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit,
+                copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12)
+    print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
+    cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
+    if args.quick:
+        cases = [(QType.Q4_K, s) for s in SHAPES[:3]]
+    rows = []
+    for q, (n, k) in cases:
+        rows += run_case(q, n, k, (1,) if args.quick else MS, rng, args.launches, args.reps, copy_bw)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+        args.out.with_suffix(".md").write_text(markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
