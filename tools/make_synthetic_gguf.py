@@ -167,7 +167,8 @@ def make_vocab(vocab_size: int) -> tuple[list[str], list[int], list[str]]:
     # Filler of printable ASCII only, so that llama.cpp's byte-level decoder accepts every token.
     tokens += [f"<tok{i}>" for i in range(n_filler - len(pairs))]
     tokens += CONTROL_TOKENS
-    types = [int(TokenType.NORMAL)] * (vocab_size - len(CONTROL_TOKENS)) + [int(TokenType.CONTROL)] * len(CONTROL_TOKENS)
+    n_control = len(CONTROL_TOKENS)
+    types = [int(TokenType.NORMAL)] * (vocab_size - n_control) + [int(TokenType.CONTROL)] * n_control
     assert len(tokens) == vocab_size == len(set(tokens))
     return tokens, types, merges
 
