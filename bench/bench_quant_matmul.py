@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,11 +105,13 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
     flops = cublas_fp16_flops()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
+    commit = os.environ.get("GLIMMER_COMMIT")           # the device machine's copy has no .git
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        except OSError:
+            commit = "unknown"
     meta = dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit,
                 copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
