@@ -4,8 +4,9 @@ transformers reads each GGUF file itself, dequantizes every weight to float32 an
 model in float32 on the CPU; the prompt ids, the greedy continuation, raw logits of the top 5
 tokens for the first steps and the top-1/top-2 margin at every step go to tests/golden/.
 
-With --cross-check, the same token sequences also go through llama-cpp-python (CPU build),
-and the distance between the two is printed and stored under "cross_check".
+With --cross-check, the same token sequences also go through llama-cpp-python (CPU build), once
+with the GGUF file as is and once with a float32 copy that llama.cpp dequantizes itself; the
+distances are printed and stored under "cross_check".
 
     python tools/record_golden.py                        # both models
     python tools/record_golden.py --models gemma3-270m --cross-check
@@ -17,8 +18,8 @@ import hashlib
 import json
 import os
 import platform
-import re
 import sys
+from importlib.metadata import version
 
 import numpy as np
 
@@ -36,12 +37,12 @@ MODELS = {
 }
 
 PROMPTS = [
-    "The old lighthouse keeper climbed the stairs every evening to",
-    "Question: Why is the sky blue?\nAnswer:",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n",
-    "Things to pack for a beach trip:\n1. Sunscreen\n2. Towel\n3.",
-    "In 1969, 3 astronauts flew to the Moon. 50 years later, in",
-    "The recipe needs two cups of flour, one egg and",
+    "The sun was setting over the quiet town when",
+    "Why do leaves change color in autumn? Leaves change color because",
+    "for i in range(10):\n    print(",
+    "Shopping list:\n1. Milk\n2. Eggs\n3.",
+    "12 + 7 = 19, 8 + 5 =",
+    "My favourite thing about summer is",
 ]
 
 N_NEW = 24  # greedy tokens per prompt
@@ -71,7 +72,7 @@ def gguf_meta(path):
     return meta
 
 
-def load_transformers(weights, name, file):
+def load_transformers(weights, file):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -148,7 +149,7 @@ def greedy_transformers(model, ids, eos):
             out_ids.append(nxt)
             if nxt == eos:
                 break
-            out = model(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+            out = model(torch.tensor([[nxt]]), cache=out.cache, use_cache=True)
     return out_ids, logits_rows
 
 
@@ -156,9 +157,9 @@ def summarize(rows):
     margins, top5 = [], []
     for i, row in enumerate(rows):
         order = np.argsort(-row, kind="stable")
-        margins.append(round(float(row[order[0]] - row[order[1]]), 5))
+        margins.append(round(float(row[order[0]] - row[order[1]]), 4))
         if i < N_TOP:
-            top5.append({"ids": [int(t) for t in order[:5]], "logits": [round(float(row[t]), 5) for t in order[:5]]})
+            top5.append({"ids": [int(t) for t in order[:5]], "logits": [round(float(row[t]), 4) for t in order[:5]]})
     return margins, top5
 
 
@@ -166,6 +167,19 @@ def load_llamacpp(path):
     from llama_cpp import Llama
 
     return Llama(model_path=path, n_ctx=256, n_batch=256, n_threads=THREADS, logits_all=True, verbose=False)
+
+
+def llamacpp_f32_copy(src, dst):
+    """Write dst with every tensor dequantized to float32 by llama.cpp itself."""
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
+    params.allow_requantize = True
+    params.nthread = THREADS
+    assert llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params)) == 0
 
 
 def llamacpp_rows(llm, ids):
@@ -187,30 +201,62 @@ def llamacpp_greedy(llm, ids, eos, n):
     return out
 
 
-def cross_check(llm, name, text, bos, rec, eos):
-    """Compare llama.cpp with the recorded transformers run on the same token sequence."""
+def cross_check(llm, label, rec, eos):
+    """Compare llama.cpp with a recorded prompt.
+
+    top5_max_abs_diff: over the recorded top-5 ids of the first 8 steps, with llama.cpp fed
+    the recorded prompt + greedy tokens in one batch; forced_argmax_agree: steps where llama.cpp's
+    argmax on that batch equals the recorded greedy token; free_first_split: first step where
+    llama.cpp's own greedy decode (one token per step) leaves the recorded one (null: never).
+    """
     ids, greedy = rec["prompt_ids"], rec["greedy_ids"]
-    lc_ids = llm.tokenize(text.encode(), add_bos=True, special=False)
     rows = llamacpp_rows(llm, ids + greedy[:-1])[len(ids) - 1 :]
-    top5_diff = 0.0
+    diff = 0.0
     for step, t5 in enumerate(rec["top5"]):
-        top5_diff = max(top5_diff, max(abs(rows[step][t] - v) for t, v in zip(t5["ids"], t5["logits"])))
-    forced_argmax = [int(np.argmax(r)) for r in rows]
-    forced_agree = sum(a == b for a, b in zip(forced_argmax, greedy))
+        diff = max(diff, max(abs(float(rows[step][t]) - v) for t, v in zip(t5["ids"], t5["logits"])))
+    agree = sum(int(np.argmax(r)) == g for r, g in zip(rows, greedy))
     free = llamacpp_greedy(llm, ids, eos, len(greedy))
-    first_split = next((i for i, (a, b) in enumerate(zip(free, greedy)) if a != b), None)
+    split = next((i for i, (a, b) in enumerate(zip(free, greedy)) if a != b), None)
     res = {
-        "tokens_match": lc_ids == ids,
-        "top5_max_abs_diff_first8": round(top5_diff, 4),
-        "teacher_forced_argmax_agree": f"{forced_agree}/{len(greedy)}",
-        "free_greedy_first_split": first_split,
+        "tokens_match": llm.tokenize(rec["text"].encode(), add_bos=True, special=False) == ids,
+        "top5_max_abs_diff": round(diff, 4),
+        "forced_argmax_agree": agree,
+        "free_first_split": split,
     }
-    print(f"[{name}] llama.cpp vs transformers {text!r}: {res}")
+    print(f"[{label}] {rec['text']!r}: {res}")
     return res
 
 
+def run_cross_check(name, path, prompts, eos):
+    import tempfile
+
+    import llama_cpp
+
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = os.path.join(tmp, "f32.gguf")
+        llamacpp_f32_copy(path, f32)
+        runs = [
+            ("llama_cpp_gguf", path, "the GGUF file as is; CPU matmuls quantize activations to 8 bits "
+             "(Q8_0/Q8_1/Q8_K) against the quantized weights"),
+            ("llama_cpp_f32", f32, "the same weights dequantized to float32 by llama_model_quantize "
+             "(LLAMA_FTYPE_ALL_F32); K/V cache float16 (llama.cpp default)"),
+        ]
+        for label, file, what in runs:
+            llm = load_llamacpp(file)
+            checks = [cross_check(llm, f"{name} {label}", r, eos) for r in prompts]
+            llm.close()
+            result[label] = {
+                "what": what,
+                "top5_max_abs_diff": max(c["top5_max_abs_diff"] for c in checks),
+                "per_prompt": checks,
+            }
+    result["tool"] = f"llama-cpp-python {llama_cpp.__version__}, CPU build, n_threads={THREADS}"
+    result["fields"] = cross_check.__doc__.split("\n\n")[1].replace("\n   ", "").replace("\n", " ").strip()
+    return result
+
+
 def record(name, args):
-    import gguf
     import torch
     import transformers
 
@@ -220,7 +266,7 @@ def record(name, args):
     assert digest == spec["sha256"], f"{path}: sha256 {digest}"
     meta = gguf_meta(path)
     torch.set_num_threads(THREADS)
-    model, tok = load_transformers(args.weights, name, spec["file"])
+    model, tok = load_transformers(args.weights, spec["file"])
     config = check_config(name, model.config, meta)
     eos = int(meta["tokenizer.ggml.eos_token_id"])
 
@@ -244,7 +290,7 @@ def record(name, args):
             "greedy with KV cache, one token per step; logits are raw (no processors)",
             "transformers": transformers.__version__,
             "torch": torch.__version__,
-            "gguf": gguf.__version__ if hasattr(gguf, "__version__") else _dist_version("gguf"),
+            "gguf": version("gguf"),
             "numpy": np.__version__,
             "python": platform.python_version(),
             "dtype": "float32",
@@ -261,17 +307,7 @@ def record(name, args):
     }
 
     if args.cross_check:
-        import llama_cpp
-
-        llm = load_llamacpp(path)
-        checks = [cross_check(llm, name, r["text"], spec["bos"], r, eos) for r in prompts]
-        out["cross_check"] = {
-            "tool": f"llama-cpp-python {llama_cpp.__version__} (CPU, n_threads={THREADS}); its CPU matmuls "
-            "quantize activations to 8 bits (Q8_0/Q8_1/Q8_K) against the quantized weights",
-            "top5_max_abs_diff_first8": max(c["top5_max_abs_diff_first8"] for c in checks),
-            "per_prompt": checks,
-        }
-        del llm
+        out["cross_check"] = run_cross_check(name, path, prompts, eos)
 
     os.makedirs(args.out, exist_ok=True)
     dest = os.path.join(args.out, f"{name}.json")
@@ -280,16 +316,18 @@ def record(name, args):
     print(f"[{name}] wrote {dest} ({os.path.getsize(dest)} bytes)")
 
 
-def _dist_version(dist):
-    from importlib.metadata import version
-
-    return version(dist)
-
-
-def dumps(obj):
-    """JSON with number lists kept on one line."""
-    text = json.dumps(obj, indent=1, ensure_ascii=False)
-    return re.sub(r"\[[-0-9.e,\s]*\]", lambda m: re.sub(r"\s+", "", m.group(0)).replace(",", ", "), text)
+def dumps(obj, indent=0):
+    """JSON with short values and number lists kept on one line."""
+    flat = json.dumps(obj, ensure_ascii=False)
+    numbers = isinstance(obj, list) and all(isinstance(v, (int, float)) for v in obj)
+    if not isinstance(obj, (dict, list)) or numbers or len(flat) + indent < 120:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + dumps(v, indent + 1) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
 def main():
