@@ -36,7 +36,7 @@ SHAPES = [(4096, 4096), (12288, 4096), (4096, 12288), (151936, 4096)]
 TYPES = [QType.Q4_K, QType.Q6_K]
 EXTRA = [(QType.Q4_0, (4096, 4096)), (QType.Q4_1, (4096, 4096)), (QType.Q5_0, (4096, 4096)),
          (QType.Q8_0, (4096, 4096)), (QType.F16, (4096, 4096))]
-MS = (1, 2, 4, 8, 16, 64, 512)
+MS = (1, 2, 4, 8, 16, 17, 64, 512)
 
 
 def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float):
@@ -57,10 +57,10 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         got = cupy.asnumpy(ops.quant_matmul(xs[0], host_first, out=outs[0]))[:8, :head]
         ref = cupy.asnumpy(xs[0][:8]).astype(np.float64) @ w_ref.T
         err = float(np.mean((got - ref) ** 2) / np.mean(ref ** 2))
-        b = bucket(m)
-        timer = graph_time_us if b == "gemv" else eager_time_us
+        b = bucket(m, q)
+        timer = graph_time_us if b.startswith("gemv") else eager_time_us
         us = timer(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets,
-                   launches if b == "gemv" else max(3, launches // 20), reps)
+                   launches if b.startswith("gemv") else max(3, launches // 20), reps)
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
         o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
         us16 = eager_time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16),

@@ -1,7 +1,12 @@
 // quant_matmul.cu — y = x · Wᵀ for W in GGUF blocks, read as the file stores them.
 //
 // x: (M, K) float32, W: N rows of K values in blocks of type QT (quant_blocks.cuh), y: (M, N) float32.
-// gemv_kernel<QT, M>    M <= 8 (decode, small batches): memory-bound; one warp per output row,
+// quantize_x_kernel     x -> int8 per 32 values (xq, xd = max|x| / 127, xs = xd * sum(xq)), one thread
+//                       per 32 values.  grid=(ceil(M*K/32 / 256),) block=(256,)
+// gemv_dp4a_kernel<QT, M>  M <= 16, types with an integer path (quant_dot.cuh): one warp per output
+//                       row, each lane a 32-value sub-block at a time: eight dp4a per row of x,
+//                       one float fma per 32 values.  grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
+// gemv_kernel<QT, M>    M <= 8, every type, float math: one warp per output row,
 //                       each lane decodes a 32-value sub-block at a time and uses every decoded
 //                       weight for all M rows of x, so each weight byte is read once.
 //                       grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
@@ -11,8 +16,10 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 #include "quant_blocks.cuh"
+#include "quant_dot.cuh"
 
 constexpr int kRowsPerBlock = 4;
+typedef unsigned int u32;
 
 // No __launch_bounds__: with it ptxas spills a register in a few K-quant instances (Q2_K, Q6_K
 // at M = 6, 7) to chase occupancy; without it they fit in 72-92 registers, 5 blocks per SM.
@@ -67,12 +74,96 @@ dequant_kernel(float* __restrict__ out, const unsigned char* __restrict__ w, int
     for (int j = 0; j < 8; ++j) dst[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
 }
 
+__global__ void __launch_bounds__(256)
+quantize_x_kernel(int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs,
+                  const float* __restrict__ x, long long nblocks) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblocks) return;
+    const float4* src = reinterpret_cast<const float4*>(x + 32 * i);
+    float v[32];
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float4 q = src[j];
+        v[4 * j] = q.x; v[4 * j + 1] = q.y; v[4 * j + 2] = q.z; v[4 * j + 3] = q.w;
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))));
+    }
+    const float d = amax / 127.f;
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    int sum = 0;
+    int packed[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        u32 word = 0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            const int q = __float2int_rn(v[4 * j + b] * inv);
+            sum += q;
+            word |= (u32)(q & 0xFF) << (8 * b);
+        }
+        packed[j] = (int)word;
+    }
+    int4* dst = reinterpret_cast<int4*>(xq + 8 * i);
+    dst[0] = make_int4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_int4(packed[4], packed[5], packed[6], packed[7]);
+    xd[i] = d;
+    xs[i] = d * (float)sum;
+}
+
+template <class QT, int M>
+__global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
+                                 const float* __restrict__ xs, const unsigned char* __restrict__ w,
+                                 int n, int k, long long row_bytes) {
+    const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
+    const int lane = threadIdx.x;
+    if (row >= n) return;
+    const unsigned char* wrow = w + row * row_bytes;
+    const int nsub = k / 32;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.f;
+    for (int s = lane; s < nsub; s += 32) {
+        int wv[8];
+        float d0, d1, mw;
+        gguf::Dot<QT>::load(wrow, s, wv, d0, d1, mw);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
+            const int4 a = __ldg(xp), b = __ldg(xp + 1);
+            int s0 = __dp4a(wv[0], a.x, 0);
+            s0 = __dp4a(wv[1], a.y, s0);
+            s0 = __dp4a(wv[2], a.z, s0);
+            s0 = __dp4a(wv[3], a.w, s0);
+            int s1 = __dp4a(wv[4], b.x, 0);
+            s1 = __dp4a(wv[5], b.y, s1);
+            s1 = __dp4a(wv[6], b.z, s1);
+            s1 = __dp4a(wv[7], b.w, s1);
+            const long long xi = (long long)m * nsub + s;
+            acc[m] = fmaf(__ldg(xd + xi), d0 * (float)s0 + d1 * (float)s1, fmaf(mw, __ldg(xs + xi), acc[m]));
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        float a = acc[m];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) y[(long long)m * n + row] = a;
+    }
+}
+
 #ifdef GLIMMER_INSTANTIATE
 #define GEMV_M(QT, M) \
     template __global__ void gemv_kernel<gguf::QT, M>(float*, const float*, const unsigned char*, int, int, long long);
 #define GEMV_ALL(QT) GEMV_M(QT, 1) GEMV_M(QT, 2) GEMV_M(QT, 3) GEMV_M(QT, 4) GEMV_M(QT, 5) GEMV_M(QT, 6) \
     GEMV_M(QT, 7) GEMV_M(QT, 8)                                                                     \
     template __global__ void dequant_kernel<gguf::QT>(float*, const unsigned char*, int, int, long long);
+#define DP4A_M(QT, M) \
+    template __global__ void gemv_dp4a_kernel<gguf::QT, M>(float*, const int*, const float*, const float*, \
+                                                           const unsigned char*, int, int, long long);
+#define DP4A_ALL(QT) DP4A_M(QT, 1) DP4A_M(QT, 2) DP4A_M(QT, 3) DP4A_M(QT, 4) DP4A_M(QT, 5) DP4A_M(QT, 6) \
+    DP4A_M(QT, 7) DP4A_M(QT, 8) DP4A_M(QT, 9) DP4A_M(QT, 10) DP4A_M(QT, 11) DP4A_M(QT, 12)            \
+    DP4A_M(QT, 13) DP4A_M(QT, 14) DP4A_M(QT, 15) DP4A_M(QT, 16)
+DP4A_ALL(Q4_0) DP4A_ALL(Q4_1) DP4A_ALL(Q5_0) DP4A_ALL(Q8_0) DP4A_ALL(Q4_K) DP4A_ALL(Q5_K) DP4A_ALL(Q6_K)
 GEMV_ALL(F32) GEMV_ALL(F16) GEMV_ALL(BF16) GEMV_ALL(Q4_0) GEMV_ALL(Q4_1) GEMV_ALL(Q5_0) GEMV_ALL(Q5_1)
 GEMV_ALL(Q8_0) GEMV_ALL(Q2_K) GEMV_ALL(Q3_K) GEMV_ALL(Q4_K) GEMV_ALL(Q5_K) GEMV_ALL(Q6_K)
 #endif

@@ -17,13 +17,23 @@ from ._dispatch import is_host
 TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0,
                                QType.Q5_1, QType.Q8_0, QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K,
                                QType.Q6_K)}
-GEMV_WIDTHS = tuple(range(1, 9))    # gemv_kernel<QT, M> instances: every M of the GEMV bucket
+# types with an integer path (quant_dot.cuh): x quantized to int8 per 32 values, dp4a
+DOT_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
 ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 
-# (largest M, bucket). M <= 8: memory-bound GEMV streaming each weight byte once.
-# Larger M: dequantize to a float32 scratch, then cuBLAS. Edge at 8: the GEMV keeps M
-# accumulators per lane and its register use grows with M (ptxas: 86-92 registers at M = 8).
-BUCKETS = ((8, "gemv"), (None, "dequant_cublas"))
+# (largest M, bucket) per kind of type; the first row whose edge M fits wins.
+#   gemv_dp4a: int8 dot products, each weight byte read once for all M rows of x. Float decoding
+#     cannot keep up with the memory (H200, 2026-11-29, bench/results/quant_matmul_v1.md: the float
+#     GEMV reached 9-16% of copy bandwidth at M = 1 and grew linearly with M); dp4a does 4 MACs
+#     per instruction on the packed codes.
+#   gemv: float decoding, for the types without an integer path (F16, BF16, F32, Q2_K, Q3_K, Q5_1).
+#   dequant_cublas: decode to a float32 scratch, then cuBLAS.
+BUCKETS = {
+    "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
+    "float": ((8, "gemv"), (None, "dequant_cublas")),
+}
+DP4A_WIDTHS = tuple(range(1, 17))
+GEMV_WIDTHS = tuple(range(1, 9))
 
 
 
@@ -31,14 +41,29 @@ BUCKETS = ((8, "gemv"), (None, "dequant_cublas"))
 def _kernel(trait: str, expr: str):
     """One module per quant type, so a model compiles only the types it holds."""
     exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + (f"dequant_kernel<gguf::{trait}>",)
-    return get_kernel("quant_matmul", expr, name_expressions=exprs)
+    if QType[trait] in DOT_TYPES:
+        exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
+    return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel",))
 
 
-def bucket(m: int) -> str:
-    for edge, name in BUCKETS:
+def bucket(m: int, qtype: QType) -> str:
+    for edge, name in BUCKETS["dot" if qtype in DOT_TYPES else "float"]:
         if edge is None or m <= edge:
             return name
     raise AssertionError("unreachable")
+
+
+def quantize_x(x, trait: str):
+    """x (M, K) float32 -> (xq int8 as int32 words (M, K/4), xd (M, K/32), xs (M, K/32))."""
+    import cupy
+
+    m, k = x.shape
+    nblocks = m * k // 32
+    xq = cupy.empty((m, k // 4), dtype=cupy.int32)
+    xd = cupy.empty((m, k // 32), dtype=cupy.float32)
+    xs = cupy.empty((m, k // 32), dtype=cupy.float32)
+    _kernel(trait, "quantize_x_kernel")(((nblocks + 255) // 256,), (256,), (xq, xd, xs, x, np.int64(nblocks)))
+    return xq, xd, xs
 
 
 def quant_matmul(x, w: QuantTensor, *, out=None):
@@ -68,7 +93,14 @@ def quant_matmul(x, w: QuantTensor, *, out=None):
         return out
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
-    if bucket(m) == "gemv":
+    b = bucket(m, w.qtype)
+    if b == "gemv_dp4a":
+        xq, xd, xs = quantize_x(x, t)
+        _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
+            ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
+            (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
+        return out
+    if b == "gemv":
         _kernel(t, f"gemv_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
