@@ -88,8 +88,11 @@ template <> struct Dot<Q4_K> {
         const int j = s & 7;
         const u8* qs = b + 16 + 32 * (j >> 1);
         const int shift = 4 * (j & 1);
+        // 16-byte aligned: a Q4_K block is 144 = 9 * 16 bytes and qs starts at byte 16
+        const int4 lo = *reinterpret_cast<const int4*>(qs), hi = *reinterpret_cast<const int4*>(qs + 16);
+        const int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = (ld32_a4(qs + 4 * i) >> shift) & 0x0F0F0F0F;
+        for (int i = 0; i < 8; ++i) w[i] = (v[i] >> shift) & 0x0F0F0F0F;
         float sc, m;
         scale_min_k4(j, b + 4, sc, m);
         const u16* h = reinterpret_cast<const u16*>(b);

@@ -122,24 +122,33 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    for (int s = lane; s < nsub; s += 32) {
-        int wv[8];
-        float d0, d1, mw;
-        gguf::Dot<QT>::load(wrow, s, wv, d0, d1, mw);
+    // two sub-blocks per lane per pass, both loaded before any math: twice the bytes in flight
+    for (int s0 = lane; s0 < nsub; s0 += 64) {
+        const bool two = s0 + 32 < nsub;
+        int wv[2][8];
+        float d0[2], d1[2], mw[2];
+        gguf::Dot<QT>::load(wrow, s0, wv[0], d0[0], d1[0], mw[0]);
+        if (two) gguf::Dot<QT>::load(wrow, s0 + 32, wv[1], d0[1], d1[1], mw[1]);
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
-            const int4 a = __ldg(xp), b = __ldg(xp + 1);
-            int s0 = __dp4a(wv[0], a.x, 0);
-            s0 = __dp4a(wv[1], a.y, s0);
-            s0 = __dp4a(wv[2], a.z, s0);
-            s0 = __dp4a(wv[3], a.w, s0);
-            int s1 = __dp4a(wv[4], b.x, 0);
-            s1 = __dp4a(wv[5], b.y, s1);
-            s1 = __dp4a(wv[6], b.z, s1);
-            s1 = __dp4a(wv[7], b.w, s1);
-            const long long xi = (long long)m * nsub + s;
-            acc[m] = fmaf(__ldg(xd + xi), d0 * (float)s0 + d1 * (float)s1, fmaf(mw, __ldg(xs + xi), acc[m]));
+        for (int u = 0; u < 2; ++u) {
+            if (u == 1 && !two) break;
+            const int s = s0 + 32 * u;
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
+                const int4 a = __ldg(xp), b = __ldg(xp + 1);
+                int s0_ = __dp4a(wv[u][0], a.x, 0);
+                s0_ = __dp4a(wv[u][1], a.y, s0_);
+                s0_ = __dp4a(wv[u][2], a.z, s0_);
+                s0_ = __dp4a(wv[u][3], a.w, s0_);
+                int s1_ = __dp4a(wv[u][4], b.x, 0);
+                s1_ = __dp4a(wv[u][5], b.y, s1_);
+                s1_ = __dp4a(wv[u][6], b.z, s1_);
+                s1_ = __dp4a(wv[u][7], b.w, s1_);
+                const long long xi = (long long)m * nsub + s;
+                acc[m] = fmaf(__ldg(xd + xi), d0[u] * (float)s0_ + d1[u] * (float)s1_,
+                              fmaf(mw[u], __ldg(xs + xi), acc[m]));
+            }
         }
     }
 #pragma unroll

@@ -4,7 +4,7 @@ Every type, M across every bucket edge, real K and N. Outputs are filled with Na
 error is NMSE = mse(out, ref) / mse(ref, 0), budget per bucket:
 - float buckets decode blocks exactly and accumulate in float32: float32 rounding over K terms;
 - gemv_dp4a quantizes x to int8 per 32 values (step max|x|/127): for Gaussian x that alone is
-  NMSE ~3e-5, so 2e-4. A wrong nibble, bit or scale in a block gives 1e-3 or worse.
+  NMSE ~3e-5 (seen up to 1.2e-4 on one row), so 5e-4. A wrong nibble, bit or scale in a block gives 1e-3 or worse.
 """
 
 import numpy as np
@@ -15,7 +15,7 @@ from glimmer_cupy.ops.matmul import BUCKETS, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
-NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-9, "gemv_dp4a": 2e-4}
+NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-9, "gemv_dp4a": 5e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
