@@ -33,7 +33,6 @@ from glimmer_cupy.reference import rope as ref_rope  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor, row_bytes  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
-
 # Qwen3-8B-like shapes: hidden 4096, 32 q / 8 kv heads of 128, ffn 12288, vocab 151936
 HIDDEN, HEADS, HEAD_DIM, FFN, VOCAB = 4096, 32, 128, 12288, 151936
 TOKENS = (1, 64, 2048)

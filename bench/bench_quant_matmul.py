@@ -23,8 +23,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (copy_bandwidth, cublas_fp16_flops, device_name, eager_time_us,  # noqa: E402
-                          graph_time_us, n_sets)
+from bench.common import (  # noqa: E402
+    copy_bandwidth,
+    cublas_fp16_flops,
+    device_name,
+    eager_time_us,
+    graph_time_us,
+    n_sets,
+)
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402

@@ -21,6 +21,18 @@
 constexpr int kRowsPerBlock = 4;
 typedef unsigned int u32;
 
+// y[m, row] = the warp's sum of acc[m], for every row m of x.
+template <int M>
+__device__ __forceinline__ void store_row_sums(float* __restrict__ y, const float* acc, int n, int row, int lane) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        float a = acc[m];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) y[(long long)m * n + row] = a;
+    }
+}
+
 // No __launch_bounds__: with it ptxas spills a register in a few K-quant instances (Q2_K, Q6_K
 // at M = 6, 7) to chase occupancy; without it they fit in 72-92 registers, 5 blocks per SM.
 template <class QT, int M>
@@ -50,13 +62,7 @@ __global__ void gemv_kernel(float* __restrict__ y, const float* __restrict__ x, 
             }
         }
     }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-        float a = acc[m];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
-        if (lane == 0) y[(long long)m * n + row] = a;
-    }
+    store_row_sums<M>(y, acc, n, row, lane);
 }
 
 template <class QT>
@@ -151,13 +157,7 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
             }
         }
     }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-        float a = acc[m];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
-        if (lane == 0) y[(long long)m * n + row] = a;
-    }
+    store_row_sums<M>(y, acc, n, row, lane);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from glimmer_cupy.errors import GlimmerError
-from glimmer_cupy.model.chat import GEMMA3_TEMPLATE, chat_template_for, encode_chat, render_chat
+from glimmer_cupy.model.chat import (
+    GEMMA3_TEMPLATE,
+    chat_template_for,
+    encode_chat,
+    render_chat,
+)
 from glimmer_cupy.model.tokenizer import Tokenizer
 
 CHAT = [{"role": "user", "content": "Hi there"},

@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 import pytest
+from gguf_factory import tiny_model, write_gguf
 
 from glimmer_cupy.cli import main
-from gguf_factory import tiny_model, write_gguf
 from glimmer_cupy.weights.quant_tensor import QType
 
 

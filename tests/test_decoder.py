@@ -3,6 +3,7 @@ decoding and a packed batch over scattered cells must give the same logits."""
 
 import numpy as np
 import pytest
+from gguf_factory import tiny_model
 
 from glimmer_cupy.model.config import ModelConfig
 from glimmer_cupy.model.decoder import Decoder
@@ -13,7 +14,6 @@ from glimmer_cupy.runtime.host_executor import HostExecutor
 from glimmer_cupy.runtime.sequence import Sequence
 from glimmer_cupy.runtime.step_planner import plan_step
 from glimmer_cupy.weights import GGUFFile
-from gguf_factory import tiny_model
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
 

@@ -74,6 +74,7 @@ def test_bucket_table_covers_every_m():
 @gpu
 def test_bad_input_before_launch():
     import cupy
+
     from glimmer_cupy.ops._check import OpArgumentError
     rng = np.random.default_rng(0)
     w = QuantTensor("w", QType.Q4_K, (256, 512), random_blocks(QType.Q4_K, 256, 512, rng)).to_device()

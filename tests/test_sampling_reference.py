@@ -5,8 +5,14 @@ import pytest
 
 from glimmer_cupy.errors import GlimmerError
 from glimmer_cupy.reference.philox import Purpose, uniform
-from glimmer_cupy.reference.sampling import (GREEDY, SamplingParams, argmax, categorical, filtered_probs,
-                                              sample_rows)
+from glimmer_cupy.reference.sampling import (
+    GREEDY,
+    SamplingParams,
+    argmax,
+    categorical,
+    filtered_probs,
+    sample_rows,
+)
 
 
 def chi2_critical(df: int) -> float:

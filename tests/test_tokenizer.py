@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from glimmer_cupy.errors import UnsupportedError
-from glimmer_cupy.model.tokenizer import BYTE, CONTROL, NORMAL, PRE_TOKENIZERS, Tokenizer, bytes_to_unicode
+from glimmer_cupy.model.tokenizer import (
+    BYTE,
+    CONTROL,
+    NORMAL,
+    PRE_TOKENIZERS,
+    Tokenizer,
+    bytes_to_unicode,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 MODELS = ("smollm2-135m", "gemma3-270m")

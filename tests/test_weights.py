@@ -3,12 +3,12 @@
 import gguf
 import numpy as np
 import pytest
+from gguf_factory import tiny_model, write_gguf
 
 from glimmer_cupy.errors import GGUFError, UnsupportedError
 from glimmer_cupy.model.config import ModelConfig
 from glimmer_cupy.weights import SUPPORTED_TYPES, GGUFFile, QType, load_safetensors
 from glimmer_cupy.weights.random_blocks import random_blocks
-from gguf_factory import tiny_model, write_gguf
 
 QUANTIZABLE = [QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.Q8_0, QType.BF16]
 K_TYPES = [QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K]

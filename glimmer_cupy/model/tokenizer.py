@@ -19,8 +19,8 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterable, Iterator
 
-from tokenizers import AddedToken, Regex, Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import GGUFError, UnsupportedError
 

@@ -129,3 +129,14 @@ def data_ptr(a) -> int:
 def aligned(*arrays, to: int = 16) -> bool:
     """True when every array's first element sits on a `to`-byte boundary (vector loads)."""
     return all(data_ptr(a) % to == 0 for a in arrays)
+
+
+def out_or_inplace(out, x, op: str):
+    """A new array like x, or `out` checked to be like x and either x itself or disjoint from it."""
+    if out is None:
+        import cupy
+        return cupy.empty_like(x)
+    check_out(out, op, x.shape, x.dtype, like=x)
+    if data_ptr(out) != data_ptr(x):             # exactly in place is fine, a shifted overlap is not
+        no_overlap(out, x, op, "out", "x")
+    return out

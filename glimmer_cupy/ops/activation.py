@@ -6,7 +6,15 @@ import numpy as np
 
 from ..kernels.build import get_kernel
 from ..reference import activation as ref
-from ._check import F32, aligned, check, check_out, data_ptr, fail, no_overlap
+from ._check import (
+    F32,
+    aligned,
+    check,
+    check_out,
+    fail,
+    no_overlap,
+    out_or_inplace,
+)
 from ._dispatch import is_host
 
 _CTYPE = {F32: "float"}
@@ -84,13 +92,7 @@ def _gated_gpu(op: str, gate_up, out):
 
 def _unary_gpu(op: str, x, a: float, out):
     check(x, op, "x", dtypes=tuple(_CTYPE), shape=(...,))
-    if out is None:
-        import cupy
-        out = cupy.empty_like(x)
-    else:
-        check_out(out, op, x.shape, x.dtype, like=x)
-        if data_ptr(out) != data_ptr(x):             # exactly in place is fine, a shifted overlap is not
-            no_overlap(out, x, op, "out", "x")
+    out = out_or_inplace(out, x, op)
     n = x.size
     if n == 0:
         return out

@@ -10,7 +10,7 @@ from ..kernels.build import get_kernel
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor, row_bytes
 from ._check import F32, I32, aligned, check, check_out, fail
-from ._dispatch import is_host
+from ._dispatch import host_result, is_host
 
 # GGUF type -> block-traits struct of quant_blocks.cuh
 TRAITS: dict[QType, str] = {
@@ -44,11 +44,7 @@ def embed(table: QuantTensor, ids, scale: float = 1.0, *, out=None):
         if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
             raise GlimmerError(f"embed: token ids must be in [0, {table.shape[0]}), "
                                f"got {int(ids.min())}..{int(ids.max())}")
-        y = ref.embed(table, ids, scale)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return host_result(ref.embed(table, ids, scale), out)
     return _embed_gpu(table, ids, scale, out)
 
 

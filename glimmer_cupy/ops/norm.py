@@ -11,7 +11,7 @@ import numpy as np
 from ..kernels.build import get_kernel
 from ..reference import norm as ref
 from ._check import F32, aligned, check, check_out, fail, no_overlap
-from ._dispatch import is_host
+from ._dispatch import host_result, is_host
 
 _CTYPE = {F32: "float"}
 _EXPRS = tuple(f"{k}<{t}, {v}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
@@ -42,22 +42,14 @@ def rms_norm(x, weight, eps: float, *, out=None):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis; x: (..., d), weight: (d,).
     On the GPU, x is float32 and `out` (if given) must not overlap it."""
     if is_host(x):
-        y = ref.rms_norm(x, weight, eps)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return host_result(ref.rms_norm(x, weight, eps), out)
     return _rms_norm_gpu(x, weight, eps, out)
 
 
 def add_rms_norm_(residual, delta, weight, eps: float, *, out=None):
     """residual += delta (in place); returns rms_norm(residual) * weight."""
     if is_host(residual):
-        y = ref.add_rms_norm_(residual, delta, weight, eps)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return host_result(ref.add_rms_norm_(residual, delta, weight, eps), out)
     return _add_rms_norm_gpu(residual, delta, weight, eps, out)
 
 

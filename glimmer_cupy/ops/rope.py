@@ -7,8 +7,14 @@ import numpy as np
 
 from ..kernels.build import get_kernel
 from ..reference import rope as ref
-from ._check import F32, I32, check, check_out, data_ptr, fail, no_overlap
-from ._dispatch import is_host
+from ._check import (
+    F32,
+    I32,
+    check,
+    fail,
+    out_or_inplace,
+)
+from ._dispatch import host_result, is_host
 
 _CTYPE = {F32: "float"}
 _EXPRS = tuple(f"rope_kernel<{t}, {n}>" for t in _CTYPE.values() for n in ("false", "true"))
@@ -25,11 +31,7 @@ def rope(x, positions, base: float, neox: bool, rot_dim: int | None = None, *, o
     """x: (T, heads, head_dim) -> rotated (T, heads, head_dim); only the first rot_dim features
     rotate. On the GPU, positions is int32 (T,) and out may be x (rotate in place)."""
     if is_host(x):
-        y = ref.rope(x, positions, base, neox, rot_dim)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return host_result(ref.rope(x, positions, base, neox, rot_dim), out)
     return _rope_gpu(x, positions, base, neox, rot_dim, out)
 
 
@@ -43,13 +45,7 @@ def _rope_gpu(x, positions, base, neox, rot_dim, out):
         raise fail(op, "rot_dim", f"even, in [2, head_dim] with head_dim even (head_dim {head_dim})", rot_dim)
     if not base > 0:
         raise fail(op, "base", "positive", base)
-    if out is None:
-        import cupy
-        out = cupy.empty_like(x)
-    else:
-        check_out(out, op, x.shape, x.dtype, like=x)
-        if data_ptr(out) != data_ptr(x):             # exactly in place is fine, a shifted overlap is not
-            no_overlap(out, x, op, "out", "x")
+    out = out_or_inplace(out, x, op)
     if x.size == 0:
         return out
     pairs = head_dim // 2
