@@ -7,6 +7,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from glimmer_cupy.model.tokenizer import bytes_to_unicode
 from glimmer_cupy.weights.quant_tensor import QType
 from glimmer_cupy.weights.random_blocks import random_blocks
 
@@ -37,14 +38,7 @@ def write_gguf(path: Path, arch: str, metadata: dict, tensors: dict[str, tuple[Q
 
 def byte_vocab(n: int) -> tuple[list[str], list[int]]:
     """A GPT-2 style vocabulary of n tokens: the 256 byte symbols, fillers, then 2 control tokens."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, k = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + k)
-            k += 1
-    tokens = [chr(c) for c in cs] + ["Ġt"] + [f"tok{i}" for i in range(n - 256 - 3)] + ["<|endoftext|>", "<|im_end|>"]
+    tokens = list(bytes_to_unicode().values()) + ["Ġt"] + [f"tok{i}" for i in range(n - 256 - 3)] + ["<|endoftext|>", "<|im_end|>"]
     types = [1] * (n - 2) + [3, 3]
     return tokens, types
 

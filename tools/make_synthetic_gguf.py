@@ -26,6 +26,11 @@ from gguf import (
     TokenType,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout, installed or not
+
+from glimmer_cupy.model.tokenizer import bytes_to_unicode  # noqa: E402
+from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
+
 QT = GGMLQuantizationType
 
 
@@ -112,43 +117,11 @@ def tensor_nbytes(shape: tuple[int, ...], qtype: QT) -> int:
     return int(np.prod(shape)) // block * nbytes
 
 
-def _random_bytes(rng: np.random.Generator, n: int) -> np.ndarray:
-    # Full-range uint64 draws are ~10x faster than drawing uint8 or rng.bytes().
-    return rng.integers(0, 2**64 - 1, (n + 7) // 8, dtype=np.uint64, endpoint=True).view(np.uint8)[:n]
-
-
 def _make_tensor(shape: tuple[int, ...], qtype: QT, rng: np.random.Generator) -> np.ndarray:
     if qtype == QT.F32:
         return (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-    block, block_bytes = GGML_QUANT_SIZES[qtype]
-    nblocks = int(np.prod(shape)) // block
-    raw = _random_bytes(rng, nblocks * block_bytes).reshape(nblocks, block_bytes)
-    # Per-block fp16 scale d, spread over [0.5, 1.5] x its mean; every other byte stays random
-    # (any 4/6-bit quant and 6-bit/int8 sub-scale is a valid value).
-    spread = rng.uniform(0.5, 1.5, nblocks).astype(np.float32)
-    if qtype == QT.Q4_K:
-        # Block layout: d, dmin (fp16), 12 bytes of 6-bit sub-scales/mins, 128 bytes of nibbles.
-        # x = d*sc*q - dmin*m with sc, m uniform in 0..63 and q in 0..15: dmin = 7.5 d centres
-        # x on zero, and then std(x) ~= 258 d.
-        d = spread * (WEIGHT_STD / 258 / 1.04)  # 1.04: sqrt(E[spread^2])
-        raw[:, 0:4] = np.stack([d, 7.5 * d], axis=1).astype(np.float16).view(np.uint8)
-    elif qtype == QT.Q6_K:
-        # Block layout: 128 bytes low bits, 64 bytes high bits, 16 int8 sub-scales, d (fp16).
-        # x = d*s*(q-32) with s uniform in -128..127 and q in 0..63: std(x) ~= 1366 d. This d
-        # (~1.5e-5) is an fp16 subnormal, as it is in real Q6_K files of weights this size.
-        d = spread * (WEIGHT_STD / 1366 / 1.04)
-        raw[:, 208:210] = d.astype(np.float16).reshape(-1, 1).view(np.uint8)
-    else:
-        raise ValueError(f"no random block generator for {qtype.name}")
-    return raw.reshape(*shape[:-1], -1)
-
-
-def _bytes_to_unicode() -> list[tuple[int, str]]:
-    # GPT-2's byte-level alphabet: printable bytes map to themselves, the other 68 to U+0100...;
-    # listed in GPT-2's order, which is also the order of ids 0..255 in Qwen's vocabulary.
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    rest = [b for b in range(256) if b not in printable]
-    return [(b, chr(b)) for b in printable] + [(b, chr(256 + n)) for n, b in enumerate(rest)]
+    rows = int(np.prod(shape[:-1]))
+    return random_blocks(qtype, rows, shape[-1], rng, WEIGHT_STD).reshape(*shape[:-1], -1)
 
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -164,7 +137,7 @@ CHAT_TEMPLATE = (
 def make_vocab(vocab_size: int) -> tuple[list[str], list[int], list[str]]:
     """(tokens, token types, merges): 256 byte-level characters, then two-letter tokens that the
     merges build, then unique filler tokens, then the control tokens."""
-    tokens = [ch for _, ch in _bytes_to_unicode()]
+    tokens = list(bytes_to_unicode().values())   # GPT-2's order: ids 0..255 of Qwen's vocabulary
     n_filler = vocab_size - len(tokens) - len(CONTROL_TOKENS)
     letters = "abcdefghijklmnopqrstuvwxyz"
     pairs = [(a, b) for a in letters for b in letters][:n_filler]
