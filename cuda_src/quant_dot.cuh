@@ -8,33 +8,17 @@
 // d0 = d1 for types with one scale per 32 values; k-quants with 16-value scales (Q6_K) give two.
 // mw carries a constant offset or a block minimum (-8 d for Q4_0, m for Q4_1, -dmin * m for Q4_K).
 // Offsets follow quant_blocks.cuh (ggml's structs); blocks whose size is not a multiple of 4
-// (Q4_0, Q5_0, Q8_0, Q6_K) are read as aligned words, funnel-shifted where a block starts mid-word.
+// (Q4_0, Q5_0, Q8_0, Q6_K) are read as 16-bit halves.
 #pragma once
 #include "quant_blocks.cuh"
 
 namespace gguf {
 
-__device__ __forceinline__ int ld32_a4(const u8* p) { return *reinterpret_cast<const int*>(p); }
-
-// n consecutive 32-bit words from a 2-byte aligned address: word loads either way; when the
-// address sits 2 bytes past a word boundary, n + 1 aligned words are funnel-shifted into place
-// (half the loads of assembling each word from two 16-bit halves). The shifted path reads up
-// to 2 bytes past the last word: QuantTensor.to_device pads every upload for it.
-template <int N>
-__device__ __forceinline__ void ld32n_a2(const u8* p, int* w) {
-    if ((reinterpret_cast<unsigned long long>(p) & 3) == 0) {
-        const int* q = reinterpret_cast<const int*>(p);
-#pragma unroll
-        for (int i = 0; i < N; ++i) w[i] = q[i];
-    } else {
-        const int* q = reinterpret_cast<const int*>(p - 2);
-        int t[N + 1];
-#pragma unroll
-        for (int i = 0; i <= N; ++i) t[i] = q[i];
-#pragma unroll
-        for (int i = 0; i < N; ++i) w[i] = (int)__funnelshift_r((u32)t[i], (u32)t[i + 1], 16);
-    }
+__device__ __forceinline__ int ld32_a2(const u8* p) {       // 2-byte aligned 32-bit load
+    const u16* h = reinterpret_cast<const u16*>(p);
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
 }
+__device__ __forceinline__ int ld32_a4(const u8* p) { return *reinterpret_cast<const int*>(p); }
 
 // bits 0..3 of b into bit 4 of bytes 0..3
 __device__ __forceinline__ int spread4_to_bit4(u32 b) {
@@ -46,12 +30,12 @@ template <class QT> struct Dot;   // specialised for the types that have an inte
 template <> struct Dot<Q4_0> {
     __device__ static void load(const u8* row, int s, int* w, float& d0, float& d1, float& mw) {
         const u8* b = row + (long long)s * 18;
-        int v[4];
-        ld32n_a2<4>(b + 2, v);
+        const u8* qs = b + 2;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            w[i] = v[i] & 0x0F0F0F0F;
-            w[i + 4] = (v[i] >> 4) & 0x0F0F0F0F;
+            const int v = ld32_a2(qs + 4 * i);
+            w[i] = v & 0x0F0F0F0F;
+            w[i + 4] = (v >> 4) & 0x0F0F0F0F;
         }
         d0 = d1 = half_to_float(*reinterpret_cast<const u16*>(b));
         mw = -8.f * d0;
@@ -76,13 +60,12 @@ template <> struct Dot<Q4_1> {
 template <> struct Dot<Q5_0> {
     __device__ static void load(const u8* row, int s, int* w, float& d0, float& d1, float& mw) {
         const u8* b = row + (long long)s * 22;
-        int v[5];                                   // qh, then the 16 bytes of qs
-        ld32n_a2<5>(b + 2, v);
-        const u32 qh = (u32)v[0];
+        const u32 qh = (u32)ld32_a2(b + 2);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            w[i] = (v[i + 1] & 0x0F0F0F0F) | spread4_to_bit4(qh >> (4 * i));
-            w[i + 4] = ((v[i + 1] >> 4) & 0x0F0F0F0F) | spread4_to_bit4(qh >> (16 + 4 * i));
+            const int v = ld32_a2(b + 6 + 4 * i);
+            w[i] = (v & 0x0F0F0F0F) | spread4_to_bit4(qh >> (4 * i));
+            w[i + 4] = ((v >> 4) & 0x0F0F0F0F) | spread4_to_bit4(qh >> (16 + 4 * i));
         }
         d0 = d1 = half_to_float(*reinterpret_cast<const u16*>(b));
         mw = -16.f * d0;
@@ -92,7 +75,8 @@ template <> struct Dot<Q5_0> {
 template <> struct Dot<Q8_0> {
     __device__ static void load(const u8* row, int s, int* w, float& d0, float& d1, float& mw) {
         const u8* b = row + (long long)s * 34;
-        ld32n_a2<8>(b + 2, w);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = ld32_a2(b + 2 + 4 * i);
         d0 = d1 = half_to_float(*reinterpret_cast<const u16*>(b));
         mw = 0.f;
     }
@@ -142,12 +126,9 @@ template <> struct Dot<Q6_K> {
         const u8* ql = b + 64 * h + 32 * (g & 1);
         const u8* qh = b + 128 + 32 * h;
         const int lshift = 4 * (g >> 1), hshift = 2 * g;
-        int lo[8], hi[8];
-        ld32n_a2<8>(ql, lo);
-        ld32n_a2<8>(qh, hi);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int q = ((lo[i] >> lshift) & 0x0F0F0F0F) | (((hi[i] >> hshift) & 0x03030303) << 4);
+            const int q = ((ld32_a2(ql + 4 * i) >> lshift) & 0x0F0F0F0F) | (((ld32_a2(qh + 4 * i) >> hshift) & 0x03030303) << 4);
             w[i] = __vsubss4(q, 0x20202020);      // codes 0..63 -> -32..31, per byte
         }
         const float d = half_to_float(*reinterpret_cast<const u16*>(b + 208));

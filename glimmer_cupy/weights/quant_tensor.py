@@ -20,9 +20,6 @@ SUPPORTED_TYPES = frozenset({
 })
 
 
-DEVICE_PAD = 16        # spare bytes after a tensor's data on the device (see QuantTensor.to_device)
-
-
 def block_geometry(qtype: QType) -> tuple[int, int]:
     """(elements per block, bytes per block) of a GGUF type."""
     return GGML_QUANT_SIZES[qtype]
@@ -93,17 +90,9 @@ class QuantTensor:
         return not isinstance(self.data, np.ndarray)
 
     def to_device(self) -> "QuantTensor":
-        """The same tensor with its bytes uploaded as they are (kernels read GGUF blocks directly).
-
-        The buffer has DEVICE_PAD spare bytes after the data: kernels read blocks that are only
-        2-byte aligned as aligned words, which can reach 2 bytes past the last block.
-        """
+        """The same tensor with its bytes uploaded as they are (kernels read GGUF blocks directly)."""
         import cupy
-        host = np.ascontiguousarray(self.data)
-        buf = cupy.empty(host.nbytes + DEVICE_PAD, dtype=cupy.uint8)
-        data = buf[:host.nbytes].view(host.dtype).reshape(host.shape)
-        data.set(host)
-        return QuantTensor(self.name, self.qtype, self.shape, data)
+        return QuantTensor(self.name, self.qtype, self.shape, cupy.asarray(np.ascontiguousarray(self.data)))
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantize only the given rows (an embedding lookup), float32 (len(ids), cols)."""
