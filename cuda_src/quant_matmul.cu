@@ -10,8 +10,10 @@
 //                       each lane decodes a 32-value sub-block at a time and uses every decoded
 //                       weight for all M rows of x, so each weight byte is read once.
 //                       grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
-// dequant_kernel<QT>    W -> float32 (N, K), one thread per 32-value sub-block; the large-M
-//                       bucket multiplies that scratch with cuBLAS.  grid=(ceil(N*K/32 / 256),) block=(256,)
+// dequant_kernel<QT, OUT>  W -> float32 or bfloat16 (N, K), one thread per 32-value sub-block; the
+//                       large-M bucket multiplies the bf16 scratch with cuBLAS (tensor cores).
+//                       grid=(ceil(N*K/32 / 256),) block=(256,)
+// to_bf16_kernel        x float32 -> bfloat16, 8 values per thread.  grid=(ceil(n/8 / 256),) block=(256,)
 //
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
@@ -65,9 +67,37 @@ __global__ void gemv_kernel(float* __restrict__ y, const float* __restrict__ x, 
     store_row_sums<M>(y, acc, n, row, lane);
 }
 
-template <class QT>
+// float -> bfloat16 bits, round to nearest even (finite inputs; no header needed under NVRTC)
+__device__ __forceinline__ unsigned short bf16_bits(float f) {
+    const u32 b = __float_as_uint(f);
+    return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+template <typename OUT> struct Store32;
+template <> struct Store32<float> {          // 32 floats as eight 16-byte stores
+    __device__ static void run(float* dst, const float* v) {
+        float4* d = reinterpret_cast<float4*>(dst);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) d[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    }
+};
+template <> struct Store32<unsigned short> { // 32 bf16 as four 16-byte stores
+    __device__ static void run(unsigned short* dst, const float* v) {
+        uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            u32 p[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                p[i] = (u32)bf16_bits(v[8 * j + 2 * i]) | ((u32)bf16_bits(v[8 * j + 2 * i + 1]) << 16);
+            d[j] = make_uint4(p[0], p[1], p[2], p[3]);
+        }
+    }
+};
+
+template <class QT, typename OUT>
 __global__ void __launch_bounds__(256)
-dequant_kernel(float* __restrict__ out, const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
+dequant_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
     const long long sub = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int nsub = k / 32;
     if (sub >= (long long)n * nsub) return;
@@ -75,9 +105,18 @@ dequant_kernel(float* __restrict__ out, const unsigned char* __restrict__ w, int
     const int s = (int)(sub % nsub);
     float v[32];
     gguf::row_sub_block<QT>(w + row * row_bytes, s, v);
-    float4* dst = reinterpret_cast<float4*>(out + row * k + 32 * s);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) dst[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    Store32<OUT>::run(out + row * k + 32 * s, v);
+}
+
+__global__ void __launch_bounds__(256)
+to_bf16_kernel(unsigned short* __restrict__ out, const float* __restrict__ x, long long n8) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const float4 a = reinterpret_cast<const float4*>(x)[2 * i], b = reinterpret_cast<const float4*>(x)[2 * i + 1];
+    reinterpret_cast<uint4*>(out)[i] = make_uint4((u32)bf16_bits(a.x) | ((u32)bf16_bits(a.y) << 16),
+                                                  (u32)bf16_bits(a.z) | ((u32)bf16_bits(a.w) << 16),
+                                                  (u32)bf16_bits(b.x) | ((u32)bf16_bits(b.y) << 16),
+                                                  (u32)bf16_bits(b.z) | ((u32)bf16_bits(b.w) << 16));
 }
 
 __global__ void __launch_bounds__(256)
@@ -165,7 +204,8 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
     template __global__ void gemv_kernel<gguf::QT, M>(float*, const float*, const unsigned char*, int, int, long long);
 #define GEMV_ALL(QT) GEMV_M(QT, 1) GEMV_M(QT, 2) GEMV_M(QT, 3) GEMV_M(QT, 4) GEMV_M(QT, 5) GEMV_M(QT, 6) \
     GEMV_M(QT, 7) GEMV_M(QT, 8)                                                                     \
-    template __global__ void dequant_kernel<gguf::QT>(float*, const unsigned char*, int, int, long long);
+    template __global__ void dequant_kernel<gguf::QT, float>(float*, const unsigned char*, int, int, long long); \
+    template __global__ void dequant_kernel<gguf::QT, unsigned short>(unsigned short*, const unsigned char*, int, int, long long);
 #define DP4A_M(QT, M) \
     template __global__ void gemv_dp4a_kernel<gguf::QT, M>(float*, const int*, const float*, const float*, \
                                                            const unsigned char*, int, int, long long);

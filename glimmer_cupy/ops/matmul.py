@@ -8,6 +8,7 @@ from functools import cache
 import numpy as np
 
 from ..kernels.build import get_kernel
+from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
@@ -27,11 +28,14 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     GEMV reached 9-16% of copy bandwidth at M = 1 and grew linearly with M); dp4a does 4 MACs
 #     per instruction on the packed codes.
 #   gemv: float decoding, for the types without an integer path (F16, BF16, F32, Q2_K, Q3_K, Q5_1).
-#   dequant_cublas: decode to a float32 scratch, then cuBLAS.
+#   dequant_cublas: decode W to a bf16 scratch, x to bf16, cuBLAS GEMM on tensor cores with
+#     fp32 results (bf16, not fp16: Gemma's activations overflow fp16). Replaced a float32
+#     scratch + SGEMM that ran at ~42 TFLOP/s, 14-17x cuBLAS fp16 (quant_matmul_v3 in NOTES.md).
 BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
+BUCKET_NAMES = ("gemv_dp4a", "gemv", "dequant_cublas")
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
 
@@ -40,10 +44,11 @@ GEMV_WIDTHS = tuple(range(1, 9))
 @cache
 def _kernel(trait: str, expr: str):
     """One module per quant type, so a model compiles only the types it holds."""
-    exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + (f"dequant_kernel<gguf::{trait}>",)
+    exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + \
+        (f"dequant_kernel<gguf::{trait}, float>", f"dequant_kernel<gguf::{trait}, unsigned short>")
     if QType[trait] in DOT_TYPES:
         exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
-    return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel",))
+    return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
 
 
 def bucket(m: int, qtype: QType) -> str:
@@ -66,8 +71,11 @@ def quantize_x(x, trait: str):
     return xq, xd, xs
 
 
-def quant_matmul(x, w: QuantTensor, *, out=None):
-    """x: (M, K) float32, w: QuantTensor (N, K) -> (M, N) float32."""
+def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None):
+    """x: (M, K) float32, w: QuantTensor (N, K) -> (M, N) float32.
+
+    force_bucket (benchmarks only) runs a given bucket instead of the table's choice.
+    """
     n, k = w.shape
     if is_host(x):
         check(x, "quant_matmul", "x", dtypes=(F32, np.float64), shape=("M", k), contiguous=False)
@@ -93,7 +101,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None):
         return out
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
-    b = bucket(m, w.qtype)
+    b = force_bucket or bucket(m, w.qtype)
+    if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
+            or (b == "gemv" and m > GEMV_WIDTHS[-1]):
+        raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b == "gemv_dp4a":
         xq, xd, xs = quantize_x(x, t)
         _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
@@ -105,23 +116,28 @@ def quant_matmul(x, w: QuantTensor, *, out=None):
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
-    cupy.matmul(x, dequantize(w).T, out=out)
+    x16 = cupy.empty((m, k), dtype=cupy.uint16)
+    n8 = m * k // 8
+    _kernel(t, "to_bf16_kernel")(((n8 + 255) // 256,), (256,), (x16, x, np.int64(n8)))
+    gemm_bf16_nt(out, x16, dequantize(w, bf16=True))
     return out
 
 
-def dequantize(w: QuantTensor, *, out=None):
-    """float32 (N, K) values of a device QuantTensor, decoded by the same block traits."""
+def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
+    """(N, K) values of a device QuantTensor, decoded by the same block traits: float32, or
+    bfloat16 bits (uint16, round to nearest even) when bf16."""
     import cupy
 
     if not w.on_device or w.qtype not in TRAITS:
         raise fail("dequantize", "w", "a device QuantTensor of a type with a kernel", f"{w.qtype.name} "
                    f"{'on the device' if w.on_device else 'on the host'}")
     n, k = w.shape
+    dtype = np.uint16 if bf16 else np.float32
     if out is None:
-        out = cupy.empty((n, k), dtype=cupy.float32)
-    check_out(out, "dequantize", (n, k))
+        out = cupy.empty((n, k), dtype=dtype)
+    check_out(out, "dequantize", (n, k), dtype=dtype)
     t = TRAITS[w.qtype]
     subs = n * (k // 32)
-    _kernel(t, f"dequant_kernel<gguf::{t}>")(((subs + 255) // 256,), (256,),
-                                         (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)))
+    _kernel(t, f"dequant_kernel<gguf::{t}, {'unsigned short' if bf16 else 'float'}>")(
+        ((subs + 255) // 256,), (256,), (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)))
     return out
