@@ -23,14 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (  # noqa: E402
-    copy_bandwidth,
-    cublas_fp16_flops,
-    device_name,
-    eager_time_us,
-    graph_time_us,
-    n_sets,
-)
+from bench.common import copy_bandwidth, cublas_fp16_flops, device_name, n_sets, time_us  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
@@ -64,25 +57,22 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         ref = cupy.asnumpy(xs[0][:8]).astype(np.float64) @ w_ref.T
         err = float(np.mean((got - ref) ** 2) / np.mean(ref ** 2))
         b = bucket(m, q)
-        timer = graph_time_us if b.startswith("gemv") else eager_time_us
-        us = timer(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets,
-                   launches if b.startswith("gemv") else max(3, launches // 20), reps)
+        us, how = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches, reps)
         # the other bucket at the edge Ms, to place the edge by measurement
         alt = "dequant_cublas" if b.startswith("gemv") and m in (4, 8, 16) else None
-        alt_us = eager_time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=alt), sets,
-                               max(3, launches // 20), reps) if alt else None
+        alt_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=alt), sets,
+                         launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
         o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
-        us16 = eager_time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16),
-                             max(3, launches // 20), reps)
+        us16, _ = time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16), launches, reps)
         wbytes = host.nbytes
         row = dict(type=q.name, n=n, k=k, m=m, bucket=b, us=us, weight_gbps=wbytes / us / 1e3,
                    of_copy=wbytes / us / 1e3 / (copy_bw / 1e9), tflops=2 * m * n * k / us / 1e6,
-                   cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us)
+                   cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us, timing=how)
         rows.append(row)
         print(f"quant_matmul {q.name:5s} M={m:<4d} N={n:<6d} K={k:<5d} | {us:8.1f} us | "
               f"{row['weight_gbps'] / 1e3:5.2f} TB/s ({100 * row['of_copy']:3.0f}% of copy) | "
-              f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us | {b} | NMSE {err:.1e}"
+              f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us | {b} ({how}) | NMSE {err:.1e}"
               + (f" | {alt}: {alt_us:.1f} us" if alt else ""), flush=True)
         del xs, outs, x16, o16
     base = rows[0]["us"]

@@ -62,6 +62,16 @@ def eager_time_us(launch: Callable[[int], None], sets: int, launches: int, reps:
     return float(np.median(times))
 
 
+def time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) -> tuple[float, str]:
+    """Graph timing where the work can be captured, else eager: (microseconds, 'graph' | 'eager')."""
+    import cupy
+    try:
+        return graph_time_us(launch, sets, launches, reps), "graph"
+    except Exception:                     # a library call that cannot be captured
+        cupy.cuda.get_current_stream().synchronize()
+        return eager_time_us(launch, sets, max(3, launches // 10), reps), "eager"
+
+
 def device_name() -> str:
     import cupy
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
