@@ -64,15 +64,16 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
                          launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
         o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
-        us16, _ = time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16), launches, reps)
+        us16, how16 = time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16), launches, reps)
         wbytes = host.nbytes
         row = dict(type=q.name, n=n, k=k, m=m, bucket=b, us=us, weight_gbps=wbytes / us / 1e3,
                    of_copy=wbytes / us / 1e3 / (copy_bw / 1e9), tflops=2 * m * n * k / us / 1e6,
-                   cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us, timing=how)
+                   cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us, timing=how,
+                   cublas_timing=how16)
         rows.append(row)
         print(f"quant_matmul {q.name:5s} M={m:<4d} N={n:<6d} K={k:<5d} | {us:8.1f} us | "
               f"{row['weight_gbps'] / 1e3:5.2f} TB/s ({100 * row['of_copy']:3.0f}% of copy) | "
-              f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us | {b} ({how}) | NMSE {err:.1e}"
+              f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us ({how16}) | {b} ({how}) | NMSE {err:.1e}"
               + (f" | {alt}: {alt_us:.1f} us" if alt else ""), flush=True)
         del xs, outs, x16, o16
     base = rows[0]["us"]
@@ -102,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="only M=1 and the Q4_K layer shapes")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    ap.add_argument("--types", default="", help="comma-separated types to run (default: all)")
+    ap.add_argument("--ms", default="", help="comma-separated M values (default: the sweep)")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
@@ -119,9 +122,12 @@ def main(argv=None) -> int:
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:
         cases = [(QType.Q4_K, s) for s in SHAPES[:3]]
+    if args.types:
+        cases = [(q, s) for q, s in cases if q.name in args.types.split(",")]
+    ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else ((1,) if args.quick else MS)
     rows = []
     for q, (n, k) in cases:
-        rows += run_case(q, n, k, (1,) if args.quick else MS, rng, args.launches, args.reps, copy_bw)
+        rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))

@@ -42,8 +42,28 @@ def graph_time_us(launch: Callable[[int], None], sets: int, launches: int, reps:
     return float(np.median(times))
 
 
+_SPIN = None
+
+
+def _spin(us: float) -> None:
+    """Hold the current stream busy for about `us` microseconds (one thread spinning on clock64),
+    so that the host can queue the timed calls behind it and launch overhead drops out."""
+    global _SPIN
+    import cupy
+    if _SPIN is None:
+        _SPIN = cupy.RawKernel(r"""
+extern "C" __global__ void spin(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}""", "spin")
+    rate_khz = cupy.cuda.Device().attributes["ClockRate"]
+    _SPIN((1,), (1,), (np.int64(us * rate_khz / 1e3),))
+
+
 def eager_time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) -> float:
-    """As graph_time_us, for work that cannot be captured (it allocates, or calls a library that does)."""
+    """As graph_time_us, for work that cannot be captured (it allocates, or calls a library that does).
+    A spin kernel ahead of each timed batch lets the host queue the whole batch first, so the
+    events measure the device's time, not the host's launch rate."""
     import cupy
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
@@ -53,6 +73,7 @@ def eager_time_us(launch: Callable[[int], None], sets: int, launches: int, reps:
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         times = []
         for _ in range(reps):
+            _spin(2000 + 200 * launches)
             start.record(stream)
             for i in range(launches):
                 launch(i % sets)
@@ -63,13 +84,15 @@ def eager_time_us(launch: Callable[[int], None], sets: int, launches: int, reps:
 
 
 def time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) -> tuple[float, str]:
-    """Graph timing where the work can be captured, else eager: (microseconds, 'graph' | 'eager')."""
+    """Graph timing where the work can be captured, else eager: (microseconds, how). `how` is
+    'graph', or 'eager (<why capture failed>)'."""
     import cupy
     try:
         return graph_time_us(launch, sets, launches, reps), "graph"
-    except Exception:                     # a library call that cannot be captured
+    except Exception as e:                # a library call that cannot be captured
         cupy.cuda.get_current_stream().synchronize()
-        return eager_time_us(launch, sets, max(3, launches // 10), reps), "eager"
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}" if str(e) else type(e).__name__
+        return eager_time_us(launch, sets, max(3, launches // 10), reps), f"eager ({why})"
 
 
 def device_name() -> str:
