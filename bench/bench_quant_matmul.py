@@ -35,7 +35,7 @@ SHAPES = [(4096, 4096), (12288, 4096), (4096, 12288), (151936, 4096)]
 TYPES = [QType.Q4_K, QType.Q6_K]
 EXTRA = [(QType.Q4_0, (4096, 4096)), (QType.Q4_1, (4096, 4096)), (QType.Q5_0, (4096, 4096)),
          (QType.Q8_0, (4096, 4096)), (QType.F16, (4096, 4096))]
-MS = (1, 2, 4, 8, 16, 17, 32, 64, 512)
+MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
 
 
 def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float):
@@ -59,7 +59,8 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         b = bucket(m, q)
         us, how = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches, reps)
         # the other bucket at the edge Ms, to place the edge by measurement
-        alt = "dequant_cublas" if b.startswith("gemv") and m in (4, 8, 16) else None
+        alt = {"gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas", "dequant_cublas": "mma"}[b] \
+            if m in (8, 16, 17, 64, 65, 512) else None
         alt_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=alt), sets,
                          launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]

@@ -31,11 +31,15 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #   dequant_cublas: decode W to a bf16 scratch, x to bf16, cuBLAS GEMM on tensor cores with
 #     fp32 results (bf16, not fp16: Gemma's activations overflow fp16). Replaced a float32
 #     scratch + SGEMM that ran at ~42 TFLOP/s, 14-17x cuBLAS fp16 (quant_matmul_v3 in NOTES.md).
+#   mma: tensor cores in a kernel of ours (quant_mma.cu): W decoded to bf16 tiles in shared memory
+#     once per 64 rows of x. The only bucket above the GEMVs that a CUDA graph can capture (CuPy
+#     refuses cuBLAS calls during capture), so every captured step width up to 64 stays on it.
 BUCKETS = {
-    "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
-    "float": ((8, "gemv"), (None, "dequant_cublas")),
+    "dot": ((16, "gemv_dp4a"), (64, "mma"), (None, "dequant_cublas")),
+    "float": ((8, "gemv"), (64, "mma"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_dp4a", "gemv", "dequant_cublas")
+BUCKET_NAMES = ("gemv_dp4a", "gemv", "mma", "dequant_cublas")
+MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
 
@@ -49,6 +53,12 @@ def _kernel(trait: str, expr: str):
     if QType[trait] in DOT_TYPES:
         exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
     return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
+
+
+@cache
+def _mma_kernel(trait: str, bm: int):
+    exprs = tuple(f"mma_kernel<gguf::{trait}, {b}>" for b in MMA_TILES)
+    return get_kernel("quant_mma", f"mma_kernel<gguf::{trait}, {bm}>", name_expressions=exprs)
 
 
 def bucket(m: int, qtype: QType) -> str:
@@ -119,6 +129,11 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     x16 = cupy.empty((m, k), dtype=cupy.uint16)
     n8 = m * k // 8
     _kernel(t, "to_bf16_kernel")(((n8 + 255) // 256,), (256,), (x16, x, np.int64(n8)))
+    if b == "mma":
+        bm = next((tile for tile in MMA_TILES if m <= tile), MMA_TILES[-1])
+        _mma_kernel(t, bm)(((n + 63) // 64, (m + bm - 1) // bm), (128,),
+                           (out, x16, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes))
+        return out
     gemm_bf16_nt(out, x16, dequantize(w, bf16=True))
     return out
 
