@@ -5,7 +5,10 @@
 //                      rows of W; per K-step of 64 every thread decodes one 32-value sub-block of W
 //                      (quant_blocks.cuh traits, so every type works) to bf16 in shared memory, and
 //                      4 warps run mma.sync m16n8k16 bf16 with float32 accumulators.
-//                      grid=(ceil(N / 64), ceil(M / BM)) block=(128,)
+//                      Split-K: blockIdx.z takes K-steps [z * steps, (z + 1) * steps) and writes
+//                      its partial sums to y + z * M * N; reduce_splits_kernel adds them.
+//                      grid=(ceil(N / 64), ceil(M / BM), splits) block=(128,)
+// reduce_splits_kernel y[i] = sum over z of partial[z][i], fixed order (deterministic).
 // W is decoded once per BM rows of x, so it suits M up to a few tiles; it allocates nothing and
 // calls no library, so it can be captured in a CUDA graph (cuBLAS cannot, through CuPy).
 //
@@ -44,7 +47,7 @@ __device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a
 template <class QT, int BM>
 __global__ void __launch_bounds__(128)
 mma_kernel(float* __restrict__ y, const unsigned short* __restrict__ x16, const unsigned char* __restrict__ w,
-           int m, int n, int k, long long row_bytes) {
+           int m, int n, int k, long long row_bytes, int steps_per_split) {
     constexpr int WM = BM / 16;            // warps along M
     constexpr int WN = 4 / WM;             // warps along N
     constexpr int NT = kBN / 8 / WN;       // n8 tiles per warp
@@ -55,18 +58,19 @@ mma_kernel(float* __restrict__ y, const unsigned short* __restrict__ x16, const 
     const int wm = warp % WM, wn = warp / WM;
     const int g = lane >> 2, t = lane & 3;
     const int n0 = blockIdx.x * kBN, m0 = blockIdx.y * BM;
-    const int nsub = k / 32;
-
     float acc[NT][4];
 #pragma unroll
     for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 
-    for (int k0 = 0; k0 < k; k0 += kBK) {
+    const int k_begin = blockIdx.z * steps_per_split * kBK;
+    const int k_end = min(k, k_begin + steps_per_split * kBK);
+    y += (long long)blockIdx.z * m * n;
+    for (int k0 = k_begin; k0 < k_end; k0 += kBK) {
         // x tile: BM rows x 64 bf16 = 8 chunks of 16 bytes per row
         for (int c = tid; c < BM * 8; c += 128) {
             const int r = c >> 3, col = (c & 7) * 8;
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (m0 + r < m && k0 + col < k)
+            if (m0 + r < m && k0 + col < k_end)
                 v = *reinterpret_cast<const uint4*>(x16 + (long long)(m0 + r) * k + k0 + col);
             *reinterpret_cast<uint4*>(xs + r * kStride + col) = v;
         }
@@ -75,7 +79,7 @@ mma_kernel(float* __restrict__ y, const unsigned short* __restrict__ x16, const 
             const int r = tid >> 1, j = tid & 1;
             const int s = k0 / 32 + j;
             u32 packed[16];
-            if (n0 + r < n && s < nsub) {
+            if (n0 + r < n && 32 * s < k_end) {
                 float v[32];
                 gguf::row_sub_block<QT>(w + (long long)(n0 + r) * row_bytes, s, v);
 #pragma unroll
@@ -119,11 +123,19 @@ mma_kernel(float* __restrict__ y, const unsigned short* __restrict__ x16, const 
     }
 }
 
+extern "C" __global__ void __launch_bounds__(256)
+reduce_splits_kernel(float* __restrict__ y, const float* __restrict__ partial, long long count, int splits) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float a = 0.f;
+    for (int z = 0; z < splits; ++z) a += partial[z * count + i];
+    y[i] = a;
+}
+
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_ALL(QT)                                                                                      \
-    template __global__ void mma_kernel<gguf::QT, 16>(float*, const unsigned short*, const unsigned char*, int, int, int, long long); \
-    template __global__ void mma_kernel<gguf::QT, 32>(float*, const unsigned short*, const unsigned char*, int, int, int, long long); \
-    template __global__ void mma_kernel<gguf::QT, 64>(float*, const unsigned short*, const unsigned char*, int, int, int, long long);
+#define MMA_BM(QT, BM) \
+    template __global__ void mma_kernel<gguf::QT, BM>(float*, const unsigned short*, const unsigned char*, int, int, int, long long, int);
+#define MMA_ALL(QT) MMA_BM(QT, 16) MMA_BM(QT, 32) MMA_BM(QT, 64)
 MMA_ALL(F32) MMA_ALL(F16) MMA_ALL(BF16) MMA_ALL(Q4_0) MMA_ALL(Q4_1) MMA_ALL(Q5_0) MMA_ALL(Q5_1)
 MMA_ALL(Q8_0) MMA_ALL(Q2_K) MMA_ALL(Q3_K) MMA_ALL(Q4_K) MMA_ALL(Q5_K) MMA_ALL(Q6_K)
 #endif

@@ -1,20 +1,211 @@
-"""Attention over the KV cell pool and the KV write (see reference/attention.py for the rules)."""
+"""Attention over the KV cell pool and the KV write (see reference/attention.py for the rules;
+kernels: cuda_src/attention.cu).
 
+On the GPU the pools hold bfloat16 bits (uint16; Gemma 3's activations overflow fp16), K and V
+are written from float32 with round to nearest even, and q and the output stay float32. One
+split-K kernel serves every step shape that decodes: one token per sequence, or a few (a
+speculative block); it reads a KV head's cells once for its whole GQA group.
+
+What is checked before a launch: dtypes, shapes, contiguity, head_dim, the GQA ratio, window and
+softcap. Index arrays given as NumPy arrays are checked on the host too (seq_lens within the table
+width, tok_seq within the sequences, positions non-negative) and copied to the device — an
+allocation, so not inside a captured step. Index arrays already on the device are not read back:
+that cells lie inside the pool, positions below seq_lens fit the table and tok_seq names a
+sequence of the step is the runtime's contract, and breaking it reads out of bounds.
+"""
+
+from functools import cache
+
+import numpy as np
+
+from ..kernels.build import get_kernel
 from ..reference import attention as ref
-from ._dispatch import is_host, no_kernel
+from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
+from ._dispatch import is_host
+
+BF16 = np.dtype(np.uint16)                   # bfloat16 bits
+HEAD_DIMS = (64, 128, 256)
+HEAD_CHUNKS = (1, 2, 4, 8)                   # query heads one warp scores against each K row
+_EXPRS = (("kv_write_kernel",)
+          + tuple(f"attn_split_kernel<{d}, {h}>" for d in HEAD_DIMS for h in HEAD_CHUNKS)
+          + tuple(f"attn_combine_kernel<{d}>" for d in HEAD_DIMS))
+LOG2E = 1.4426950408889634
+
+# Split count (flash-decoding). Each (token, kv head, head chunk) is one warp's work per split, and
+# a split is a single-warp block, which keeps up to 8 KB of K (and 4 KB of V) loads in flight. An
+# SM holds 32 such blocks; TARGET_WAVES of them per SM is the aim. A split shorter than MIN_SPLIT
+# positions (4 tiles of 32) costs more in its partial write and the combine than it gains;
+# MAX_SPLITS bounds the partials buffer. Starting values, to be placed by bench/bench_attention.py
+# (its --splits sweep).
+TARGET_WAVES = 16
+MIN_SPLIT = 128
+MAX_SPLITS = 256
+
+
+@cache
+def _kernel(expr: str):
+    return get_kernel("attention", expr, name_expressions=_EXPRS)
+
+
+@cache
+def _sm_count() -> int:
+    import cupy
+    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def head_chunk(group: int) -> int:
+    """Query heads per warp for a GQA group: the smallest chunk size that holds the group, else 8
+    (then the group is split over ceil(group / 8) warps that each read the K row)."""
+    return next((h for h in HEAD_CHUNKS if h >= group), HEAD_CHUNKS[-1])
+
+
+def n_splits(warps: int, max_len: int, sms: int = 132) -> int:
+    """Splits per (token, kv head, head chunk): enough single-warp blocks for TARGET_WAVES per SM,
+    no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
+
+    warps: tokens x kv heads x head chunks; max_len: the most positions one token may see.
+    E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(ceil(2112 / 8), 32768 / 128) = 256
+    splits; batch 8 at 8k, 33; batch 64, 5; any batch at 128 positions or fewer, 1 (no combine)."""
+    want = -(-TARGET_WAVES * sms // max(warps, 1))
+    return max(1, min(want, -(-max_len // MIN_SPLIT), MAX_SPLITS))
+
+
+def workspace_size(tokens: int, q_heads: int, head_dim: int, splits: int = MAX_SPLITS) -> int:
+    """float32 elements of the split partials (acc, then max and sum) for a step of `tokens`."""
+    return splits * tokens * q_heads * (head_dim + 2)
 
 
 def kv_write_(k_pool, v_pool, k, v, cells):
-    """k_pool[cells[t]] = k[t]; v_pool likewise."""
+    """k_pool[cells[t]] = k[t]; v_pool likewise. On the GPU: pools bf16 bits (cells, kv_heads, D),
+    k and v float32 (T, kv_heads, D) rounded to nearest even; cells int32 (T,) (one kernel)."""
     if is_host(k_pool):
         return ref.kv_write_(k_pool, v_pool, k, v, cells)
-    raise no_kernel("kv_write_", k_pool)
+    op = "kv_write_"
+    check(k_pool, op, "k_pool", dtypes=(BF16,), ndim=3)
+    n_cells, hkv, d = k_pool.shape
+    check(v_pool, op, "v_pool", dtypes=(BF16,), shape=(n_cells, hkv, d), like=k_pool)
+    check(k, op, "k", dtypes=(F32,), shape=("T", hkv, d), like=k_pool)
+    t = k.shape[0]
+    check(v, op, "v", dtypes=(F32,), shape=(t, hkv, d), like=k_pool)
+    check(cells, op, "cells", dtypes=(I32,), shape=(t,), like=k_pool)
+    if (hkv * d) % 8 or not aligned(k_pool, v_pool, k, v):
+        raise fail(op, "k_pool", "16-byte aligned arrays with kv_heads * head_dim a multiple of 8",
+                   f"kv_heads * head_dim = {hkv * d}")
+    if t == 0:
+        return
+    row8 = hkv * d // 8
+    _kernel("kv_write_kernel")(((t * row8 + 255) // 256, 2), (256,),
+                               (k_pool, v_pool, k, v, cells, np.int32(t), np.int32(row8)))
+
+
+def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window, softcap, visible,
+               op="attention"):
+    """The GPU path's checks (raise OpArgumentError, a ValueError). Reads dtype, shape and flags,
+    and the values of index arrays only where they are NumPy arrays."""
+    check(q, op, "q", dtypes=(F32,), ndim=3, like=None)
+    t, hq, d = q.shape
+    if d not in HEAD_DIMS:
+        raise fail(op, "q", f"head_dim one of {HEAD_DIMS}", f"head_dim {d} (shape {tuple(q.shape)})")
+    check(k_pool, op, "k_pool", dtypes=(BF16,), shape=("cells", "kv_heads", d))
+    n_cells, hkv, _ = k_pool.shape
+    check(v_pool, op, "v_pool", dtypes=(BF16,), shape=(n_cells, hkv, d), like=k_pool)
+    if hkv == 0 or hq % hkv:
+        raise fail(op, "q", f"q_heads a multiple of kv_heads = {hkv}", f"q_heads = {hq}")
+    check(cell_table, op, "cell_table", dtypes=(I32,), shape=("S", "L"), like=None)
+    s, width = cell_table.shape
+    check(seq_lens, op, "seq_lens", dtypes=(I32,), shape=(s,))
+    check(tok_seq, op, "tok_seq", dtypes=(I32,), shape=(t,))
+    check(tok_pos, op, "tok_pos", dtypes=(I32,), shape=(t,))
+    if visible is not None:
+        check(visible, op, "visible", dtypes=(np.uint8, np.bool_), shape=(t, width))
+    if int(window) < 0:
+        raise fail(op, "window", "0 (off) or a positive number of positions", window)
+    if not float(softcap) >= 0.0:
+        raise fail(op, "softcap", "0.0 (off) or positive", softcap)
+    # values: only where the host has them
+    if is_host(seq_lens) and s and int(seq_lens.max()) > width:
+        raise fail(op, "seq_lens", f"at most the cell_table width {width}", f"max {int(seq_lens.max())}")
+    if is_host(seq_lens) and s and int(seq_lens.min()) < 0:
+        raise fail(op, "seq_lens", "non-negative", f"min {int(seq_lens.min())}")
+    if is_host(tok_seq) and t and not (0 <= int(tok_seq.min()) and int(tok_seq.max()) < s):
+        raise fail(op, "tok_seq", f"indices into the {s} sequences", f"range {int(tok_seq.min())}..{int(tok_seq.max())}")
+    if is_host(tok_pos) and t and int(tok_pos.min()) < 0:
+        raise fail(op, "tok_pos", "non-negative", f"min {int(tok_pos.min())}")
+    if is_host(cell_table) and cell_table.size and not (0 <= int(cell_table.min()) and int(cell_table.max()) < n_cells):
+        raise fail(op, "cell_table", f"cells in 0..{n_cells - 1}", f"range {int(cell_table.min())}..{int(cell_table.max())}")
+    if t > 65535:                                # grid z
+        raise fail(op, "q", "at most 65535 tokens per call", f"{t} tokens")
 
 
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
-              window: int = 0, softcap: float = 0.0, visible=None):
-    """q: (T, q_heads, D) -> (T, q_heads, D) over each token's own sequence's cells."""
+              window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
+              force_splits: int | None = None):
+    """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
+
+    GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
+    of kv_heads; cell_table (S, L), seq_lens (S,), tok_seq and tok_pos (T,) int32; visible
+    (T, L) uint8 or bool. workspace: a float32 device array of at least workspace_size(T, q_heads,
+    D) elements for the split partials; without it they are allocated when the step splits, which
+    a captured graph cannot do.
+    force_splits (benchmarks only) replaces the split rule's count.
+    """
     if is_host(q):
-        return ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
-                             window, softcap, visible)
-    raise no_kernel("attention", q)
+        y = ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
+                          window, softcap, visible)
+        if out is not None:
+            out[...] = y
+            return out
+        return y
+    import cupy
+
+    op = "attention"
+    check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window, softcap, visible)
+    check(k_pool, op, "k_pool", dtypes=(BF16,), ndim=3, like=q)
+    host_len = int(seq_lens.max()) if is_host(seq_lens) and seq_lens.size else None
+    # index arrays given on the host were checked above; the kernel reads device copies
+    cell_table, seq_lens, tok_seq, tok_pos = (cupy.asarray(a) for a in (cell_table, seq_lens, tok_seq, tok_pos))
+    if visible is not None:
+        visible = cupy.asarray(visible)
+    t, hq, d = q.shape
+    hkv = k_pool.shape[1]
+    width = cell_table.shape[1]
+    if out is None:
+        out = cupy.empty((t, hq, d), dtype=cupy.float32)
+    check_out(out, op, (t, hq, d), like=q)
+    no_overlap(out, q, op, "out", "q")
+    if not aligned(q, k_pool, v_pool):
+        raise fail(op, "q", "16-byte aligned q, k_pool and v_pool", "an offset view")
+    if t == 0:
+        return out
+    group = hq // hkv
+    heads = head_chunk(group)
+    chunks = -(-group // heads)
+    max_len = width if host_len is None else host_len
+    if window and visible is None:
+        max_len = min(max_len, int(window))
+    splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, _sm_count())
+    if not 1 <= splits <= 65535:
+        raise fail(op, "force_splits", "1..65535", splits)
+    if splits > 1:
+        n_acc, need = splits * t * hq * d, workspace_size(t, hq, d, splits)
+        if workspace is None:
+            workspace = cupy.empty(need, dtype=cupy.float32)
+        check(workspace, op, "workspace", dtypes=(F32,), ndim=1, like=q)
+        if workspace.size < need:
+            raise fail(op, "workspace", f"at least {need} float32 for {splits} splits", workspace.size)
+        part_acc, part_ml = workspace[:n_acc], workspace[n_acc:need]
+    else:
+        part_acc = part_ml = out                     # unused: the kernel writes out directly
+    q_scale = scale if softcap else scale * LOG2E
+    softcap_log2 = softcap * LOG2E if softcap else 0.0
+    inv_softcap = 1.0 / softcap if softcap else 0.0
+    vis = visible if visible is not None else np.uint64(0)           # a null pointer
+    _kernel(f"attn_split_kernel<{d}, {heads}>")(
+        (splits, hkv * chunks, t), (32,),
+        (out, part_acc, part_ml, q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, vis,
+         np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks), np.int32(window),
+         np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap)))
+    if splits > 1:
+        _kernel(f"attn_combine_kernel<{d}>")((t * hq,), (32,), (out, part_acc, part_ml, np.int32(t * hq),
+                                                                np.int32(splits)))
+    return out

@@ -55,10 +55,24 @@ def _kernel(trait: str, expr: str):
     return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
 
 
+MMA_STEP = 64                       # kBK in quant_mma.cu: values of K per step
+MMA_TARGET_BLOCKS = 4 * 132         # split K until about 4 blocks per SM of an H200 are busy
+MMA_SCRATCH_BYTES = 64 << 20        # cap on the partial sums of the splits
+
+
 @cache
-def _mma_kernel(trait: str, bm: int):
-    exprs = tuple(f"mma_kernel<gguf::{trait}, {b}>" for b in MMA_TILES)
-    return get_kernel("quant_mma", f"mma_kernel<gguf::{trait}, {bm}>", name_expressions=exprs)
+def _mma_kernel(trait: str, expr: str):
+    exprs = tuple(f"mma_kernel<gguf::{trait}, {b}>" for b in MMA_TILES) + ("reduce_splits_kernel",)
+    return get_kernel("quant_mma", expr, name_expressions=exprs)
+
+
+def mma_splits(m: int, n: int, k: int, bm: int) -> int:
+    """K splits for the mma bucket: enough blocks for the chip, partial sums within the cap."""
+    tiles = -(-n // 64) * -(-m // bm)
+    steps = -(-k // MMA_STEP)
+    want = max(1, -(-MMA_TARGET_BLOCKS // tiles))
+    cap = max(1, MMA_SCRATCH_BYTES // (4 * m * n))
+    return max(1, min(want, steps, cap))
 
 
 def bucket(m: int, qtype: QType) -> str:
@@ -131,8 +145,16 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     _kernel(t, "to_bf16_kernel")(((n8 + 255) // 256,), (256,), (x16, x, np.int64(n8)))
     if b == "mma":
         bm = next((tile for tile in MMA_TILES if m <= tile), MMA_TILES[-1])
-        _mma_kernel(t, bm)(((n + 63) // 64, (m + bm - 1) // bm), (128,),
-                           (out, x16, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes))
+        splits = mma_splits(m, n, k, bm)
+        steps = -(-(-(-k // MMA_STEP)) // splits)
+        dst = out if splits == 1 else cupy.empty((splits, m, n), dtype=cupy.float32)
+        _mma_kernel(t, f"mma_kernel<gguf::{t}, {bm}>")(
+            ((n + 63) // 64, (m + bm - 1) // bm, splits), (128,),
+            (dst, x16, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes, np.int32(steps)))
+        if splits > 1:
+            count = m * n
+            _mma_kernel(t, "reduce_splits_kernel")(((count + 255) // 256,), (256,),
+                                                   (out, dst, np.int64(count), np.int32(splits)))
         return out
     gemm_bf16_nt(out, x16, dequantize(w, bf16=True))
     return out
