@@ -6,6 +6,8 @@
 // gemv_dp4a_kernel<QT, M>  M <= 16, types with an integer path (quant_dot.cuh): one warp per output
 //                       row, each lane a 32-value sub-block at a time: eight dp4a per row of x,
 //                       one float fma per 32 values.  grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
+// gemv_dp4a_fused_kernel<QT, M>  M <= 4 with x small enough for shared memory: the same GEMV with x
+//                       quantized inside each block (no separate launch). See the kernel.
 // gemv_kernel<QT, M>    M <= 8, every type, float math: one warp per output row,
 //                       each lane decodes a 32-value sub-block at a time and uses every decoded
 //                       weight for all M rows of x, so each weight byte is read once.
@@ -119,21 +121,18 @@ to_bf16_kernel(unsigned short* __restrict__ out, const float* __restrict__ x, lo
                                                   (u32)bf16_bits(b.z) | ((u32)bf16_bits(b.w) << 16));
 }
 
-__global__ void __launch_bounds__(256)
-quantize_x_kernel(int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs,
-                  const float* __restrict__ x, long long nblocks) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nblocks) return;
-    const float4* src = reinterpret_cast<const float4*>(x + 32 * i);
+// 32 values of x -> 32 int8 codes (8 words), d = max|x| / 127 and s = d * sum(codes)
+__device__ __forceinline__ void quantize32(const float* __restrict__ x, int* __restrict__ q, float& d, float& s) {
+    const float4* src = reinterpret_cast<const float4*>(x);
     float v[32];
     float amax = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        const float4 q = src[j];
-        v[4 * j] = q.x; v[4 * j + 1] = q.y; v[4 * j + 2] = q.z; v[4 * j + 3] = q.w;
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))));
+        const float4 a = src[j];
+        v[4 * j] = a.x; v[4 * j + 1] = a.y; v[4 * j + 2] = a.z; v[4 * j + 3] = a.w;
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
     }
-    const float d = amax / 127.f;
+    d = amax / 127.f;
     const float inv = amax > 0.f ? 127.f / amax : 0.f;
     int sum = 0;
     int packed[8];
@@ -142,17 +141,60 @@ quantize_x_kernel(int* __restrict__ xq, float* __restrict__ xd, float* __restric
         u32 word = 0;
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-            const int q = __float2int_rn(v[4 * j + b] * inv);
-            sum += q;
-            word |= (u32)(q & 0xFF) << (8 * b);
+            const int c = __float2int_rn(v[4 * j + b] * inv);
+            sum += c;
+            word |= (u32)(c & 0xFF) << (8 * b);
         }
         packed[j] = (int)word;
     }
-    int4* dst = reinterpret_cast<int4*>(xq + 8 * i);
+    int4* dst = reinterpret_cast<int4*>(q);
     dst[0] = make_int4(packed[0], packed[1], packed[2], packed[3]);
     dst[1] = make_int4(packed[4], packed[5], packed[6], packed[7]);
-    xd[i] = d;
-    xs[i] = d * (float)sum;
+    s = d * (float)sum;
+}
+
+__global__ void __launch_bounds__(256)
+quantize_x_kernel(int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs,
+                  const float* __restrict__ x, long long nblocks) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblocks) return;
+    quantize32(x + 32 * i, xq + 8 * i, xd[i], xs[i]);
+}
+
+// One pass of the dp4a GEMV over the sub-blocks s0 and s0 + 32 (when `two`) of a row whose
+// codes are already in registers: acc[m] += the row's dot product with row m of x.
+template <int M>
+__device__ __forceinline__ void dp4a_pass(float* acc, const int (&wv)[2][8], const float* d0, const float* d1,
+                                          const float* mw, int s0, bool two, const int* xq, const float* xd,
+                                          const float* xs, int k, int nsub) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        if (u == 1 && !two) break;
+        const int s = s0 + 32 * u;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
+            const int4 a = xp[0], b = xp[1];
+            int s0_ = __dp4a(wv[u][0], a.x, 0);
+            s0_ = __dp4a(wv[u][1], a.y, s0_);
+            s0_ = __dp4a(wv[u][2], a.z, s0_);
+            s0_ = __dp4a(wv[u][3], a.w, s0_);
+            int s1_ = __dp4a(wv[u][4], b.x, 0);
+            s1_ = __dp4a(wv[u][5], b.y, s1_);
+            s1_ = __dp4a(wv[u][6], b.z, s1_);
+            s1_ = __dp4a(wv[u][7], b.w, s1_);
+            const long long xi = (long long)m * nsub + s;
+            acc[m] = fmaf(xd[xi], d0[u] * (float)s0_ + d1[u] * (float)s1_, fmaf(mw[u], xs[xi], acc[m]));
+        }
+    }
+}
+
+// The codes and scales of sub-blocks s0 and s0 + 32 of a row into registers.
+template <class QT>
+__device__ __forceinline__ void dp4a_load(const unsigned char* wrow, int s0, bool two, int (&wv)[2][8],
+                                          float* d0, float* d1, float* mw) {
+    gguf::Dot<QT>::load(wrow, s0, wv[0], d0[0], d1[0], mw[0]);
+    if (two) gguf::Dot<QT>::load(wrow, s0 + 32, wv[1], d0[1], d1[1], mw[1]);
 }
 
 template <class QT, int M>
@@ -172,29 +214,47 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
         const bool two = s0 + 32 < nsub;
         int wv[2][8];
         float d0[2], d1[2], mw[2];
-        gguf::Dot<QT>::load(wrow, s0, wv[0], d0[0], d1[0], mw[0]);
-        if (two) gguf::Dot<QT>::load(wrow, s0 + 32, wv[1], d0[1], d1[1], mw[1]);
+        dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
+        dp4a_pass<M>(acc, wv, d0, d1, mw, s0, two, xq, xd, xs, k, nsub);
+    }
+    store_row_sums<M>(y, acc, n, row, lane);
+}
+
+// gemv_dp4a_fused_kernel<QT, M>: the same GEMV with x quantized by each block into shared memory
+// (M * K int8 + 2 * M * K/32 floats) instead of by a separate launch: the first pass's weight
+// loads are issued before the quantization, so its latency hides behind them.
+// grid=(ceil(N / kRowsFused),) block=(32, kRowsFused) dynamic shared=M*K + 8*M*K/32 bytes
+constexpr int kRowsFused = 8;
+
+template <class QT, int M>
+__global__ void gemv_dp4a_fused_kernel(float* __restrict__ y, const float* __restrict__ x,
+                                       const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
+    extern __shared__ int4 smem4[];
+    const int nsub = k / 32;
+    int* sxq = reinterpret_cast<int*>(smem4);
+    float* sxd = reinterpret_cast<float*>(sxq + M * k / 4);
+    float* sxs = sxd + M * nsub;
+    const int row = blockIdx.x * kRowsFused + threadIdx.y;
+    const int lane = threadIdx.x, tid = threadIdx.y * 32 + lane;
+    const bool live = row < n;
+    const unsigned char* wrow = w + (long long)(live ? row : 0) * row_bytes;
+
+    int wv[2][8];
+    float d0[2], d1[2], mw[2];
+    const bool first = live && lane < nsub;
+    if (first) dp4a_load<QT>(wrow, lane, lane + 32 < nsub, wv, d0, d1, mw);
+    for (int i = tid; i < M * nsub; i += 32 * kRowsFused) quantize32(x + 32LL * i, sxq + 8 * i, sxd[i], sxs[i]);
+    __syncthreads();
+    if (!live) return;
+
+    float acc[M];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            if (u == 1 && !two) break;
-            const int s = s0 + 32 * u;
-#pragma unroll
-            for (int m = 0; m < M; ++m) {
-                const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
-                const int4 a = __ldg(xp), b = __ldg(xp + 1);
-                int s0_ = __dp4a(wv[u][0], a.x, 0);
-                s0_ = __dp4a(wv[u][1], a.y, s0_);
-                s0_ = __dp4a(wv[u][2], a.z, s0_);
-                s0_ = __dp4a(wv[u][3], a.w, s0_);
-                int s1_ = __dp4a(wv[u][4], b.x, 0);
-                s1_ = __dp4a(wv[u][5], b.y, s1_);
-                s1_ = __dp4a(wv[u][6], b.z, s1_);
-                s1_ = __dp4a(wv[u][7], b.w, s1_);
-                const long long xi = (long long)m * nsub + s;
-                acc[m] = fmaf(__ldg(xd + xi), d0[u] * (float)s0_ + d1[u] * (float)s1_,
-                              fmaf(mw[u], __ldg(xs + xi), acc[m]));
-            }
-        }
+    for (int m = 0; m < M; ++m) acc[m] = 0.f;
+    if (first) dp4a_pass<M>(acc, wv, d0, d1, mw, lane, lane + 32 < nsub, sxq, sxd, sxs, k, nsub);
+    for (int s0 = lane + 64; s0 < nsub; s0 += 64) {
+        const bool two = s0 + 32 < nsub;
+        dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
+        dp4a_pass<M>(acc, wv, d0, d1, mw, s0, two, sxq, sxd, sxs, k, nsub);
     }
     store_row_sums<M>(y, acc, n, row, lane);
 }
@@ -212,6 +272,10 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
 #define DP4A_ALL(QT) DP4A_M(QT, 1) DP4A_M(QT, 2) DP4A_M(QT, 3) DP4A_M(QT, 4) DP4A_M(QT, 5) DP4A_M(QT, 6) \
     DP4A_M(QT, 7) DP4A_M(QT, 8) DP4A_M(QT, 9) DP4A_M(QT, 10) DP4A_M(QT, 11) DP4A_M(QT, 12)            \
     DP4A_M(QT, 13) DP4A_M(QT, 14) DP4A_M(QT, 15) DP4A_M(QT, 16)
+#define FUSED_M(QT, M) \
+    template __global__ void gemv_dp4a_fused_kernel<gguf::QT, M>(float*, const float*, const unsigned char*, int, int, long long);
+#define FUSED_ALL(QT) FUSED_M(QT, 1) FUSED_M(QT, 2) FUSED_M(QT, 3) FUSED_M(QT, 4)
+FUSED_ALL(Q4_0) FUSED_ALL(Q4_1) FUSED_ALL(Q5_0) FUSED_ALL(Q8_0) FUSED_ALL(Q4_K) FUSED_ALL(Q5_K) FUSED_ALL(Q6_K)
 DP4A_ALL(Q4_0) DP4A_ALL(Q4_1) DP4A_ALL(Q5_0) DP4A_ALL(Q8_0) DP4A_ALL(Q4_K) DP4A_ALL(Q5_K) DP4A_ALL(Q6_K)
 GEMV_ALL(F32) GEMV_ALL(F16) GEMV_ALL(BF16) GEMV_ALL(Q4_0) GEMV_ALL(Q4_1) GEMV_ALL(Q5_0) GEMV_ALL(Q5_1)
 GEMV_ALL(Q8_0) GEMV_ALL(Q2_K) GEMV_ALL(Q3_K) GEMV_ALL(Q4_K) GEMV_ALL(Q5_K) GEMV_ALL(Q6_K)

@@ -26,7 +26,7 @@ NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 # ops module -> cuda_src file whose name expressions it uses
-OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embed": "embed"}
+OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embed": "embed", "attention": "attention"}
 
 
 def compile_cubin(src: Path, out_dir: Path, defines=()) -> tuple[int, str]:

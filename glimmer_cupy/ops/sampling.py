@@ -22,7 +22,7 @@ from ..reference.sampling import GREEDY, SamplingParams
 from ._check import F32, I32, check, check_out, fail
 from ._dispatch import host_result, is_host
 
-__all__ = ["argmax", "sample_rows", "SamplingParams", "GREEDY", "DeviceSamplingParams"]
+__all__ = ["GREEDY", "DeviceSamplingParams", "SamplingParams", "argmax", "sample_rows"]
 
 THREADS = 1024                      # kThreads in sampling.cu
 U64 = np.dtype(np.uint64)
@@ -106,7 +106,7 @@ class DeviceSamplingParams:
     FIELDS = (("temperature", F32), ("top_k", I32), ("top_p", F32), ("min_p", F32), ("seed", U64))
 
     @classmethod
-    def empty(cls, rows: int) -> "DeviceSamplingParams":
+    def empty(cls, rows: int) -> DeviceSamplingParams:
         """Arrays for `rows` rows, all greedy until updated."""
         import cupy
         d = cls(*(cupy.zeros(rows, dtype=dt) for _, dt in cls.FIELDS))
@@ -114,7 +114,7 @@ class DeviceSamplingParams:
         return d
 
     @classmethod
-    def from_params(cls, params, vocab: int) -> "DeviceSamplingParams":
+    def from_params(cls, params, vocab: int) -> DeviceSamplingParams:
         d = cls.empty(len(params))
         d.update(params, vocab)
         return d

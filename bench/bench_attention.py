@@ -1,0 +1,177 @@
+"""Time decode attention over the KV cell pool on the GPU, against the copy ceiling and PyTorch SDPA.
+
+Qwen3-8B geometry: 32 query heads, 8 KV heads, head_dim 128, bf16 K and V in a pool whose cells
+each sequence holds in scattered (permuted) order. One query token per sequence, batch 1, 8, 32, 64
+at context 1k, 8k, 32k and 128k (where the pool fits). For each case: µs per call (CUDA graph of
+many calls, pools rotated so L2 never holds the next call's cells), K+V bytes read per second and
+its fraction of the device-to-device copy bandwidth measured in this run, the split count, and
+PyTorch's scaled_dot_product_attention (bf16, contiguous K/V, enable_gqa) on the same work where
+torch imports, with the NMSE between the two outputs as a cross-check. JSON and a markdown table.
+
+    PYTHONPATH=$PWD python3 bench/bench_attention.py --out bench/results/attention
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import copy_bandwidth, device_name, n_sets, time_us  # noqa: E402
+from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.ops.attention import _sm_count, n_splits, workspace_size  # noqa: E402
+
+HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
+BATCHES = (1, 8, 32, 64)
+CONTEXTS = (1024, 8192, 32768, 131072)
+
+
+def torch_or_none():
+    try:
+        import torch
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep):
+    import cupy
+    kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
+    sets = n_sets(kv_bytes)
+    cells = sets * b * ctx + 1                            # cell 0: scratch
+    # every set's sequences own disjoint, scattered cells of one pool
+    k_pool = cupy.empty((cells, HKV, D), dtype=cupy.uint16)
+    v_pool = cupy.empty((cells, HKV, D), dtype=cupy.uint16)
+    step = 1 << 16                                        # cells per fill: bounds the float32 temporary
+    for pool in (k_pool, v_pool):                         # bf16 of N(0, 1) values, made on the device
+        for c in range(0, cells, step):
+            x = cupy.random.standard_normal(pool[c:c + step].shape, dtype=cupy.float32)
+            pool[c:c + step] = (x.view(cupy.uint32) >> 16).astype(cupy.uint16)
+    perm = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32))
+    tables = [perm[i * b * ctx:(i + 1) * b * ctx].reshape(b, ctx) for i in range(sets)]
+    seq_lens = cupy.full(b, ctx, dtype=cupy.int32)
+    tok_seq = cupy.arange(b, dtype=cupy.int32)
+    tok_pos = cupy.full(b, ctx - 1, dtype=cupy.int32)
+    qs = [cupy.asarray(rng.normal(0, 1, (b, HQ, D)).astype(np.float32)) for _ in range(sets)]
+    outs = [cupy.empty((b, HQ, D), dtype=cupy.float32) for _ in range(sets)]
+    work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
+    scale = D ** -0.5
+    splits = n_splits(b * HKV, ctx, _sm_count())
+
+    def launch(i, force=None):
+        ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, scale,
+                      out=outs[i], workspace=work, force_splits=force)
+    us, how = time_us(launch, sets, launches, reps)
+    row = dict(batch=b, context=ctx, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
+               of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
+               torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None)
+    for s in splits_sweep:
+        row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
+    if torch is not None:
+        row.update(torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, launches, reps,
+                              kv_bytes))
+    print(f"attention decode B={b:<3d} ctx={ctx:<6d} | {us:8.1f} us | {row['kv_gbps'] / 1e3:5.2f} TB/s "
+          f"({100 * row['of_copy']:3.0f}% of copy) | {splits:3d} splits ({how})"
+          + (f" | torch SDPA: {row['torch_us']:8.1f} us ({row['torch_gbps'] / 1e3:4.2f} TB/s, {row['torch_timing']})"
+             f" NMSE {row['nmse_vs_torch']:.1e}" if row["torch_us"] else "")
+          + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
+    return row
+
+
+def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, launches, reps, kv_bytes):
+    """SDPA on contiguous (B, 8, ctx, 128) bf16 copies of the same K/V, one query per sequence."""
+    import cupy
+    import torch.nn.functional as F
+    tsets = min(sets, 4) if kv_bytes < (1 << 30) else 1
+    ks, vs, tq = [], [], []
+    for i in range(tsets):
+        for pool, dst in ((k_pool, ks), (v_pool, vs)):
+            dense = pool[tables[i]].transpose(0, 2, 1, 3)          # (B, ctx, 8, D) -> (B, 8, ctx, D)
+            dst.append(torch.from_dlpack(cupy.ascontiguousarray(dense)).view(torch.bfloat16))
+            del dense
+        tq.append(torch.from_dlpack(qs[i]).to(torch.bfloat16).view(b, HQ, 1, D))
+
+    def sdpa(i):
+        with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
+            return F.scaled_dot_product_attention(tq[i], ks[i], vs[i], scale=scale, enable_gqa=True)
+    ref = sdpa(0).float().reshape(b, HQ, D)
+    torch.cuda.synchronize()
+    got = torch.from_dlpack(outs[0])
+    nmse = float(((got - ref) ** 2).mean() / (ref ** 2).mean())
+    us, how = time_us(sdpa, tsets, launches, reps)
+    return dict(torch_us=us, torch_gbps=kv_bytes / us / 1e3, torch_timing=how, nmse_vs_torch=nmse)
+
+
+def fits(b: int, ctx: int, torch) -> bool:
+    """The pool (one set at these sizes), the dense copies for torch, and headroom."""
+    import cupy
+    free, _ = cupy.cuda.Device().mem_info
+    need = b * ctx * HKV * D * 4 * (3 if torch is not None else 1)
+    return need < 0.8 * free
+
+
+def markdown(meta, rows) -> str:
+    lines = [f"# attention decode — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
+             f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, scattered cells). "
+             f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run.", "",
+             "| batch | context | splits | µs | K+V TB/s | of copy | torch SDPA µs | torch TB/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = f"{r['torch_us']:.1f} | {r['torch_gbps'] / 1e3:.2f}" if r["torch_us"] else "– | –"
+        lines.append(f"| {r['batch']} | {r['context']} | {r['splits']} | {r['us']:.1f} | {r['kv_gbps'] / 1e3:.2f} | "
+                     f"{100 * r['of_copy']:.0f}% | {t} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--launches", type=int, default=50)
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    args = ap.parse_args(argv)
+    import cupy
+    rng = np.random.default_rng(0)
+    torch = None if args.no_torch else torch_or_none()
+    copy_bw = copy_bandwidth()
+    commit = os.environ.get("GLIMMER_COMMIT")           # the device machine's copy has no .git
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        except OSError:
+            commit = "unknown"
+    meta = dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit,
+                copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__)
+    print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
+    sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
+    rows = []
+    for ctx in (int(c) for c in args.contexts.split(",")):
+        for b in (int(x) for x in args.batches.split(",")):
+            if not fits(b, ctx, torch):
+                print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
+                continue
+            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep))
+            cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
+            if torch is not None:
+                torch.cuda.empty_cache()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+        args.out.with_suffix(".md").write_text(markdown(meta, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

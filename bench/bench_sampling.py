@@ -1,0 +1,134 @@
+"""Time argmax and top-k/top-p sampling from logits on the GPU, against PyTorch in the same run.
+
+For batch 1, 8, 64, 256 and vocab 49152 (SmolLM2), 151936 (Qwen3), 262144 (Gemma 3): logits
+~ N(0, 3^2) float32, top-k 50, top-p 0.9, temperature 0.8. Each op is checked once against the
+NumPy reference (first rows), then timed as a CUDA graph of many calls with CUDA events, median
+of the repeats, logits rotated over copies so L2 does not hold the next call's (bench/common.py).
+The baseline is PyTorch's usual composition, timed eagerly with torch's events on its stream:
+softmax -> topk -> cumsum mask -> multinomial, and torch.argmax. The logits read per call over
+the time gives GB/s beside the device-to-device copy bandwidth measured in this run.
+
+    PYTHONPATH=$PWD python3 bench/bench_sampling.py [--quick] [--out bench/results/sampling.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import copy_bandwidth, device_name, n_sets, time_us  # noqa: E402
+from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.ops.sampling import DeviceSamplingParams  # noqa: E402
+from glimmer_cupy.reference import sampling as ref  # noqa: E402
+
+BATCHES = (1, 8, 64, 256)
+VOCABS = (49152, 151936, 262144)
+PARAMS = {"temperature": 0.8, "top_k": 50, "top_p": 0.9, "min_p": 0.0}
+
+
+def torch_time_us(fn, launches: int, reps: int) -> float:
+    """Median over reps of (time of `launches` eager calls) / launches, torch's events and stream."""
+    import torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(launches):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / launches)
+    return float(np.median(times))
+
+
+def torch_baselines(x, launches: int, reps: int) -> dict:
+    """PyTorch on the same logits (shared through DLPack), or {} where torch does not import."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    t = torch.from_dlpack(x)
+    t_args = torch.empty(t.shape[0], dtype=torch.int64, device=t.device)
+
+    def sample():
+        probs = torch.softmax(t / PARAMS["temperature"], dim=-1)
+        top_v, top_i = torch.topk(probs, PARAMS["top_k"], dim=-1)           # sorted, descending
+        mask = (top_v.cumsum(-1) - top_v) > PARAMS["top_p"]                 # keep the nucleus
+        top_v = top_v.masked_fill(mask, 0.0)
+        return top_i.gather(-1, torch.multinomial(top_v, 1))
+
+    return {"torch_argmax_us": torch_time_us(lambda: torch.argmax(t, dim=-1, out=t_args), launches, reps),
+            "torch_sample_us": torch_time_us(sample, max(3, launches // 10), reps)}
+
+
+def run_case(batch: int, vocab: int, rng, launches: int, reps: int, copy_bw: float) -> dict:
+    import cupy
+    nbytes = batch * vocab * 4
+    sets = n_sets(nbytes)
+    host = (rng.normal(0, 3, (batch, vocab))).astype(np.float32)
+    xs = [cupy.asarray(host)] + [cupy.asarray(rng.normal(0, 3, (batch, vocab)).astype(np.float32))
+                                 for _ in range(sets - 1)]
+    params = [ref.SamplingParams(**PARAMS, seed=1000 + r) for r in range(batch)]
+    d = DeviceSamplingParams.from_params(params, vocab)
+    positions = list(range(batch))
+    pos = cupy.asarray(np.array(positions, np.int32))
+    arg_out = cupy.empty(batch, np.int32)
+    out = (cupy.empty(batch, np.int32), cupy.empty(batch, np.int32))
+
+    # check: the first rows against the reference
+    n = min(batch, 4)
+    ok_arg = np.array_equal(cupy.asnumpy(ops.argmax(xs[0], out=arg_out))[:n], ref.argmax(host[:n]))
+    got = cupy.asnumpy(ops.sample_rows(xs[0], d, pos, out=out)[0])[:n]
+    ok_sample = np.array_equal(got, ref.sample_rows(host[:n], params[:n], positions[:n])[0])
+
+    arg_us, arg_how = time_us(lambda i: ops.argmax(xs[i], out=arg_out), sets, launches, reps)
+    smp_us, smp_how = time_us(lambda i: ops.sample_rows(xs[i], d, pos, out=out), sets, max(3, launches // 4), reps)
+    row = {"batch": batch, "vocab": vocab, "argmax_us": arg_us, "sample_us": smp_us, "argmax_timing": arg_how,
+           "sample_timing": smp_how, "argmax_gbps": nbytes / arg_us / 1e3, "sample_gbps": nbytes / smp_us / 1e3,
+           "copy_gbps": copy_bw / 1e9, "check_argmax": ok_arg, "check_sample": ok_sample}
+    row.update(torch_baselines(xs[0], launches, reps))
+    base = (f" | torch argmax {row['torch_argmax_us']:7.1f} us | torch softmax/topk/cumsum/multinomial "
+            f"{row['torch_sample_us']:7.1f} us") if "torch_sample_us" in row else " | torch: not importable"
+    print(f"sampling B={batch:<3d} V={vocab:<6d} | argmax {arg_us:7.1f} us ({row['argmax_gbps']:6.0f} GB/s) | "
+          f"top-k/top-p {smp_us:7.1f} us ({row['sample_gbps']:6.0f} GB/s){base} | "
+          f"check {'ok' if ok_arg and ok_sample else 'FAILED'}", flush=True)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--launches", type=int, default=40)
+    ap.add_argument("--quick", action="store_true", help="batch 1 and 64, vocab 151936 only")
+    ap.add_argument("--out", type=Path, help="write the rows as JSON here")
+    args = ap.parse_args(argv)
+    import cupy
+    rng = np.random.default_rng(0)
+    copy_bw = copy_bandwidth()
+    meta = {"gpu": device_name(), "date": datetime.date.today().isoformat(), "copy_tbps": copy_bw / 1e12, **PARAMS}
+    print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; logits ~ N(0, 9), "
+          f"T={PARAMS['temperature']} top-k {PARAMS['top_k']} top-p {PARAMS['top_p']}")
+    batches, vocabs = ((1, 64), (151936,)) if args.quick else (BATCHES, VOCABS)
+    rows = []
+    for v in vocabs:
+        for b in batches:
+            rows.append(run_case(b, v, rng, args.launches, args.reps, copy_bw))
+            cupy.get_default_memory_pool().free_all_blocks()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0 if all(r["check_argmax"] and r["check_sample"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""attention and kv_write_ on the GPU against the NumPy reference (reference/attention.py).
+
+The pools hold bf16; the reference reads the same bf16 values widened to float32, so only the
+kernel's own error counts: float32 scores and sums with exp2f, NMSE ~1e-12 on these inputs.
+Budget NMSE = mse(out, ref) / mse(ref, 0) < 1e-5; one wrong cell, position or head gives 1e-3
+or worse. Cells no token may read (cell 0 the scratch, cells past seq_lens, the free ones) hold
+bf16 NaN, and outputs are filled with NaN before each call, so a stray read or a missing write
+shows. The reference loops over tokens in Python: long contexts run with few tokens and heads.
+"""
+
+import numpy as np
+import pytest
+
+from glimmer_cupy import ops
+from glimmer_cupy.ops._check import OpArgumentError
+from glimmer_cupy.ops.attention import check_args, n_splits, workspace_size
+from glimmer_cupy.reference.attention import attention as ref_attention
+
+NMSE_BUDGET = 1e-5
+BF16_NAN = 0x7FC0
+gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
+
+
+def bf16_bits(x):
+    """float32 -> bfloat16 bits, round to nearest even (finite x), as the kernel rounds."""
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def bf16_float(bits):
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def nmse(out, ref):
+    return float(np.mean((out - ref) ** 2) / np.mean(ref ** 2))
+
+
+def make_step(rng, lens, q_heads, kv_heads, d, per_seq=1, share=0):
+    """Sequences of `lens` positions over scattered cells; the last `per_seq` positions of each are
+    this step's tokens. share: sequence 1 reads sequence 0's first `share` cells (a shared prefix).
+    Returns host arrays: q, K and V pools as bf16 bits (unused cells NaN), cell_table, seq_lens,
+    tok_seq, tok_pos."""
+    s, width = len(lens), max(lens) + 5                  # table wider than any sequence
+    n_cells = s * width + 17
+    perm = rng.permutation(np.arange(1, n_cells)).astype(np.int32)     # cell 0: scratch
+    table = perm[:s * width].reshape(s, width).copy()
+    if share:
+        table[1, :share] = table[0, :share]
+    k_pool = np.full((n_cells, kv_heads, d), BF16_NAN, np.uint16)
+    v_pool = np.full((n_cells, kv_heads, d), BF16_NAN, np.uint16)
+    for i, n in enumerate(lens):
+        used = table[i, :n]
+        k_pool[used] = bf16_bits(rng.normal(0, 1, (n, kv_heads, d)))
+        v_pool[used] = bf16_bits(rng.normal(0, 1, (n, kv_heads, d)))
+    tok_seq = np.repeat(np.arange(s), per_seq).astype(np.int32)
+    tok_pos = np.concatenate([np.arange(max(n - per_seq, 0), max(n - per_seq, 0) + per_seq) for n in lens])
+    q = rng.normal(0, 1, (len(tok_seq), q_heads, d)).astype(np.float32)
+    return q, k_pool, v_pool, table, np.asarray(lens, np.int32), tok_seq, tok_pos.astype(np.int32)
+
+
+def run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, softcap=0.0, visible=None,
+             device_index=True):
+    """(kernel output, reference output); index arrays on the device, or left on the host."""
+    import cupy
+    d = q.shape[2]
+    scale = d ** -0.5
+    # the reference never reads NaN cells: only visible positions
+    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, scale,
+                        window, softcap, visible)
+    idx = [table, seq_lens, tok_seq, tok_pos]
+    if device_index:
+        idx = [cupy.asarray(a) for a in idx]
+    out = cupy.full(q.shape, np.nan, dtype=cupy.float32)
+    vis = None if visible is None else cupy.asarray(visible)
+    ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), *idx, scale, window, softcap,
+                  vis, out=out)
+    return cupy.asnumpy(out), ref
+
+
+def assert_close(got, ref, what):
+    assert np.isfinite(got).all(), what
+    e = nmse(got, ref)
+    assert e < NMSE_BUDGET, (what, e)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("length", [1, 7, 511, 512, 513, 4095])
+def test_decode_lengths(d, length):
+    rng = np.random.default_rng(length * 1000 + d)
+    step = make_step(rng, [length, length], 8, 2, d)
+    got, ref = run_both(*step)
+    assert_close(got, ref, (d, length))
+
+
+@gpu
+def test_long_context():
+    """32768 positions, one KV head and four query heads: many splits and the combine pass."""
+    rng = np.random.default_rng(1)
+    step = make_step(rng, [32768], 4, 1, 128)
+    got, ref = run_both(*step, device_index=False)         # host seq_lens: the split count from 32768
+    assert_close(got, ref, "32k")
+    got, ref = run_both(*step)                              # device tables: from the table width
+    assert_close(got, ref, "32k device tables")
+
+
+@gpu
+@pytest.mark.parametrize("splits", [1, 2, 3, 31, 200])
+def test_forced_splits_agree(splits):
+    """Any split count gives the same attention (the rule is a speed choice), empty splits included."""
+    import cupy
+    rng = np.random.default_rng(splits)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [1000, 37], 8, 2, 128)
+    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, 0.1)
+    out = cupy.full(q.shape, np.nan, dtype=cupy.float32)
+    work = cupy.full(workspace_size(q.shape[0], 8, 128, splits), np.nan, dtype=cupy.float32)   # poisoned too
+    ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), table, seq_lens, tok_seq, tok_pos,
+                  0.1, out=out, workspace=work, force_splits=splits)
+    assert_close(cupy.asnumpy(out), ref, splits)
+
+
+@gpu
+def test_mixed_lengths_one_batch():
+    rng = np.random.default_rng(2)
+    lens = [1, 7, 33, 511, 512, 513, 2000, 64]
+    got, ref = run_both(*make_step(rng, lens, 32, 8, 128))
+    assert_close(got, ref, "mixed")
+
+
+@gpu
+@pytest.mark.parametrize("q_heads,kv_heads", [(4, 4), (6, 2), (9, 3), (16, 2), (20, 2), (7, 1), (32, 1)])
+def test_gqa_groups(q_heads, kv_heads):
+    """Group sizes 1, 3, 7, 8, 10 and 32: padded head chunks and groups over several chunks."""
+    rng = np.random.default_rng(q_heads * 10 + kv_heads)
+    got, ref = run_both(*make_step(rng, [300, 1500], q_heads, kv_heads, 64))
+    assert_close(got, ref, (q_heads, kv_heads))
+
+
+@gpu
+def test_verify_blocks_shared_prefix():
+    """16 tokens per sequence (a speculative block), two sequences sharing their first 400 cells."""
+    rng = np.random.default_rng(3)
+    got, ref = run_both(*make_step(rng, [900, 700], 16, 4, 128, per_seq=16, share=400))
+    assert_close(got, ref, "verify")
+
+
+@gpu
+@pytest.mark.parametrize("length", [511, 512, 513, 3000])
+@pytest.mark.parametrize("d", [64, 256])
+def test_sliding_window(length, d):
+    rng = np.random.default_rng(length + d)
+    step = make_step(rng, [length, length + 1], 8, 4, d, per_seq=4)
+    got, ref = run_both(*step, window=512)
+    assert_close(got, ref, ("window", length, d))
+
+
+@gpu
+def test_softcap():
+    rng = np.random.default_rng(4)
+    q, *rest = make_step(rng, [1200], 8, 2, 256)
+    got, ref = run_both(q * 8, *rest, softcap=5.0)          # large scores so the cap bites
+    assert_close(got, ref, "softcap")
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_visible_mask_with_hidden_row(d):
+    rng = np.random.default_rng(5 + d)
+    step = make_step(rng, [40, 1300], 8, 2, d, per_seq=5)
+    t, width = step[0].shape[0], step[3].shape[1]
+    visible = rng.random((t, width)) < 0.3
+    visible[2] = False                                      # sees nothing: zeros, not NaN
+    visible[6, :] = False
+    visible[6, 1299] = True                                 # one position, the last
+    got, ref = run_both(*step, visible=visible.astype(np.uint8))
+    assert (got[2] == 0).all()
+    assert_close(got, ref, "visible")
+    got_b, _ = run_both(*step, visible=visible)             # bool masks read the same
+    np.testing.assert_array_equal(got_b, got)
+
+
+@gpu
+def test_all_hidden_splits_give_zeros():
+    """A zero-length sequence beside a long one: its token sees nothing, and every one of its splits is empty."""
+    rng = np.random.default_rng(6)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [3000, 5], 8, 2, 128)
+    seq_lens[1] = 0
+    got, ref = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)
+    assert (got[1] == 0).all()
+    assert_close(got, ref, "empty")
+
+
+@gpu
+def test_kv_write_round_trips_bf16():
+    import cupy
+    rng = np.random.default_rng(7)
+    t, hkv, d, n_cells = 37, 8, 128, 100
+    k = (rng.normal(0, 1, (t, hkv, d)) * 10.0 ** rng.integers(-3, 4, (t, hkv, 1))).astype(np.float32)
+    v = rng.normal(0, 1, (t, hkv, d)).astype(np.float32)
+    cells = rng.permutation(np.arange(1, n_cells))[:t].astype(np.int32)
+    cells[-3:] = 0                                          # padding rows write the scratch cell
+    k[-3:] = k[-4]
+    v[-3:] = v[-4]
+    k_pool = cupy.full((n_cells, hkv, d), 0x1234, cupy.uint16)
+    v_pool = cupy.full((n_cells, hkv, d), 0x1234, cupy.uint16)
+    ops.kv_write_(k_pool, v_pool, cupy.asarray(k), cupy.asarray(v), cupy.asarray(cells))
+    kp, vp = cupy.asnumpy(k_pool), cupy.asnumpy(v_pool)
+    np.testing.assert_array_equal(kp[cells], bf16_bits(k))
+    np.testing.assert_array_equal(vp[cells], bf16_bits(v))
+    untouched = np.setdiff1d(np.arange(n_cells), cells)
+    assert (kp[untouched] == 0x1234).all() and (vp[untouched] == 0x1234).all()
+    # bf16 values written again come back bit for bit
+    ops.kv_write_(k_pool, v_pool, cupy.asarray(bf16_float(kp[cells])), cupy.asarray(bf16_float(vp[cells])),
+                  cupy.asarray(cells))
+    np.testing.assert_array_equal(cupy.asnumpy(k_pool), kp)
+    np.testing.assert_array_equal(cupy.asnumpy(v_pool), vp)
+
+
+@gpu
+def test_bad_input_before_launch():
+    import cupy
+    rng = np.random.default_rng(8)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [10], 4, 2, 64)
+    qd, kd, vd = cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool)
+    with pytest.raises(OpArgumentError, match="attention: k_pool must be contiguous uint16"):
+        ops.attention(qd, kd.astype(cupy.float32), vd, table, seq_lens, tok_seq, tok_pos, 0.1)
+    with pytest.raises(OpArgumentError, match="attention: out must be contiguous float32"):
+        ops.attention(qd, kd, vd, table, seq_lens, tok_seq, tok_pos, 0.1, out=cupy.empty((1, 4, 63), cupy.float32))
+    with pytest.raises(OpArgumentError, match="kv_write_: k must be contiguous float32"):
+        ops.kv_write_(kd, vd, cupy.ones((3, 2, 32), cupy.float32), cupy.ones((3, 2, 64), cupy.float32),
+                      cupy.zeros(3, cupy.int32))
+
+
+# -- argument checks, on the CPU (check_args reads shapes and dtypes, and NumPy index values) --
+
+def host_args(t=3, hq=8, hkv=2, d=128, s=2, width=50, n_cells=200):
+    return dict(q=np.zeros((t, hq, d), np.float32), k_pool=np.zeros((n_cells, hkv, d), np.uint16),
+                v_pool=np.zeros((n_cells, hkv, d), np.uint16), cell_table=np.zeros((s, width), np.int32),
+                seq_lens=np.full(s, width, np.int32), tok_seq=np.zeros(t, np.int32),
+                tok_pos=np.zeros(t, np.int32), window=0, softcap=0.0, visible=None)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(q=np.zeros((3, 8, 96), np.float32)), r"attention: q must be head_dim one of \(64, 128, 256\), got head_dim 96"),
+    (dict(q=np.zeros((3, 7, 128), np.float32)), "q must be q_heads a multiple of kv_heads = 2, got q_heads = 7"),
+    (dict(q=np.zeros((3, 8, 128), np.float16)), r"q must be contiguous float32 \(t, h, d\), got float16"),
+    (dict(k_pool=np.zeros((200, 2, 128), np.float32)), "k_pool must be contiguous uint16"),
+    (dict(k_pool=np.zeros((200, 2, 64), np.uint16)), r"k_pool must be contiguous uint16 \(cells, kv_heads, 128\)"),
+    (dict(v_pool=np.zeros((199, 2, 128), np.uint16)), r"v_pool must be contiguous uint16 \(200, 2, 128\), got uint16 \(199, 2, 128\)"),
+    (dict(cell_table=np.zeros((2, 50), np.int64)), "cell_table must be contiguous int32"),
+    (dict(seq_lens=np.full(3, 5, np.int32)), r"seq_lens must be contiguous int32 \(2,\), got int32 \(3,\)"),
+    (dict(tok_pos=np.zeros(4, np.int32)), r"tok_pos must be contiguous int32 \(3,\)"),
+    (dict(visible=np.zeros((3, 49), np.uint8)), r"visible must be contiguous uint8\|bool \(3, 50\)"),
+    (dict(seq_lens=np.array([50, 51], np.int32)), "seq_lens must be at most the cell_table width 50, got max 51"),
+    (dict(tok_seq=np.array([0, 1, 2], np.int32)), r"tok_seq must be indices into the 2 sequences, got range 0..2"),
+    (dict(cell_table=np.full((2, 50), 200, np.int32)), r"cell_table must be cells in 0..199, got range 200..200"),
+    (dict(window=-1), "window must be 0 .off. or a positive number of positions, got -1"),
+    (dict(softcap=float("nan")), "softcap must be 0.0 .off. or positive, got nan"),
+])
+def test_argument_checks(change, message):
+    args = host_args()
+    args.update(change)
+    with pytest.raises(OpArgumentError, match=message):
+        check_args(**args)
+    assert issubclass(OpArgumentError, ValueError)
+
+
+def test_good_arguments_pass():
+    check_args(**host_args())
+    check_args(**host_args(hq=9, hkv=3, d=64))
+    check_args(**{**host_args(d=256), "visible": np.zeros((3, 50), bool)})
+
+
+def test_split_rule():
+    """Batch 1 at 32k fills the SMs with splits; big batches and short contexts barely split."""
+    assert n_splits(8, 32768, 132) == 256              # 128 positions each
+    assert n_splits(8, 1024, 132) == 8                 # no split under 128 positions
+    assert n_splits(512, 32768, 132) == 5
+    assert n_splits(8, 100, 132) == 1
+    assert n_splits(1, 10 ** 7, 132) == 256            # MAX_SPLITS
