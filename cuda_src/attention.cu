@@ -20,6 +20,9 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 
+// -inf without math.h (NVRTC compiles this file with no headers)
+#define kNegInf (-__int_as_float(0x7f800000))
+
 typedef unsigned int u32;
 constexpr u32 kFull = 0xffffffffu;
 
@@ -113,7 +116,7 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
     float m[HEADS], l[HEADS], acc[HEADS][C];
 #pragma unroll
     for (int h = 0; h < HEADS; ++h) {
-        m[h] = -INFINITY;
+        m[h] = kNegInf;
         l[h] = 0.f;                                   // this lane's share; summed at the end
 #pragma unroll
         for (int c = 0; c < C; ++c) acc[h][c] = 0.f;
@@ -162,7 +165,7 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) {
             float sh = softcap_log2 > 0.f ? softcap_log2 * tanhf(s[h] * inv_softcap) : s[h];
-            sh = vis ? sh : -INFINITY;
+            sh = vis ? sh : kNegInf;
             const float mn = fmaxf(m[h], warp_max(sh));   // finite: the tile has a visible position
             const float alpha = exp2f(m[h] - mn);          // 0 while m[h] is still -inf
             const float ph = exp2f(sh - mn);
@@ -227,9 +230,9 @@ attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc,
                     int rows, int nsplit) {
     constexpr int C = D / 32;
     const int r = blockIdx.x, lane = threadIdx.x;
-    float mx = -INFINITY;
+    float mx = kNegInf;
     for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, part_ml[2 * ((long long)s * rows + r)]);
-    const float mu = mx == -INFINITY ? 0.f : mx;
+    const float mu = mx == kNegInf ? 0.f : mx;
     float total = 0.f, acc[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[c] = 0.f;

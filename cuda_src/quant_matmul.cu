@@ -6,8 +6,6 @@
 // gemv_dp4a_kernel<QT, M>  M <= 16, types with an integer path (quant_dot.cuh): one warp per output
 //                       row, each lane a 32-value sub-block at a time: eight dp4a per row of x,
 //                       one float fma per 32 values.  grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
-// gemv_dp4a_fused_kernel<QT, M>  M <= 4 with x small enough for shared memory: the same GEMV with x
-//                       quantized inside each block (no separate launch). See the kernel.
 // gemv_kernel<QT, M>    M <= 8, every type, float math: one warp per output row,
 //                       each lane decodes a 32-value sub-block at a time and uses every decoded
 //                       weight for all M rows of x, so each weight byte is read once.
@@ -220,45 +218,6 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
     store_row_sums<M>(y, acc, n, row, lane);
 }
 
-// gemv_dp4a_fused_kernel<QT, M>: the same GEMV with x quantized by each block into shared memory
-// (M * K int8 + 2 * M * K/32 floats) instead of by a separate launch: the first pass's weight
-// loads are issued before the quantization, so its latency hides behind them.
-// grid=(ceil(N / kRowsFused),) block=(32, kRowsFused) dynamic shared=M*K + 8*M*K/32 bytes
-constexpr int kRowsFused = 8;
-
-template <class QT, int M>
-__global__ void gemv_dp4a_fused_kernel(float* __restrict__ y, const float* __restrict__ x,
-                                       const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
-    extern __shared__ int4 smem4[];
-    const int nsub = k / 32;
-    int* sxq = reinterpret_cast<int*>(smem4);
-    float* sxd = reinterpret_cast<float*>(sxq + M * k / 4);
-    float* sxs = sxd + M * nsub;
-    const int row = blockIdx.x * kRowsFused + threadIdx.y;
-    const int lane = threadIdx.x, tid = threadIdx.y * 32 + lane;
-    const bool live = row < n;
-    const unsigned char* wrow = w + (long long)(live ? row : 0) * row_bytes;
-
-    int wv[2][8];
-    float d0[2], d1[2], mw[2];
-    const bool first = live && lane < nsub;
-    if (first) dp4a_load<QT>(wrow, lane, lane + 32 < nsub, wv, d0, d1, mw);
-    for (int i = tid; i < M * nsub; i += 32 * kRowsFused) quantize32(x + 32LL * i, sxq + 8 * i, sxd[i], sxs[i]);
-    __syncthreads();
-    if (!live) return;
-
-    float acc[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    if (first) dp4a_pass<M>(acc, wv, d0, d1, mw, lane, lane + 32 < nsub, sxq, sxd, sxs, k, nsub);
-    for (int s0 = lane + 64; s0 < nsub; s0 += 64) {
-        const bool two = s0 + 32 < nsub;
-        dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
-        dp4a_pass<M>(acc, wv, d0, d1, mw, s0, two, sxq, sxd, sxs, k, nsub);
-    }
-    store_row_sums<M>(y, acc, n, row, lane);
-}
-
 #ifdef GLIMMER_INSTANTIATE
 #define GEMV_M(QT, M) \
     template __global__ void gemv_kernel<gguf::QT, M>(float*, const float*, const unsigned char*, int, int, long long);
@@ -272,10 +231,6 @@ __global__ void gemv_dp4a_fused_kernel(float* __restrict__ y, const float* __res
 #define DP4A_ALL(QT) DP4A_M(QT, 1) DP4A_M(QT, 2) DP4A_M(QT, 3) DP4A_M(QT, 4) DP4A_M(QT, 5) DP4A_M(QT, 6) \
     DP4A_M(QT, 7) DP4A_M(QT, 8) DP4A_M(QT, 9) DP4A_M(QT, 10) DP4A_M(QT, 11) DP4A_M(QT, 12)            \
     DP4A_M(QT, 13) DP4A_M(QT, 14) DP4A_M(QT, 15) DP4A_M(QT, 16)
-#define FUSED_M(QT, M) \
-    template __global__ void gemv_dp4a_fused_kernel<gguf::QT, M>(float*, const float*, const unsigned char*, int, int, long long);
-#define FUSED_ALL(QT) FUSED_M(QT, 1) FUSED_M(QT, 2) FUSED_M(QT, 3) FUSED_M(QT, 4)
-FUSED_ALL(Q4_0) FUSED_ALL(Q4_1) FUSED_ALL(Q5_0) FUSED_ALL(Q8_0) FUSED_ALL(Q4_K) FUSED_ALL(Q5_K) FUSED_ALL(Q6_K)
 DP4A_ALL(Q4_0) DP4A_ALL(Q4_1) DP4A_ALL(Q5_0) DP4A_ALL(Q8_0) DP4A_ALL(Q4_K) DP4A_ALL(Q5_K) DP4A_ALL(Q6_K)
 GEMV_ALL(F32) GEMV_ALL(F16) GEMV_ALL(BF16) GEMV_ALL(Q4_0) GEMV_ALL(Q4_1) GEMV_ALL(Q5_0) GEMV_ALL(Q5_1)
 GEMV_ALL(Q8_0) GEMV_ALL(Q2_K) GEMV_ALL(Q3_K) GEMV_ALL(Q4_K) GEMV_ALL(Q5_K) GEMV_ALL(Q6_K)

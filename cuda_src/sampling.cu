@@ -21,14 +21,15 @@
 //      select with E as the weight (the bits of a positive float order it as its value);
 //   5. min-p: keep e >= min_p (the reference's p >= min_p * max(p) with max(e) = 1);
 //   6. K = sum of kept E; target = floor(u * K) with u's 24 bits, exact in 128-bit integers; the
-//      token is the first id whose inclusive prefix sum of kept E exceeds it (block scans over
-//      tiles in id order).
+//      token is the first id whose inclusive prefix sum of kept E exceeds it (each block starts
+//      from the kept mass of the chunks before its own and scans its chunk in tiles, in id order).
 // Sums are integers, so they do not depend on summation order: the result is deterministic and
 // the same in a graph replay as eagerly. e is float32 with the rounding of l - lmax and of the
 // division carried as a first-order correction, so its error is expf's own (~2 ulp); E's grain is
 // 2^-40 of the largest e (a token below 2^-41 of the top one is never drawn). Against the float64
-// reference the token differs only where u * total falls within that rounding (~1e-6 relative) of
-// a cumulative boundary, or where top_p * total or min_p lands that close to a threshold.
+// reference (and its float64 parameters: here they are float32) the token differs only where
+// u * total falls within that rounding (~1e-6 relative) of a cumulative boundary, or where
+// top_p * total or min_p lands that close to a threshold.
 //
 // Device parameters are not checked (the host side checks what it uploads); odd values still give
 // a valid id: temperature <= 0 or NaN is greedy, top_k outside (0, vocab) and top_p >= 1 or NaN
@@ -215,6 +216,19 @@ __device__ __forceinline__ float exp_rel(float l, float lmax, float t) {
 
 __device__ __forceinline__ u64 fixed(float e) { return __float2ull_rn(e * 1099511627776.0f); }   // 2^40
 
+// hist[bin] += w for every lane with `in` set (every lane of the warp calls it), one atomic per
+// distinct bin of the warp: the first passes put most of a row into a few bins, where plain
+// shared atomics would serialise up to 32 lanes on one address. w < 2^45: the two 32-bit partial
+// sums below cannot overflow over 32 lanes.
+__device__ __forceinline__ void hist_add(u64* hist, u32 bin, u64 w, bool in) {
+    const u32 active = __ballot_sync(0xffffffffu, in);
+    if (!in) return;
+    const u32 peers = __match_any_sync(active, bin);
+    const u32 hi = __reduce_add_sync(peers, (u32)(w >> 20));
+    const u32 lo = __reduce_add_sync(peers, (u32)w & 0xfffffu);
+    if ((int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], ((u64)hi << 20) + lo);
+}
+
 // Shared memory of one block.
 struct Smem {
     float sv[kWarps];
@@ -238,10 +252,12 @@ __device__ u32 select_from_top(const KW& kw, int lo, int hi, u64 target, Smem& s
         for (int b = threadIdx.x; b < kBins; b += kThreads) sm.hist[b] = 0;
         __syncthreads();
         const u32 hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-        for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-            u32 k;
-            u64 w;
-            if (kw(i, k, w) && w && (k & hi_mask) == prefix) atomicAdd(&sm.hist[(k >> shift) & 0xffu], w);
+        for (int i0 = lo; i0 < hi; i0 += kThreads) {      // the same trip count for a whole warp
+            const int i = i0 + threadIdx.x;
+            u32 k = 0;
+            u64 w = 0;
+            const bool in = i < hi && kw(i, k, w) && w && (k & hi_mask) == prefix;
+            hist_add(sm.hist, (k >> shift) & 0xffu, w, in);
         }
         const u64* g = sm.hist;
         if (C > 1) {

@@ -31,21 +31,18 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #   dequant_cublas: decode W to a bf16 scratch, x to bf16, cuBLAS GEMM on tensor cores with
 #     fp32 results (bf16, not fp16: Gemma's activations overflow fp16). Replaced a float32
 #     scratch + SGEMM that ran at ~42 TFLOP/s, 14-17x cuBLAS fp16 (quant_matmul_v3 in NOTES.md).
-#   mma: tensor cores in a kernel of ours (quant_mma.cu): W decoded to bf16 tiles in shared memory
-#     once per 64 rows of x. The only bucket above the GEMVs that a CUDA graph can capture (CuPy
-#     refuses cuBLAS calls during capture), so every captured step width up to 64 stays on it.
+#   mma (not in the table; force_bucket="mma"): tensor cores in a kernel of ours (quant_mma.cu),
+#     W decoded to bf16 tiles in shared memory, K split across blocks. The only bucket above the
+#     GEMVs that a CUDA graph can capture (CuPy refuses cuBLAS calls during capture). Measured
+#     (H200, 2026-11-29, commit 178b26a) slower than dequant_cublas at every M from 17 to 64
+#     (Q4_K 4096x4096 M=17: 58.6 vs 39.2 us; 12288x4096: 176 vs 97 us), so eager steps use cuBLAS.
 BUCKETS = {
-    "dot": ((16, "gemv_dp4a"), (64, "mma"), (None, "dequant_cublas")),
-    "float": ((8, "gemv"), (64, "mma"), (None, "dequant_cublas")),
+    "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
+    "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
 BUCKET_NAMES = ("gemv_dp4a", "gemv", "mma", "dequant_cublas")
-# gemv_dp4a runs as one kernel (x quantized inside each block) where x fits shared memory, else
-# as a quantize launch plus the GEMV; force_bucket="gemv_dp4a_split" times the latter anywhere.
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
-FUSED_WIDTHS = (1, 2, 3, 4)         # gemv_dp4a_fused_kernel instances: x quantized inside each block
-FUSED_ROWS = 8                      # kRowsFused in quant_matmul.cu
-FUSED_SMEM = 48 << 10               # x's codes and scales must fit the default shared memory
 GEMV_WIDTHS = tuple(range(1, 9))
 
 
@@ -57,7 +54,6 @@ def _kernel(trait: str, expr: str):
         (f"dequant_kernel<gguf::{trait}, float>", f"dequant_kernel<gguf::{trait}, unsigned short>")
     if QType[trait] in DOT_TYPES:
         exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
-        exprs += tuple(f"gemv_dp4a_fused_kernel<gguf::{trait}, {m}>" for m in FUSED_WIDTHS)
     return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
 
 
@@ -132,18 +128,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype)
-    if b not in BUCKET_NAMES + ("gemv_dp4a_split",) \
-            or (b.startswith("gemv_dp4a") and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
+    if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
             or (b == "gemv" and m > GEMV_WIDTHS[-1]):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
-    if b == "gemv_dp4a" and m in FUSED_WIDTHS and m * k + 8 * m * (k // 32) <= FUSED_SMEM \
-            and not force_bucket == "gemv_dp4a_split":
-        smem = m * k + 8 * m * (k // 32)
-        _kernel(t, f"gemv_dp4a_fused_kernel<gguf::{t}, {m}>")(
-            ((n + FUSED_ROWS - 1) // FUSED_ROWS,), (32, FUSED_ROWS),
-            (out, x, w.data, np.int32(n), np.int32(k), row_bytes), shared_mem=smem)
-        return out
-    if b in ("gemv_dp4a", "gemv_dp4a_split"):
+    if b == "gemv_dp4a":
         xq, xd, xs = quantize_x(x, t)
         _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
