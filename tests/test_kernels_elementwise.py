@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import shutil
-import subprocess
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from host_harness import build_host_library
 from gguf import GGML_QUANT_SIZES
 from gguf.quants import dequantize as gguf_dequantize
 
@@ -401,20 +400,7 @@ TRAIT_TYPES = [QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q
 @pytest.fixture(scope="module")
 def traits_lib(tmp_path_factory):
     """quant_blocks.cuh compiled for the host as a shared library (g++, else nvcc)."""
-    out = tmp_path_factory.mktemp("traits")
-    src = out / "harness.cpp"
-    src.write_text(HARNESS)
-    lib = out / "libgq.so"
-    inc = f"-I{REPO / 'cuda_src'}"
-    if shutil.which("g++"):
-        cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas", inc, str(src), "-o", str(lib)]
-    elif shutil.which("nvcc"):
-        cmd = ["nvcc", "-std=c++17", "-O1", "-shared", "-Xcompiler", "-fPIC", "-x", "cu", inc, str(src), "-o", str(lib)]
-    else:
-        pytest.skip("neither g++ nor nvcc to build the host harness")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"harness build failed:\n{proc.stdout}{proc.stderr}"
-    dll = ctypes.CDLL(str(lib))
+    dll = build_host_library(HARNESS, tmp_path_factory.mktemp("traits"), "gq")
     dll.gq_decode.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_void_p]
     dll.gq_geometry.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
     return dll

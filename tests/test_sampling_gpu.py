@@ -12,12 +12,11 @@ token), but the kernel's error is well below 1e-6 and few of them differ: the co
 """
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from host_harness import build_host_library
 
 from glimmer_cupy import ops
 from glimmer_cupy.ops._check import OpArgumentError
@@ -108,21 +107,7 @@ PX_EXPORT void px_uniform(const unsigned long long* seed, const unsigned* positi
 @pytest.fixture(scope="module")
 def philox_lib(tmp_path_factory):
     """philox.cuh compiled for the host as a shared library (g++, else nvcc)."""
-    out = tmp_path_factory.mktemp("philox")
-    src = out / "harness.cpp"
-    src.write_text(HARNESS)
-    lib = out / "libpx.so"
-    inc = f"-I{REPO / 'cuda_src'}"
-    if shutil.which("g++"):
-        cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-Wall", "-Wno-unknown-pragmas", inc, str(src),
-               "-o", str(lib)]
-    elif shutil.which("nvcc"):
-        cmd = ["nvcc", "-std=c++17", "-O1", "-shared", "-Xcompiler", "-fPIC", "-x", "cu", inc, str(src), "-o", str(lib)]
-    else:
-        pytest.skip("neither g++ nor nvcc to build the host harness")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, f"harness build failed:\n{proc.stdout}{proc.stderr}"
-    return ctypes.CDLL(str(lib))
+    return build_host_library(HARNESS, tmp_path_factory.mktemp("philox"), "px")
 
 
 def _ptr(a: np.ndarray):

@@ -6,8 +6,8 @@ from .embed import embed
 from .matmul import quant_matmul
 from .norm import add_rms_norm_, rms_norm
 from .rope import rope
-from .sampling import GREEDY, SamplingParams, argmax, sample_rows
+from .sampling import GREEDY, DeviceSamplingParams, SamplingParams, argmax, sample_rows
 
 __all__ = ["rms_norm", "add_rms_norm_", "rope", "silu_mul", "gelu_mul", "softcap", "scale",
            "quant_matmul", "embed", "kv_write_", "attention", "argmax", "sample_rows",
-           "SamplingParams", "GREEDY"]
+           "SamplingParams", "DeviceSamplingParams", "GREEDY"]
