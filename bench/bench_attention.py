@@ -65,6 +65,12 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
     scale = D ** -0.5
     splits = n_splits(b * HKV, ctx, _sm_count())
+    # Everything above ran on the legacy default stream (cuRAND fills, async uploads of the cell
+    # tables and q, full/arange of seq_lens, tok_seq, tok_pos); time_us launches on a non-blocking
+    # stream, which does not wait for it. Without this sync the first launches can read index
+    # arrays not yet written, i.e. stale pool memory, as cells and sequence ids: wild addresses
+    # (B=8 ctx=8192 on the H200: cudaErrorInvalidAddressSpace).
+    cupy.cuda.Device().synchronize()
 
     def launch(i, force=None):
         ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, scale,
@@ -102,6 +108,7 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
     def sdpa(i):
         with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
             return F.scaled_dot_product_attention(tq[i], ks[i], vs[i], scale=scale, enable_gqa=True)
+    torch.cuda.synchronize()                               # the dense copies (cupy, default stream)
     ref = sdpa(0).float().reshape(b, HQ, D)
     torch.cuda.synchronize()
     got = torch.from_dlpack(outs[0])

@@ -20,6 +20,9 @@ def n_sets(set_bytes: int) -> int:
 def graph_time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) -> float:
     """Median over `reps` of (time of a graph of `launches` calls) / launches, in microseconds."""
     import cupy
+    # the inputs were made on other streams (the default one, say): a non-blocking stream does not
+    # wait for them, so wait for the whole device before the first launch reads them
+    cupy.cuda.Device().synchronize()
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for i in range(sets):                     # warm-up: compile, first touch

@@ -278,3 +278,43 @@ def test_split_rule():
     assert n_splits(512, 32768, 132) == 5
     assert n_splits(8, 100, 132) == 1
     assert n_splits(1, 10 ** 7, 132) == 256            # MAX_SPLITS
+
+
+BENCH_CASES = [(b, ctx) for ctx in (1024, 8192, 32768) for b in (1, 8, 32, 64)]
+
+
+@pytest.mark.parametrize("b,ctx", BENCH_CASES)
+def test_bench_shapes_in_bounds(b, ctx):
+    """bench/bench_attention.py's cases (Qwen3-8B: 32 q / 8 KV heads, D 128): the workspace it
+    passes holds the split rule's partials, and the furthest offsets the split and combine kernels
+    compute stay inside the pool, the cell table and the partials (CPU only: the arithmetic)."""
+    from bench.bench_attention import D, HKV, HQ
+    from bench.common import n_sets
+    cells = n_sets(b * ctx * HKV * D * 4) * b * ctx + 1
+    splits = n_splits(b * HKV, ctx, 132)
+    need, n_acc = workspace_size(b, HQ, D, splits), splits * b * HQ * D
+    assert workspace_size(b, HQ, D) >= need
+    chunk = (-(-ctx // splits) + 31) & ~31
+    assert (splits - 1) * chunk <= ctx        # a last split may be empty (B=8 8k: 32 * 256), never past the table
+    assert (cells - 1) * HKV * D + (HKV - 1) * D + D - 1 < cells * HKV * D
+    last = (splits - 1) * b * HQ + b * HQ - 1                        # partial row of the last split
+    assert last * D + D - 1 < n_acc and 2 * last + 1 < need - n_acc
+
+
+@gpu
+def test_bench_case_waits_for_its_inputs():
+    """Regression (B=8 ctx=8192 on the H200: cudaErrorInvalidAddressSpace): the benchmark builds
+    its pools and index arrays on the default stream and times on a non-blocking one, so it must
+    synchronize in between. A spin ahead of the setup keeps the default stream busy; without the
+    sync the first launch reads the unwritten cell table and tok_seq (stale NaN-filled pool memory
+    from earlier tests) as indices."""
+    import cupy
+    from bench import bench_attention
+    from bench.common import _spin
+    rng = np.random.default_rng(0)
+    for b, ctx in ((8, 1024), (8, 2048)):
+        _spin(50_000)                                   # 50 ms of default-stream work ahead of the setup
+        row = bench_attention.run_case(b, ctx, rng, launches=2, reps=1, copy_bw=1e12, torch=None,
+                                       splits_sweep=())
+        cupy.cuda.Device().synchronize()
+        assert row["splits"] == n_splits(b * 8, ctx, bench_attention._sm_count()) and row["us"] > 0
