@@ -68,6 +68,7 @@ def eager_time_us(launch: Callable[[int], None], sets: int, launches: int, reps:
     A spin kernel ahead of each timed batch lets the host queue the whole batch first, so the
     events measure the device's time, not the host's launch rate."""
     import cupy
+    cupy.cuda.Device().synchronize()          # inputs made on other streams must be complete
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for i in range(sets):
