@@ -12,10 +12,7 @@ fp16 beforehand as the baseline beside it. Results: JSON and a markdown table.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, cublas_fp16_flops, device_name, n_sets, time_us  # noqa: E402
+from bench.common import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
@@ -113,15 +110,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
     flops = cublas_fp16_flops()
-    commit = os.environ.get("GLIMMER_COMMIT")           # the device machine's copy has no .git
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=Path(__file__).parent).stdout.strip() or "unknown"
-        except OSError:
-            commit = "unknown"
-    meta = dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit,
-                copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12)
+    meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:

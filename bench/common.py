@@ -99,6 +99,24 @@ def time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) 
         return eager_time_us(launch, sets, max(3, launches // 10), reps), f"eager ({why})"
 
 
+def run_meta(**extra) -> dict:
+    """GPU, date and commit of a benchmark run (GLIMMER_COMMIT where the tree has no .git), plus
+    the ceilings or settings the caller measured."""
+    import datetime
+    import os
+    import subprocess
+    from pathlib import Path
+
+    commit = os.environ.get("GLIMMER_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        except OSError:
+            commit = "unknown"
+    return dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit, **extra)
+
+
 def device_name() -> str:
     import cupy
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
