@@ -78,21 +78,63 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
-               torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None)
+               torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None,
+               nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None)
     for s in splits_sweep:
         row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
+    # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
+    rows = sorted({0, b - 1})
+    exact = exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows, scale)
+    row["nmse_vs_exact"] = nmse(cupy, outs[0][rows], exact)
+    row["nonfinite_out"] = int((~cupy.isfinite(outs[0])).sum())
     if torch is not None:
         row.update(torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, launches, reps,
-                              kv_bytes))
+                              kv_bytes, rows, exact))
     print(f"attention decode B={b:<3d} ctx={ctx:<6d} | {us:8.1f} us | {row['kv_gbps'] / 1e3:5.2f} TB/s "
           f"({100 * row['of_copy']:3.0f}% of copy) | {splits:3d} splits ({how})"
           + (f" | torch SDPA: {row['torch_us']:8.1f} us ({row['torch_gbps'] / 1e3:4.2f} TB/s, {row['torch_timing']})"
-             f" NMSE {row['nmse_vs_torch']:.1e}" if row["torch_us"] else "")
+             f" NMSE {row['nmse_vs_torch']:.1e} (SDPA vs exact {row['torch_nmse_vs_exact']:.1e}, {row['torch_backend']})"
+             if row["torch_us"] else "")
+          + f" | kernel vs exact (seqs 0, B-1) {row['nmse_vs_exact']:.1e}, non-finite {row['nonfinite_out']}"
           + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
     return row
 
 
-def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, launches, reps, kv_bytes):
+def bf16_to_f32(xp, bits):
+    """bfloat16 bits (uint16) -> float32, exactly."""
+    return (bits.astype(xp.uint32) << 16).view(xp.float32)
+
+
+def exact_rows(xp, q, k_pool, v_pool, table, rows, scale):
+    """Float64 decode attention of the tokens in `rows` (token t reads all of table[t]; GQA as in the
+    kernel: query head h uses kv head h // (q_heads // kv_heads)), on the same pools: an arbiter for
+    the kernel-vs-SDPA cross-check that needs neither. xp: numpy or cupy. -> (len(rows), q_heads, D)."""
+    hq, d = q.shape[1], q.shape[2]
+    hkv = k_pool.shape[1]
+    out = []
+    for t in rows:
+        cells = table[t]
+        k = bf16_to_f32(xp, k_pool[cells]).astype(xp.float64)          # (L, hkv, D)
+        v = bf16_to_f32(xp, v_pool[cells]).astype(xp.float64)
+        kk = xp.repeat(k, hq // hkv, axis=1)                           # (L, hq, D)
+        vv = xp.repeat(v, hq // hkv, axis=1)
+        s = xp.einsum("hd,lhd->hl", q[t].astype(xp.float64), kk) * scale
+        p = xp.exp(s - s.max(axis=1, keepdims=True))
+        out.append(xp.einsum("hl,lhd->hd", p, vv) / p.sum(axis=1)[:, None])
+    return xp.stack(out)
+
+
+def nmse(xp, got, ref):
+    """Mean squared error over the reference's mean square, in float64; nan where either side holds a
+    non-finite value, inf where the reference is all zeros (an output that was never computed)."""
+    got, ref = xp.asarray(got, dtype=xp.float64), xp.asarray(ref, dtype=xp.float64)
+    if not (bool(xp.isfinite(got).all()) and bool(xp.isfinite(ref).all())):
+        return float("nan")
+    den = float((ref ** 2).mean())
+    return float(((got - ref) ** 2).mean()) / den if den > 0 else float("inf")
+
+
+def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, launches, reps, kv_bytes, rows, exact):
     """SDPA on contiguous (B, 8, ctx, 128) bf16 copies of the same K/V, one query per sequence."""
     import cupy
     import torch.nn.functional as F
@@ -111,10 +153,28 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
     torch.cuda.synchronize()                               # the dense copies (cupy, default stream)
     ref = sdpa(0).float().reshape(b, HQ, D)
     torch.cuda.synchronize()
-    got = torch.from_dlpack(outs[0])
-    nmse = float(((got - ref) ** 2).mean() / (ref ** 2).mean())
+    ref_c = cupy.from_dlpack(ref.contiguous())
+    vs_kernel = nmse(cupy, outs[0], ref_c)
+    vs_exact = nmse(cupy, ref_c[rows], exact)
+    # which SDPA backend ran: each fused one alone, first that accepts the inputs
+    backend = "unknown"
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        fused = (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)
+        for bk in fused + ((SDPBackend.MATH,) if kv_bytes <= (1 << 30) else ()):   # math: fp32 K/V copies
+            try:
+                with sdpa_kernel([bk]):
+                    alone = sdpa(0).float().reshape(b, HQ, D)
+                torch.cuda.synchronize()
+                backend += f" {bk.name}:{nmse(cupy, cupy.from_dlpack(alone.contiguous())[rows], exact):.1e}"
+            except RuntimeError:
+                backend += f" {bk.name}:n/a"
+        backend = backend.replace("unknown ", "vs exact per backend ")
+    except ImportError:
+        pass
     us, how = time_us(sdpa, tsets, launches, reps)
-    return dict(torch_us=us, torch_gbps=kv_bytes / us / 1e3, torch_timing=how, nmse_vs_torch=nmse)
+    return dict(torch_us=us, torch_gbps=kv_bytes / us / 1e3, torch_timing=how, nmse_vs_torch=vs_kernel,
+                torch_nmse_vs_exact=vs_exact, torch_backend=backend)
 
 
 def fits(b: int, ctx: int, torch) -> bool:

@@ -318,3 +318,31 @@ def test_bench_case_waits_for_its_inputs():
                                        splits_sweep=())
         cupy.cuda.Device().synchronize()
         assert row["splits"] == n_splits(b * 8, ctx, bench_attention._sm_count()) and row["us"] > 0
+
+
+def test_bench_exact_arbiter_matches_reference_cpu():
+    """bench_attention's float64 arbiter (used to decide kernel vs SDPA at large pools) agrees with the
+    NumPy reference on scattered cells, GQA 4; and its NMSE flags zero / non-finite outputs. CPU only."""
+    import math
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.bench_attention import exact_rows, nmse
+    from glimmer_cupy.reference import attention as refmod
+    rng = np.random.default_rng(1)
+    b, ctx, hq, hkv, d = 3, 40, 8, 2, 16
+    cells = b * ctx + 1
+    bits = lambda shape: (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    k_bits, v_bits = bits((cells, hkv, d)), bits((cells, hkv, d))
+    table = rng.permutation(np.arange(1, cells)).astype(np.int32).reshape(b, ctx)
+    q = rng.standard_normal((b, hq, d)).astype(np.float32)
+    scale = d ** -0.5
+    got = exact_rows(np, q, k_bits, v_bits, table, [0, b - 1], scale)
+    kf = (k_bits.astype(np.uint32) << 16).view(np.float32)
+    vf = (v_bits.astype(np.uint32) << 16).view(np.float32)
+    want = refmod.attention(q, kf, vf, table, np.full(b, ctx, np.int32), np.arange(b, dtype=np.int32),
+                            np.full(b, ctx - 1, np.int32), scale)
+    assert nmse(np, got, want[[0, b - 1]]) < 1e-10
+    assert nmse(np, np.zeros_like(got), got) == 1.0
+    assert math.isinf(nmse(np, got, np.zeros_like(got)))
+    assert math.isnan(nmse(np, np.full_like(got, np.inf), got))
