@@ -14,10 +14,7 @@ torch imports, with the NMSE between the two outputs as a cross-check. JSON and 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, device_name, n_sets, time_us  # noqa: E402
+from bench.common import copy_bandwidth, n_sets, run_meta, time_us  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _sm_count, n_splits, workspace_size  # noqa: E402
 
@@ -212,15 +209,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     torch = None if args.no_torch else torch_or_none()
     copy_bw = copy_bandwidth()
-    commit = os.environ.get("GLIMMER_COMMIT")           # the device machine's copy has no .git
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=Path(__file__).parent).stdout.strip() or "unknown"
-        except OSError:
-            commit = "unknown"
-    meta = dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit,
-                copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__)
+    meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     rows = []
