@@ -106,7 +106,7 @@ def exact_rows(xp, q, k_pool, v_pool, table, rows, scale):
     """Float64 decode attention of the tokens in `rows` (token t reads all of table[t]; GQA as in the
     kernel: query head h uses kv head h // (q_heads // kv_heads)), on the same pools: an arbiter for
     the kernel-vs-SDPA cross-check that needs neither. xp: numpy or cupy. -> (len(rows), q_heads, D)."""
-    hq, d = q.shape[1], q.shape[2]
+    hq = q.shape[1]
     hkv = k_pool.shape[1]
     out = []
     for t in rows:
