@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.step import StepBatch
-from .cell_pool import CellPool
+from .cell_pool import SCRATCH_CELL, CellPool
 from .sequence import Sequence
 
 
@@ -39,3 +39,56 @@ def plan_step(pool: CellPool, chunks: list[tuple[Sequence, int]]) -> StepBatch:
         cells=np.array(cells, np.int32), tok_seq=np.array(tok_seq, np.int32), cell_table=table,
         seq_lens=np.array([len(seq.cells) for seq, _ in chunks], np.int32),
         logit_rows=np.array(logit_rows, np.int32))
+
+
+# Static step widths: a step pads up to the next one, so the GPU executor captures one graph per
+# width and replays it. Steps wider than the widest are sliced (slice_chunks) before planning.
+STEP_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def step_width(n_tokens: int) -> int:
+    """The smallest static width that holds n_tokens."""
+    for w in STEP_WIDTHS:
+        if n_tokens <= w:
+            return w
+    raise ValueError(f"step_width: {n_tokens} tokens exceed the widest static step of {STEP_WIDTHS[-1]}; slice it")
+
+
+def pad_step(step: StepBatch, width: int) -> StepBatch:
+    """step padded to width tokens. The padding tokens (id 0, position 0) form one extra
+    step-sequence whose table row holds only the scratch cell and whose seq_len is 0: they write
+    their K/V to the scratch cell, attend to nothing (the reference gives zeros, not NaN), and are
+    never logit rows, so real rows' K/V, attention and logits are untouched."""
+    t, pad = step.n_tokens, width - step.n_tokens
+    if pad < 0:
+        raise ValueError(f"pad_step: a step of {t} tokens does not fit width {width}")
+    if pad == 0:
+        return step
+    s, L = step.cell_table.shape
+    fill = lambda a, v: np.concatenate([a, np.full(pad, v, a.dtype)])
+    visible = None
+    if step.visible is not None:
+        visible = np.concatenate([step.visible, np.zeros((pad, L), bool)])
+    return StepBatch(
+        tokens=fill(step.tokens, 0), positions=fill(step.positions, 0),
+        cells=fill(step.cells, SCRATCH_CELL), tok_seq=fill(step.tok_seq, s),
+        cell_table=np.concatenate([step.cell_table, np.full((1, L), SCRATCH_CELL, np.int32)]),
+        seq_lens=fill(step.seq_lens, 0), logit_rows=step.logit_rows, visible=visible)
+
+
+def slice_chunks(chunks: list[tuple[Sequence, int]], width: int) -> list[list[tuple[Sequence, int]]]:
+    """Cut one step's chunks into steps of at most width tokens, in order. A chunk cut in two runs
+    its first part in the earlier step, so its K/V is in the pool when the rest attends to it."""
+    steps, cur, room = [], [], width
+    for seq, n in chunks:
+        while n:
+            take = min(n, room)
+            cur.append((seq, take))
+            n -= take
+            room -= take
+            if room == 0:
+                steps.append(cur)
+                cur, room = [], width
+    if cur:
+        steps.append(cur)
+    return steps

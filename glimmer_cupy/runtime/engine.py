@@ -1,0 +1,80 @@
+"""The serving loop: schedule a step, plan it, pad it to a static width, run it, sample, commit.
+
+NumPy executor for now; the GPU executor replaces HostExecutor behind the same two calls
+(logits(step), sample(logits, params, positions)) and replays one captured graph per width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from ..model.decoder import Decoder
+from .cell_pool import CellPool
+from .host_executor import HostExecutor
+from .scheduler import Request, Result, Scheduler
+from .step_planner import STEP_WIDTHS, pad_step, plan_step, slice_chunks, step_width
+
+OnToken = Callable[[object, int], None]        # (request id, token), called once per new token
+
+
+class Engine:
+    def __init__(self, decoder: Decoder, n_cells: int, budget: int = 64, executor=None):
+        self.decoder = decoder
+        self.pool = CellPool(n_cells)
+        self.executor = executor or HostExecutor(decoder, n_cells)
+        self.scheduler = Scheduler(self.pool, decoder.cfg.context, decoder.cfg.vocab, budget)
+        self.widths_run: list[int] = []        # static width of every step run (tests, stats)
+
+    def add(self, request: Request) -> None:
+        self.scheduler.add(request)
+
+    def step(self, on_token: OnToken | None = None) -> list[Result]:
+        """Run one scheduled step; the results of requests it finished. [] when idle."""
+        sch = self.scheduler
+        chunks = sch.schedule()
+        if not chunks:
+            return []
+        logits, seqs = [], []
+        # a step wider than the widest static width runs as several; a sequence's chunk cut in
+        # two runs its first part first, so the K/V it needs is written before it is read
+        for part in slice_chunks(chunks, STEP_WIDTHS[-1]):
+            step = plan_step(self.pool, part)
+            width = step_width(step.n_tokens)
+            self.widths_run.append(width)
+            logits.append(self.executor.logits(pad_step(step, width)))
+            # plan_step asks for logits at each chunk that reaches the end of its tokens, in order
+            seqs += [seq for seq, _ in part if seq.n_pending == 0]
+        if not seqs:
+            return []                                            # prefill chunks only
+        entries = [sch.entry(s) for s in seqs]
+        params = [e.request.params for e in entries]
+        positions = [len(s.tokens) for s in seqs]                # the new token's position
+        tokens, flags = self.executor.sample(np.concatenate(logits), params, positions)
+        done = []
+        for e, tok, flag in zip(entries, tokens.tolist(), flags.tolist()):
+            e.seq.tokens.append(tok)
+            e.flagged_rows += flag
+            if on_token:
+                on_token(e.request.id, tok)
+            if tok in e.request.stop_ids:
+                done.append(sch.finish(e, "stop token"))
+            elif len(e.seq.generated) >= e.request.max_new:
+                done.append(sch.finish(e, "length"))
+            else:
+                sch.started_decoding(e)
+        return done
+
+    def run(self, on_token: OnToken | None = None) -> None:
+        """Step until every added request is finished or rejected."""
+        while not self.scheduler.idle:
+            self.step(on_token)
+
+    def generate(self, requests: Iterable[Request], on_token: OnToken | None = None) -> list[Result]:
+        """Results in the order of requests (finished or rejected, never lost)."""
+        requests = list(requests)
+        for r in requests:
+            self.add(r)
+        self.run(on_token)
+        return [self.scheduler.results[r.id] for r in requests]
