@@ -7,7 +7,8 @@ from .matmul import quant_matmul
 from .norm import add_rms_norm_, rms_norm
 from .rope import rope
 from .sampling import GREEDY, DeviceSamplingParams, SamplingParams, argmax, sample_rows
+from .speculative import sample_token
 
 __all__ = ["rms_norm", "add_rms_norm_", "rope", "silu_mul", "gelu_mul", "softcap", "scale",
            "quant_matmul", "embed", "kv_write_", "attention", "argmax", "sample_rows",
-           "SamplingParams", "DeviceSamplingParams", "GREEDY"]
+           "sample_token", "SamplingParams", "DeviceSamplingParams", "GREEDY"]

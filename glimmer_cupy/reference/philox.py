@@ -23,6 +23,7 @@ class Purpose(IntEnum):
     SAMPLE = 0          # categorical draw of the next token
     ACCEPT = 1          # speculative acceptance test of a drafted token
     RESIDUAL = 2        # draw from the residual distribution after a rejection
+    DRAFT = 3           # a drafter's own draws, independent of the target's ACCEPT/RESIDUAL draws
 
 
 def philox4x32_10(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
