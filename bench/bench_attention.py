@@ -14,7 +14,6 @@ torch imports, with the NMSE between the two outputs as a cross-check. JSON and 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, n_sets, run_meta, time_us  # noqa: E402
+from bench.common import copy_bandwidth, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _sm_count, n_splits, workspace_size  # noqa: E402
 
@@ -223,9 +222,7 @@ def main(argv=None) -> int:
             if torch is not None:
                 torch.cuda.empty_cache()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
-        args.out.with_suffix(".md").write_text(markdown(meta, rows))
+        write_results(args.out, meta, rows, markdown(meta, rows))
     return 0
 
 

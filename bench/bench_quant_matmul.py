@@ -12,7 +12,6 @@ fp16 beforehand as the baseline beside it. Results: JSON and a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us  # noqa: E402
+from bench.common import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
@@ -122,9 +121,7 @@ def main(argv=None) -> int:
     for q, (n, k) in cases:
         rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
-        args.out.with_suffix(".md").write_text(markdown(meta, rows))
+        write_results(args.out, meta, rows, markdown(meta, rows))
     return 0
 
 

@@ -117,6 +117,15 @@ def run_meta(**extra) -> dict:
     return dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit, **extra)
 
 
+def write_results(out, meta: dict, rows: list, markdown: str) -> None:
+    """OUT.json (meta and rows) and OUT.md (the table) of a benchmark run."""
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    out.with_suffix(".md").write_text(markdown)
+
+
 def device_name() -> str:
     import cupy
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
