@@ -30,7 +30,7 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #   gemv: float decoding, for the types without an integer path (F16, BF16, F32, Q2_K, Q3_K, Q5_1).
 #   dequant_cublas: decode W to a bf16 scratch, x to bf16, cuBLAS GEMM on tensor cores with
 #     fp32 results (bf16, not fp16: Gemma's activations overflow fp16). Replaced a float32
-#     scratch + SGEMM that ran at ~42 TFLOP/s, 14-17x cuBLAS fp16 (quant_matmul_v3 in NOTES.md).
+#     scratch + SGEMM that ran at ~42 TFLOP/s, 14-17x cuBLAS fp16 (bench/results/quant_matmul_v3.md).
 #   mma (not in the table; force_bucket="mma"): tensor cores in a kernel of ours (quant_mma.cu),
 #     W decoded to bf16 tiles in shared memory, K split across blocks. The only bucket above the
 #     GEMVs that a CUDA graph can capture (CuPy refuses cuBLAS calls during capture). Measured
@@ -44,7 +44,6 @@ BUCKET_NAMES = ("gemv_dp4a", "gemv", "mma", "dequant_cublas")
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
-
 
 
 @cache
