@@ -14,6 +14,11 @@ from .runtime.generate import check_lengths
 from .weights.fetch import DEFAULT_MODEL, MODELS, fetch, resolve_model
 
 
+# `--device auto` picks the CUDA executor only once its GPU tests (tests/test_cuda_executor.py)
+# have passed on a device; until then auto keeps the verified NumPy path and --device cuda opts in.
+CUDA_EXECUTOR_VERIFIED = False
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line, with exit status 2."""
 
@@ -32,19 +37,39 @@ def _sampling(args, vocab: int | None = None) -> SamplingParams:
 
 
 def _open_model(args):
-    """(model, note on the device) — the note is printed only once all input has been checked."""
+    """(model, note on the device, device) — the note is printed only once all input has been
+    checked; device is 'cpu' or 'cuda' (the executor is made by _executor, after the checks)."""
     from .model.model import load_model
     from .runtime.device import pick_device
 
     device = pick_device(args.device)
+    model = load_model(resolve_model(args.model))
     note = "device: cpu (NumPy reference path)"
+    if device == "cuda" and args.device == "auto" and not CUDA_EXECUTOR_VERIFIED:
+        device, note = "cpu", ("device: cpu (NumPy reference path; a CUDA device is present, but the CUDA "
+                               "executor has not been verified on a GPU yet: --device cuda runs it)")
     if device == "cuda":
-        if args.device == "cuda":
-            raise GlimmerError("--device cuda: the CUDA model path is not available in this version; "
-                               "use --device cpu")
-        note = ("device: a CUDA device is present, but the CUDA model path is not available in this "
-                "version; using the NumPy path")
-    return load_model(resolve_model(args.model)), note
+        from .runtime.cuda_executor import check_cuda_support
+        try:
+            check_cuda_support(model.cfg, model.weights)
+        except GlimmerError as e:
+            if args.device == "cuda":
+                raise
+            device, note = "cpu", f"device: cpu (NumPy reference path; a CUDA device is present, but {e})"
+    return model, note, device
+
+
+def _executor(model, device: str):
+    """(executor or None for the NumPy path, note): the CUDA executor uploads the weights once and
+    sizes its KV pool from the free memory, up to one full context."""
+    from .runtime.generate import make_executor
+
+    ex = make_executor(model, device)
+    if ex is None:
+        return None, None
+    from .runtime.cuda_executor import device_name
+    return ex, (f"device: cuda ({device_name()}; weights {ex.weight_bytes / 2**20:.0f} MiB, KV pool "
+                f"{ex.n_cells} cells, {ex.pool_bytes / 2**20:.0f} MiB; eager, no CUDA graphs yet)")
 
 
 def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None) -> list[int]:
@@ -57,13 +82,14 @@ def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None)
     return encode_chat(model.tokenizer, model.chat_template, (history or []) + [{"role": "user", "content": text}])
 
 
-def _generate_text(model, ids: list[int], args, params, stream: bool):
+def _generate_text(model, ids: list[int], args, params, stream: bool, executor=None):
     from .runtime.generate import GenerationStats, generate
 
     stats = GenerationStats()
     out: list[int] = []
     dec = model.tokenizer.stream()
-    for t in generate(model, ids, args.n, params, stop_ids=model.tokenizer.eos_ids, stats=stats):
+    for t in generate(model, ids, args.n, params, stop_ids=model.tokenizer.eos_ids, stats=stats,
+                      executor=executor):
         out.append(t)
         if stream and t not in model.tokenizer.eos_ids:
             sys.stdout.write(dec.push(t))
@@ -83,14 +109,15 @@ def cmd_run(args) -> int:
     _sampling(args)                                   # reject bad arguments before loading
     if args.n <= 0:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
-    model, note = _open_model(args)
+    model, note, device = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
     ids = _prompt_ids(model, args.prompt, args.chat)
     check_lengths(model, len(ids), args.n)
-    _say(note)
+    executor, cuda_note = _executor(model, device)
+    _say(cuda_note or note)
     if args.seed is None and params.temperature > 0:
         _say(f"seed: {params.seed}")
-    out = _generate_text(model, ids, args, params, stream=not args.json)
+    out = _generate_text(model, ids, args, params, stream=not args.json, executor=executor)
     if args.json:
         text = model.tokenizer.decode(out)
         print(json.dumps({"prompt_tokens": ids, "tokens": out, "text": text}, ensure_ascii=False))
@@ -101,9 +128,10 @@ def cmd_chat(args) -> int:
     _sampling(args)
     if args.n <= 0:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
-    model, note = _open_model(args)
+    model, note, device = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
-    _say(note)
+    executor, cuda_note = _executor(model, device)
+    _say(cuda_note or note)
     history: list[dict] = []
     if args.system:
         history.append({"role": "system", "content": args.system})
@@ -113,7 +141,7 @@ def cmd_chat(args) -> int:
         if not text:
             break
         ids = _prompt_ids(model, text, True, history)
-        out = _generate_text(model, ids, args, params, stream=True)
+        out = _generate_text(model, ids, args, params, stream=True, executor=executor)
         history += [{"role": "user", "content": text},
                     {"role": "assistant", "content": model.tokenizer.decode(out)}]
     return 0
@@ -203,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     except GlimmerError as e:
         _say(f"glimmer: error: {e}")
         return 2
+    except RuntimeError as e:                         # a CUDA failure mid-generation: step, layer, op
+        from .runtime.cuda_executor import CudaStepError
+        if not isinstance(e, CudaStepError):
+            raise
+        _say(f"glimmer: CUDA error: {e}")
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

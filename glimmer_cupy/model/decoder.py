@@ -1,8 +1,13 @@
-"""The decoder graph, written once over glimmer_cupy.ops for every supported architecture."""
+"""The decoder graph, written once over glimmer_cupy.ops for every supported architecture.
+
+One graph for both array types: with NumPy weights, step arrays and KV pools it runs the
+reference ops (runtime/host_executor.py); with device weights (CuPy norm vectors, device
+QuantTensors), step arrays on the device and bf16 pools it launches the kernels
+(runtime/cuda_executor.py). Nothing here names an array module: Linear joins and splits
+with the module of its input, and ops dispatch on the array type.
+"""
 
 from __future__ import annotations
-
-import numpy as np
 
 from .. import ops
 from .config import ModelConfig
@@ -11,19 +16,21 @@ from .weights import ModelWeights
 
 
 class Decoder:
-    """forward(step, kv) -> logits for the step's logit rows; kv[layer] = (k_pool, v_pool)."""
+    """forward(step, kv) -> logits for the step's logit rows; kv[layer] = (k_pool, v_pool).
+
+    The step's arrays, the pools and the weights are all NumPy or all CuPy."""
 
     def __init__(self, cfg: ModelConfig, weights: ModelWeights):
         self.cfg = cfg
         self.w = weights
 
-    def forward(self, step: StepBatch, kv) -> np.ndarray:
+    def forward(self, step: StepBatch, kv):
         cfg, w = self.cfg, self.w
         t = step.n_tokens
         x = ops.embed(w.embed, step.tokens, cfg.embed_scale)                     # x: (T, hidden)
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps)
         for i, lw in enumerate(w.layers):
-            q, k, v = lw.qkv.split(lw.qkv(h))
+            q, k, v = lw.qkv.split(lw.qkv(h))                                    # contiguous parts
             q = q.reshape(t, cfg.n_heads, cfg.head_dim)                          # (T, Hq, D)
             k = k.reshape(t, cfg.n_kv_heads, cfg.head_dim)                       # (T, Hkv, D)
             v = v.reshape(t, cfg.n_kv_heads, cfg.head_dim)
@@ -48,7 +55,7 @@ class Decoder:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
             h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps)                        # x += d
-        logits = w.head(h[step.logit_rows])                                      # (K, vocab)
+        logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32
         if cfg.final_softcap:
             logits = ops.softcap(logits, cfg.final_softcap)
         return logits

@@ -4,6 +4,9 @@ q/k/v and gate/up read the same normed activations; joined into one matrix they 
 pass over the input and one launch on the GPU. GGUF files sometimes give them different
 quant types (Gemma 3 270M: q, k Q5_0 and v Q8_0); those stay separate parts, and the layer
 writes each part's columns of the output.
+
+The same layer runs on NumPy and CuPy arrays: a layer whose parts are on the device
+(`to_device`) takes and returns CuPy arrays, and joins and splits them with CuPy.
 """
 
 from __future__ import annotations
@@ -12,6 +15,14 @@ import numpy as np
 
 from .. import ops
 from ..weights.quant_tensor import QuantTensor
+
+
+def array_module(a):
+    """numpy for NumPy arrays, else cupy (imported only when a CuPy array is seen)."""
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+    return cupy.get_array_module(a)
 
 
 def join_rows(name: str, parts: list[QuantTensor]) -> QuantTensor | None:
@@ -47,11 +58,28 @@ class Linear:
     def __call__(self, x):
         """x: (T, in_dim) -> (T, out_dim)."""
         ys = [ops.quant_matmul(x, p) for p in self.parts]
-        y = ys[0] if len(ys) == 1 else np.concatenate(ys, axis=-1)
+        y = ys[0] if len(ys) == 1 else array_module(ys[0]).concatenate(ys, axis=-1)
         if self.bias is not None:
             y = y + self.bias
         return y
 
     def split(self, y):
-        """The output columns of each original matrix (q, k, v or gate, up)."""
-        return np.split(y, np.cumsum(self.out_dims)[:-1], axis=-1)
+        """The output columns of each original matrix (q, k, v or gate, up), each a contiguous
+        array: column slices of y are strided views, and the GPU ops (rms_norm, rope, kv_write_)
+        take only contiguous inputs. On NumPy the values are the same either way."""
+        xp = array_module(y)
+        return [xp.ascontiguousarray(p) for p in xp.split(y, np.cumsum(self.out_dims)[:-1].tolist(), axis=-1)]
+
+    def to_device(self, upload=None) -> Linear:
+        """The same layer with its parts uploaded (QuantTensor.to_device, or `upload(part)`, which
+        lets a caller upload a tensor shared by two layers once: a tied embedding and head) and
+        its bias as a CuPy float32 array."""
+        import cupy
+
+        upload = upload or (lambda p: p.to_device())
+        dev = object.__new__(Linear)
+        dev.parts = [upload(p) for p in self.parts]
+        dev.out_dims = list(self.out_dims)
+        dev.in_dim = self.in_dim
+        dev.bias = None if self.bias is None else cupy.asarray(np.ascontiguousarray(self.bias, np.float32))
+        return dev

@@ -1,10 +1,15 @@
-"""Single-sequence generation: chunked prefill, then one token per step, sampled per position."""
+"""Single-sequence generation: chunked prefill, then one token per step, sampled per position.
+
+The executor decides the device: HostExecutor (NumPy) by default, or one made by make_executor
+for 'cuda' (runtime/cuda_executor.py), which the caller keeps across calls so that the weights
+are uploaded once (a chat reuses it for every turn).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from ..errors import GlimmerError
 from ..model.model import Model
@@ -44,14 +49,36 @@ def check_lengths(model: Model, n_prompt: int, max_new: int) -> None:
                            f"the context of {ctx} tokens")
 
 
+def make_executor(model: Model, device: str, n_cells: int | None = None):
+    """The executor to keep for a device: for 'cuda' a CudaExecutor (n_cells None sizes its KV
+    pool from the free device memory, capped at one full context plus the scratch cell); for
+    'cpu' None, so that generate makes a HostExecutor sized to each request."""
+    if device == "cuda":
+        from .cuda_executor import CudaExecutor
+        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1)
+    if device != "cpu":
+        raise GlimmerError(f"device must be cpu or cuda, got {device!r}")
+    return None
+
+
 def generate(model: Model, prompt_ids: list[int], max_new: int, params: SamplingParams,
-             stop_ids=frozenset(), stats: GenerationStats | None = None) -> Iterator[int]:
-    """Yield up to max_new tokens; stops after a token in stop_ids (which is yielded)."""
+             stop_ids=frozenset(), stats: GenerationStats | None = None, executor=None) -> Iterator[int]:
+    """Yield up to max_new tokens; stops after a token in stop_ids (which is yielded).
+
+    executor: one from make_executor, reused across calls (its KV pool is rewritten cell by cell
+    before anything reads it); None makes a HostExecutor for this call."""
     params.check(model.cfg.vocab)
     check_lengths(model, len(prompt_ids), max_new)
     stats = stats if stats is not None else GenerationStats()
-    pool = CellPool(len(prompt_ids) + max_new + 1)
-    ex = HostExecutor(model.decoder, pool.n_cells)
+    need = len(prompt_ids) + max_new + 1
+    if executor is None:
+        executor = HostExecutor(model.decoder, need)
+    n_cells = int(executor.kv[0][0].shape[0])            # both executors: kv[layer] = (k_pool, v_pool)
+    if n_cells < need:
+        raise GlimmerError(f"prompt of {len(prompt_ids)} tokens plus {max_new} to generate needs {need} KV cells, "
+                           f"the executor's pool holds {n_cells}")
+    pool = CellPool(n_cells)
+    ex = executor
     seq = Sequence(list(prompt_ids), params)
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
@@ -60,6 +87,8 @@ def generate(model: Model, prompt_ids: list[int], max_new: int, params: Sampling
         logits = ex.logits(step)
         if len(step.logit_rows):
             break
+    if hasattr(ex, "synchronize"):                        # a device executor runs asynchronously
+        ex.synchronize()
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     for i in range(max_new):

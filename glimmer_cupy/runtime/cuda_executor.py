@@ -1,0 +1,331 @@
+"""Runs steps on a CUDA device, eagerly (no CUDA graphs yet): the decoder graph over CuPy arrays.
+
+Same two calls as HostExecutor: `logits(step)` -> (K, vocab) float32 on the device, and
+`sample(logits, params, positions)` -> host (tokens, flags). What differs from the NumPy path
+lives here, not in the graph:
+- every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are;
+  a tied embedding/head once), norm vectors and biases as CuPy float32;
+- the K/V pools are bfloat16 bits (uint16), (n_cells, kv_heads, head_dim) per layer, written by
+  kv_write_ with round to nearest even;
+- a step's index arrays are checked on the host (the kernels read them unchecked), packed into
+  one int32 buffer and uploaded in one copy, so rope, kv_write_ and attention get int32 device
+  arrays and no op copies them per layer.
+
+Errors: a CUDA failure while a step runs becomes CudaStepError naming the step, the layer and
+the op (read from the traceback). CUDA reports a faulting kernel asynchronously, at a later call;
+run with CUDA_LAUNCH_BLOCKING=1 to have it reported by the op that launched it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import GlimmerError, UnsupportedError
+from ..model.config import ModelConfig
+from ..model.decoder import Decoder
+from ..model.linear import Linear
+from ..model.step import StepBatch
+from ..model.weights import LayerWeights, ModelWeights
+from ..ops import sample_rows
+from ..ops._check import OpArgumentError
+from ..ops.attention import HEAD_DIMS, head_chunk, n_splits, workspace_size
+from ..ops.embed import TRAITS as EMBED_TRAITS
+from ..ops.matmul import TRAITS as MATMUL_TRAITS
+
+MIB = 1 << 20
+HEADROOM = 512 * MIB          # CUDA context growth, cuBLAS workspace, kernel modules, pool fragmentation
+MAX_STEP_TOKENS = 512         # widest step the scratch estimate covers (generate's PREFILL_CHUNK)
+MAX_LOGIT_ROWS = 64           # logit rows per step the scratch estimate covers (the widest static step)
+MAX_CELLS = 1 << 16           # default cap on a pool sized from free memory
+
+
+class CudaStepError(RuntimeError):
+    """A CUDA failure while running a step: which step, layer and op; the CUDA error is chained."""
+
+
+# ---- host side: what the CUDA path supports, and how much memory it needs -------------------
+
+def _linears(w: ModelWeights) -> list[Linear]:
+    return [w.head] + [m for l in w.layers for m in (l.qkv, l.wo, l.gate_up, l.down)]
+
+
+def check_cuda_support(cfg: ModelConfig, w: ModelWeights) -> None:
+    """Raise UnsupportedError (one line) when a kernel the model needs does not exist."""
+    if cfg.head_dim not in HEAD_DIMS:
+        raise UnsupportedError(f"the CUDA path has attention kernels for head_dim {'/'.join(map(str, HEAD_DIMS))}, "
+                               f"the model has head_dim {cfg.head_dim}; use --device cpu")
+    if (cfg.n_kv_heads * cfg.head_dim) % 8:
+        raise UnsupportedError(f"the CUDA KV write needs kv_heads * head_dim a multiple of 8, "
+                               f"the model has {cfg.n_kv_heads} * {cfg.head_dim}; use --device cpu")
+    if w.embed.qtype not in EMBED_TRAITS:
+        raise UnsupportedError(f"no CUDA embedding kernel for {w.embed.qtype.name} ({w.embed.name}); use --device cpu")
+    for lin in _linears(w):
+        for p in lin.parts:
+            if p.qtype not in MATMUL_TRAITS or p.shape[1] % 32:
+                raise UnsupportedError(f"no CUDA matmul for {p.name}: {p.qtype.name} with K = {p.shape[1]} "
+                                       f"(K must be a multiple of 32); use --device cpu")
+
+
+def unique_weight_bytes(w: ModelWeights) -> int:
+    """Bytes the device copy of the weights takes (a tied embedding and head counted once)."""
+    seen = {}
+    for t in [w.embed] + [p for lin in _linears(w) for p in lin.parts]:
+        seen[id(t)] = t.nbytes
+    vecs = [w.out_norm] + [v for l in w.layers for v in (l.attn_norm, l.q_norm, l.k_norm, l.post_attn_norm,
+                                                         l.ffn_norm, l.post_ffn_norm) if v is not None]
+    biases = [lin.bias for lin in _linears(w) if lin.bias is not None]
+    return sum(seen.values()) + 4 * sum(int(v.size) for v in vecs + biases)
+
+
+def cell_bytes(cfg: ModelConfig) -> int:
+    """Device bytes of one KV cell over all layers: K and V, bf16."""
+    return cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2
+
+
+def scratch_bytes(cfg: ModelConfig, w: ModelWeights, max_tokens: int = MAX_STEP_TOKENS) -> int:
+    """A generous bound on what one eager step allocates beside weights and pools: the largest
+    matrix decoded to a bf16 scratch (the dequant_cublas bucket, M > 16), the activations of a
+    step of max_tokens, attention's split partials, logits, plus HEADROOM."""
+    dequant = max(p.shape[0] * p.shape[1] * 2 for lin in _linears(w) for p in lin.parts)
+    t = max_tokens
+    qkv = cfg.q_dim + 2 * cfg.kv_dim
+    # x, h, o, d (hidden); qkv out and its split copies; gate_up, act; q, attention out (q_dim)
+    acts = 4 * t * (4 * cfg.hidden + 2 * qkv + 3 * cfg.ffn + 2 * cfg.q_dim) + 2 * t * max(cfg.hidden, cfg.ffn, cfg.q_dim)
+    heads = head_chunk(cfg.n_heads // max(cfg.n_kv_heads, 1))
+    chunks = -(-(cfg.n_heads // max(cfg.n_kv_heads, 1)) // heads)
+    splits = n_splits(t * cfg.n_kv_heads * chunks, cfg.context)
+    attn = 4 * workspace_size(t, cfg.n_heads, cfg.head_dim, splits)
+    logits = 2 * 4 * min(t, MAX_LOGIT_ROWS) * cfg.vocab
+    return int(1.25 * (dequant + acts + attn + logits)) + HEADROOM
+
+
+def _mb(n: int) -> str:
+    return f"{n / MIB:.0f} MiB"
+
+
+def size_pool(free: int, per_cell: int, scratch: int, n_cells: int | None, max_cells: int = MAX_CELLS,
+              min_cells: int = 2) -> int:
+    """Cells for the KV pool given `free` device bytes after the weights: n_cells if it fits, else
+    as many as fit up to max_cells (at least min_cells). GlimmerError naming both numbers if not."""
+    room = free - scratch
+    if n_cells is not None:
+        need = n_cells * per_cell
+        if need > room:
+            raise GlimmerError(f"a KV pool of {n_cells} cells needs {_mb(need)} plus {_mb(scratch)} of step scratch; "
+                               f"{_mb(free)} of device memory is free after the weights")
+        return n_cells
+    n = min(max_cells, room // per_cell) if room > 0 else 0
+    if n < min_cells:
+        raise GlimmerError(f"the model does not fit on the device: after its weights {_mb(free)} is free, it needs "
+                           f"{_mb(scratch + min_cells * per_cell)} ({_mb(scratch)} of step scratch and "
+                           f"{min_cells} KV cells of {per_cell} bytes)")
+    return int(n)
+
+
+def check_step(step: StepBatch, n_cells: int, vocab: int) -> None:
+    """The index contracts the kernels rely on and do not check (they would read or write out of
+    bounds): raise GlimmerError naming the array, the bound and the value."""
+    t = step.n_tokens
+    s, width = step.cell_table.shape
+
+    def within(name, a, lo, hi):
+        a = np.asarray(a)
+        if a.size and (int(a.min()) < lo or int(a.max()) >= hi):
+            raise GlimmerError(f"step: {name} must be in [{lo}, {hi}), got {int(a.min())}..{int(a.max())}")
+
+    for name in ("positions", "cells", "tok_seq"):
+        if np.asarray(getattr(step, name)).shape != (t,):
+            raise GlimmerError(f"step: {name} must have shape ({t},), got {np.asarray(getattr(step, name)).shape}")
+    within("tokens", step.tokens, 0, vocab)
+    within("cells", step.cells, 0, n_cells)
+    within("cell_table", step.cell_table, 0, n_cells)
+    within("positions", step.positions, 0, 2 ** 31 - 1)
+    within("tok_seq", step.tok_seq, 0, s)
+    within("seq_lens", step.seq_lens, 0, width + 1)
+    within("logit_rows", step.logit_rows, 0, t)
+    if np.asarray(step.seq_lens).shape != (s,):
+        raise GlimmerError(f"step: seq_lens must have shape ({s},), got {np.asarray(step.seq_lens).shape}")
+    if step.visible is not None and np.asarray(step.visible).shape != (t, width):
+        raise GlimmerError(f"step: visible must have shape ({t}, {width}), got {np.asarray(step.visible).shape}")
+
+
+_INDEX_FIELDS = ("tokens", "positions", "cells", "tok_seq", "cell_table", "seq_lens", "logit_rows")
+
+
+def pack_step(step: StepBatch) -> tuple[np.ndarray, list[tuple[str, int, int, tuple]]]:
+    """The step's index arrays as one int32 host buffer, and (field, start, stop, shape) of each."""
+    parts, layout, at = [], [], 0
+    for name in _INDEX_FIELDS:
+        a = np.asarray(getattr(step, name)).astype(np.int32, copy=False)
+        parts.append(a.ravel())
+        layout.append((name, at, at + a.size, a.shape))
+        at += a.size
+    return np.concatenate(parts), layout
+
+
+def where_failed(tb) -> str:
+    """'layer 3, quant_matmul (blk.3.attn_qkv)' from a traceback through the decoder graph: the
+    layer the decoder was in, the first glimmer_cupy.ops function entered (the public op), and
+    the weight when the op ran inside a Linear."""
+    layer = op = weight = None
+    line = None
+    while tb is not None:
+        f = tb.tb_frame
+        path = Path(f.f_code.co_filename)
+        if path.name == "decoder.py" and path.parent.name == "model":
+            layer, line = f.f_locals.get("i"), tb.tb_lineno
+        elif path.name == "linear.py" and path.parent.name == "model" and weight is None:
+            lin = f.f_locals.get("self")
+            parts = getattr(lin, "parts", None)
+            weight = parts[0].name if parts else None
+        elif path.parent.name == "ops" and path.parent.parent.name == "glimmer_cupy" and op is None:
+            op = f.f_code.co_name
+        tb = tb.tb_next
+    bits = []
+    if layer is not None:
+        bits.append(f"layer {layer}")
+    bits.append(op or (f"decoder.py line {line}" if line else "outside the decoder graph"))
+    if weight:
+        bits[-1] += f" ({weight})"
+    return ", ".join(bits)
+
+
+# ---- device side ---------------------------------------------------------------------------
+
+def _cuda_errors() -> tuple[type, ...]:
+    import cupy
+    kinds = [cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError,
+             cupy.cuda.memory.OutOfMemoryError, OpArgumentError]
+    for mod, name in (("cupy_backends.cuda.libs.cublas", "CUBLASError"), ("cupy.cuda.compiler", "CompileException")):
+        try:
+            kinds.append(getattr(__import__(mod, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(kinds)
+
+
+def upload_weights(w: ModelWeights) -> ModelWeights:
+    """The weights on the device: QuantTensors uploaded as they are (each once, so a tied
+    embedding and head share one copy), norm vectors and biases as CuPy float32."""
+    import cupy
+
+    done: dict[int, object] = {}
+
+    def qt(t):
+        if id(t) not in done:
+            done[id(t)] = t.to_device()
+        return done[id(t)]
+
+    def dev(v):
+        if v is None:
+            return None
+        if isinstance(v, Linear):
+            return v.to_device(qt)
+        return cupy.asarray(np.ascontiguousarray(v, np.float32))
+
+    layers = [LayerWeights(**{f.name: dev(getattr(l, f.name)) for f in dataclasses.fields(LayerWeights)})
+              for l in w.layers]
+    return ModelWeights(embed=qt(w.embed), layers=layers, out_norm=dev(w.out_norm), head=w.head.to_device(qt))
+
+
+def device_free_bytes() -> int:
+    """Free device memory, counting blocks CuPy's pool holds but does not use."""
+    import cupy
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    return int(free) + int(cupy.get_default_memory_pool().free_bytes())
+
+
+def device_name() -> str:
+    import cupy
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+class CudaExecutor:
+    """decoder: a host Decoder (NumPy weights); its weights are uploaded here, once.
+    n_cells: KV pool cells, or None to size the pool from the free memory after the weights, up
+    to max_cells and at least min_cells. max_step_tokens: the widest step the memory estimate
+    reserves scratch for."""
+
+    def __init__(self, decoder: Decoder, n_cells: int | None = None, *, max_cells: int = MAX_CELLS,
+                 min_cells: int = 2, max_step_tokens: int = MAX_STEP_TOKENS):
+        import cupy
+
+        cfg, w = decoder.cfg, decoder.w
+        check_cuda_support(cfg, w)
+        self.cfg = cfg
+        self.step_no = 0                       # steps run so far; error messages name the step
+        scratch = scratch_bytes(cfg, w, max_step_tokens)
+        need_w, free = unique_weight_bytes(w), device_free_bytes()
+        if need_w + scratch > free:
+            raise GlimmerError(f"the model does not fit on the device: its weights need {_mb(need_w)} plus "
+                               f"{_mb(scratch)} of step scratch, {_mb(free)} is free")
+        try:
+            self.decoder = Decoder(cfg, upload_weights(w))
+            per_cell = cell_bytes(cfg)
+            self.n_cells = size_pool(device_free_bytes(), per_cell, scratch, n_cells, max_cells, min_cells)
+            shape = (self.n_cells, cfg.n_kv_heads, cfg.head_dim)
+            self.kv = [(cupy.zeros(shape, cupy.uint16), cupy.zeros(shape, cupy.uint16)) for _ in range(cfg.n_layers)]
+            cupy.cuda.get_current_stream().synchronize()
+        except cupy.cuda.memory.OutOfMemoryError as e:
+            raise GlimmerError(f"out of device memory while loading the model ({_mb(need_w)} of weights, "
+                               f"{_mb(device_free_bytes())} free now): {e}") from None
+        self.weight_bytes = need_w
+        self.pool_bytes = self.n_cells * cell_bytes(cfg)
+
+    @contextlib.contextmanager
+    def _reporting(self, what: str):
+        errors = _cuda_errors()
+        try:
+            yield
+        except errors as e:
+            import cupy
+            hint = ""
+            if isinstance(e, (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError)):
+                hint = (" (CUDA reports a faulting kernel at a later call, so the fault may be in an earlier op; "
+                        "CUDA_LAUNCH_BLOCKING=1 reports it at its launch)")
+            msg = str(e).splitlines()[0] if str(e) else ""
+            raise CudaStepError(f"step {self.step_no} ({what}), {where_failed(e.__traceback__)}: "
+                                f"{type(e).__name__}: {msg}{hint}") from e
+
+    def upload_step(self, step: StepBatch) -> StepBatch:
+        """The step with its arrays on the device: index arrays int32 from one host-to-device copy."""
+        import cupy
+
+        host, layout = pack_step(step)
+        buf = cupy.asarray(host)
+        arrays = {name: buf[a:b].reshape(shape) for name, a, b, shape in layout}
+        visible = None if step.visible is None else cupy.asarray(np.ascontiguousarray(step.visible, np.bool_))
+        return StepBatch(**arrays, visible=visible)
+
+    def logits(self, step: StepBatch):
+        """(K, vocab) float32 CuPy logits of the step's logit rows; the step runs eagerly on the
+        current stream and is not waited for."""
+        self.step_no += 1
+        check_step(step, self.n_cells, self.cfg.vocab)
+        with self._reporting("forward"):
+            return self.decoder.forward(self.upload_step(step), self.kv)
+
+    def synchronize(self) -> None:
+        """Wait for the steps launched so far (timings; a CUDA error surfaces here as CudaStepError)."""
+        import cupy
+
+        with self._reporting("synchronize"):
+            cupy.cuda.get_current_stream().synchronize()
+
+    def sample(self, logits, params, positions) -> tuple[np.ndarray, np.ndarray]:
+        """Host (tokens, flags) int32 (K,), from ops.sample_rows on the device and one small copy."""
+        import cupy
+
+        with self._reporting("sample"):
+            logits = cupy.asarray(logits)                     # no copy for device logits
+            rows = logits.shape[0]
+            ids = cupy.empty((2, rows), dtype=cupy.int32)
+            sample_rows(logits, params, positions, out=(ids[0], ids[1]))
+            host = ids.get()                                  # the one device-to-host copy; waits for the step
+        return host[0], host[1]
