@@ -15,7 +15,7 @@ from ._check import (
     no_overlap,
     out_or_inplace,
 )
-from ._dispatch import is_host
+from ._dispatch import host_result, is_host
 
 _CTYPE = {F32: "float"}
 _GATED = {"silu_mul": "Silu", "gelu_mul": "GeluTanh"}
@@ -31,31 +31,24 @@ def _kernel(family: str, functor: str, dtype: np.dtype, vec: int):
     return get_kernel("activation", f"{family}<{functor}, {_CTYPE[dtype]}, {vec}>", name_expressions=_EXPRS)
 
 
-def _host_out(y, out):
-    if out is None:
-        return y
-    out[...] = y
-    return out
-
-
 def silu_mul(gate_up, *, out=None):
     """(T, 2F), gate first -> silu(gate) * up, (T, F)."""
     if is_host(gate_up):
-        return _host_out(ref.silu_mul(gate_up), out)
+        return host_result(ref.silu_mul(gate_up), out)
     return _gated_gpu("silu_mul", gate_up, out)
 
 
 def gelu_mul(gate_up, *, out=None):
     """(T, 2F), gate first -> gelu_tanh(gate) * up, (T, F)."""
     if is_host(gate_up):
-        return _host_out(ref.gelu_mul(gate_up), out)
+        return host_result(ref.gelu_mul(gate_up), out)
     return _gated_gpu("gelu_mul", gate_up, out)
 
 
 def softcap(x, cap: float, *, out=None):
     """cap * tanh(x / cap), elementwise; on the GPU out may be x."""
     if is_host(x):
-        return _host_out(ref.softcap(x, cap), out)
+        return host_result(ref.softcap(x, cap), out)
     if not cap > 0:
         raise fail("softcap", "cap", "positive", cap)
     return _unary_gpu("softcap", x, cap, out)
@@ -64,7 +57,7 @@ def softcap(x, cap: float, *, out=None):
 def scale(x, s: float, *, out=None):
     """x * s, elementwise; on the GPU out may be x."""
     if is_host(x):
-        return _host_out(ref.scale(x, s), out)
+        return host_result(ref.scale(x, s), out)
     return _unary_gpu("scale", x, s, out)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from ..kernels.build import get_kernel
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
-from ._dispatch import is_host
+from ._dispatch import host_result, is_host
 
 BF16 = np.dtype(np.uint16)                   # bfloat16 bits
 HEAD_DIMS = (64, 128, 256)
@@ -150,12 +150,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_splits (benchmarks only) replaces the split rule's count.
     """
     if is_host(q):
-        y = ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
-                          window, softcap, visible)
-        if out is not None:
-            out[...] = y
-            return out
-        return y
+        return host_result(ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
+                                         window, softcap, visible), out)
     import cupy
 
     op = "attention"

@@ -12,7 +12,7 @@ from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
-from ._dispatch import is_host
+from ._dispatch import host_result, is_host
 
 # QType -> trait struct in quant_blocks.cuh
 TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0,
@@ -104,11 +104,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     n, k = w.shape
     if is_host(x):
         check(x, "quant_matmul", "x", dtypes=(F32, np.float64), shape=("M", k), contiguous=False)
-        y = ref.quant_matmul(x, w)
-        if out is not None:
-            out[...] = y
-            return out
-        return y
+        return host_result(ref.quant_matmul(x, w), out)
     import cupy
 
     check(x, "quant_matmul", "x", dtypes=(F32,), shape=("M", k))
