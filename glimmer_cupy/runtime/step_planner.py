@@ -73,7 +73,7 @@ def pad_step(step: StepBatch, width: int) -> StepBatch:
         tokens=fill(step.tokens, 0), positions=fill(step.positions, 0),
         cells=fill(step.cells, SCRATCH_CELL), tok_seq=fill(step.tok_seq, s),
         cell_table=np.concatenate([step.cell_table, np.full((1, L), SCRATCH_CELL, np.int32)]),
-        seq_lens=fill(step.seq_lens, 0), logit_rows=step.logit_rows, visible=visible)
+        seq_lens=np.concatenate([step.seq_lens, np.zeros(1, np.int32)]), logit_rows=step.logit_rows, visible=visible)
 
 
 def slice_chunks(chunks: list[tuple[Sequence, int]], width: int) -> list[list[tuple[Sequence, int]]]:
