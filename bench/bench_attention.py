@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, n_sets, run_meta, time_us, write_results  # noqa: E402
+from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _sm_count, n_splits, workspace_size  # noqa: E402
 

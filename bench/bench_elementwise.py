@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import device_name, graph_time_us, n_sets  # noqa: E402
+from glimmer_cupy.benchmarks.timing import device_name, graph_time_us, n_sets  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.reference import activation as ref_act  # noqa: E402
 from glimmer_cupy.reference import matmul as ref_matmul  # noqa: E402

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
+from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import copy_bandwidth, device_name, n_sets, time_us  # noqa: E402
+from glimmer_cupy.benchmarks.timing import copy_bandwidth, device_name, n_sets, time_us  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.sampling import DeviceSamplingParams  # noqa: E402
 from glimmer_cupy.reference import sampling as ref  # noqa: E402

@@ -289,7 +289,7 @@ def test_bench_shapes_in_bounds(b, ctx):
     passes holds the split rule's partials, and the furthest offsets the split and combine kernels
     compute stay inside the pool, the cell table and the partials (CPU only: the arithmetic)."""
     from bench.bench_attention import D, HKV, HQ
-    from bench.common import n_sets
+    from glimmer_cupy.benchmarks.timing import n_sets
     cells = n_sets(b * ctx * HKV * D * 4) * b * ctx + 1
     splits = n_splits(b * HKV, ctx, 132)
     need, n_acc = workspace_size(b, HQ, D, splits), splits * b * HQ * D
@@ -310,7 +310,7 @@ def test_bench_case_waits_for_its_inputs():
     from earlier tests) as indices."""
     import cupy
     from bench import bench_attention
-    from bench.common import _spin
+    from glimmer_cupy.benchmarks.timing import _spin
     rng = np.random.default_rng(0)
     for b, ctx in ((8, 1024), (8, 2048)):
         _spin(50_000)                                   # 50 ms of default-stream work ahead of the setup

@@ -1,4 +1,5 @@
-"""tools/make_synthetic_gguf.py: random-weight GGUF files with Qwen3 shapes."""
+"""glimmer_cupy/weights/synthetic.py (and tools/make_synthetic_gguf.py): random-weight GGUF files
+with Qwen3 shapes."""
 
 import importlib.util
 import sys
@@ -10,7 +11,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from glimmer_cupy.weights import GGUFFile
+from glimmer_cupy.weights import GGUFFile, synthetic
 
 _TOOL = Path(__file__).resolve().parents[1] / "tools" / "make_synthetic_gguf.py"
 
@@ -23,7 +24,7 @@ def _load_tool():
     return mod
 
 
-msg = _load_tool()
+msg = synthetic
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_layers_override(tmp_path):
 
 def test_cli(tmp_path, capsys):
     out = tmp_path / "cli.gguf"
-    assert msg.main(["--model", "tiny", "--out", str(out), "--seed", "3", "--layers", "1"]) == 0
+    assert _load_tool().main(["--model", "tiny", "--out", str(out), "--seed", "3", "--layers", "1"]) == 0
     assert GGUFFile(out).metadata["qwen3.block_count"] == 1
     assert "MB/s" in capsys.readouterr().out
 
