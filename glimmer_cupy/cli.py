@@ -14,11 +14,6 @@ from .runtime.generate import check_lengths
 from .weights.fetch import DEFAULT_MODEL, MODELS, fetch, resolve_model
 
 
-# `--device auto` picks the CUDA executor only once its GPU tests (tests/test_cuda_executor.py)
-# have passed on a device; until then auto keeps the verified NumPy path and --device cuda opts in.
-CUDA_EXECUTOR_VERIFIED = False
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line, with exit status 2."""
 
@@ -45,9 +40,6 @@ def _open_model(args):
     device = pick_device(args.device)
     model = load_model(resolve_model(args.model))
     note = "device: cpu (NumPy reference path)"
-    if device == "cuda" and args.device == "auto" and not CUDA_EXECUTOR_VERIFIED:
-        device, note = "cpu", ("device: cpu (NumPy reference path; a CUDA device is present, but the CUDA "
-                               "executor has not been verified on a GPU yet: --device cuda runs it)")
     if device == "cuda":
         from .runtime.cuda_executor import check_cuda_support
         try:
@@ -59,17 +51,17 @@ def _open_model(args):
     return model, note, device
 
 
-def _executor(model, device: str):
+def _executor(model, device: str, graphs: bool = True):
     """(executor or None for the NumPy path, note): the CUDA executor uploads the weights once and
     sizes its KV pool from the free memory, up to one full context."""
     from .runtime.generate import make_executor
 
-    ex = make_executor(model, device)
+    ex = make_executor(model, device, graphs=graphs)
     if ex is None:
         return None, None
     from .runtime.cuda_executor import device_name
     return ex, (f"device: cuda ({device_name()}; weights {ex.weight_bytes / 2**20:.0f} MiB, KV pool "
-                f"{ex.n_cells} cells, {ex.pool_bytes / 2**20:.0f} MiB; eager, no CUDA graphs yet)")
+                f"{ex.n_cells} cells, {ex.pool_bytes / 2**20:.0f} MiB; CUDA graphs {'on' if ex.graphs else 'off'})")
 
 
 def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None) -> list[int]:
@@ -113,7 +105,7 @@ def cmd_run(args) -> int:
     params = _sampling(args, model.cfg.vocab)
     ids = _prompt_ids(model, args.prompt, args.chat)
     check_lengths(model, len(ids), args.n)
-    executor, cuda_note = _executor(model, device)
+    executor, cuda_note = _executor(model, device, not args.no_graphs)
     _say(cuda_note or note)
     if args.seed is None and params.temperature > 0:
         _say(f"seed: {params.seed}")
@@ -130,7 +122,7 @@ def cmd_chat(args) -> int:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
     model, note, device = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
-    executor, cuda_note = _executor(model, device)
+    executor, cuda_note = _executor(model, device, not args.no_graphs)
     _say(cuda_note or note)
     history: list[dict] = []
     if args.system:
@@ -196,6 +188,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.0, help="0 is off (default 0)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: drawn and printed)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--no-graphs", action="store_true",
+                   help="CUDA: run every step eagerly instead of replaying CUDA graphs (same tokens, slower)")
 
 
 def build_parser() -> argparse.ArgumentParser:

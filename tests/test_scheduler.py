@@ -34,7 +34,9 @@ class FakeExecutor:
             out[i, next_token(int(step.tokens[r]), int(step.positions[r]))] = 1.0
         return out
 
-    def sample(self, logits, params, positions):
+    def run_step(self, step, params, positions):
+        assert len(params) == len(positions) == len(step.logit_rows)
+        logits = self.logits(step)
         return logits.argmax(-1).astype(np.int32), np.zeros(len(logits), np.int32)
 
 

@@ -10,6 +10,7 @@ with the module of its input, and ops dispatch on the array type.
 from __future__ import annotations
 
 from .. import ops
+from .linear import array_module
 from .config import ModelConfig
 from .step import StepBatch
 from .weights import ModelWeights
@@ -55,6 +56,8 @@ class Decoder:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
             h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps)                        # x += d
+        if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
+            return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
         logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32
         if cfg.final_softcap:
             logits = ops.softcap(logits, cfg.final_softcap)

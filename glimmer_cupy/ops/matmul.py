@@ -3,6 +3,8 @@
 Bucketed by M, the rows of x. The table below is the one place the edges live.
 """
 
+import contextlib
+import contextvars
 from functools import cache
 
 import numpy as np
@@ -46,6 +48,22 @@ DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
 
 
+# Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
+# dequant_cublas: CuPy refuses cuBLAS calls during stream capture, and a step that a graph may
+# capture must run the same kernels eagerly, so that graph replay and eager steps agree bit for bit.
+_GRAPH_SAFE = contextvars.ContextVar("glimmer_graph_safe", default=False)
+
+
+@contextlib.contextmanager
+def graph_safe():
+    """Within the block, quant_matmul picks only buckets a CUDA graph can capture."""
+    token = _GRAPH_SAFE.set(True)
+    try:
+        yield
+    finally:
+        _GRAPH_SAFE.reset(token)
+
+
 @cache
 def _kernel(trait: str, expr: str):
     """One module per quant type, so a model compiles only the types it holds."""
@@ -76,10 +94,11 @@ def mma_splits(m: int, n: int, k: int, bm: int) -> int:
     return max(1, min(want, steps, cap))
 
 
-def bucket(m: int, qtype: QType) -> str:
+def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
+    """The table's bucket for M rows of x; with graph_safe, mma where the table says dequant_cublas."""
     for edge, name in BUCKETS["dot" if qtype in DOT_TYPES else "float"]:
         if edge is None or m <= edge:
-            return name
+            return "mma" if graph_safe and name == "dequant_cublas" else name
     raise AssertionError("unreachable")
 
 
@@ -122,7 +141,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return out
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
-    b = force_bucket or bucket(m, w.qtype)
+    b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
             or (b == "gemv" and m > GEMV_WIDTHS[-1]):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)

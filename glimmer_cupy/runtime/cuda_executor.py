@@ -1,19 +1,28 @@
-"""Runs steps on a CUDA device, eagerly (no CUDA graphs yet): the decoder graph over CuPy arrays.
+"""Runs steps on a CUDA device: the decoder graph over CuPy arrays, on one stream, with CUDA graphs.
 
-Same two calls as HostExecutor: `logits(step)` -> (K, vocab) float32 on the device, and
-`sample(logits, params, positions)` -> host (tokens, flags). What differs from the NumPy path
-lives here, not in the graph:
+`run_step(step, params, positions)` -> host (tokens, flags) of the step's logit rows; the only
+device-to-host copy is those ids. (`logits(step)` and `sample(...)` remain for tests and for
+steps no graph serves.) What differs from the NumPy path lives here, not in the graph:
 - every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are;
   a tied embedding/head once), norm vectors and biases as CuPy float32;
 - the K/V pools are bfloat16 bits (uint16), (n_cells, kv_heads, head_dim) per layer, written by
   kv_write_ with round to nearest even;
-- a step's index arrays are checked on the host (the kernels read them unchecked), packed into
-  one int32 buffer and uploaded in one copy, so rope, kv_write_ and attention get int32 device
-  arrays and no op copies them per layer.
+- a step's index arrays are checked on the host (the kernels read them unchecked).
+
+Static steps. A step of at most 64 tokens without a visibility mask pads up to a static width T
+(1, 2, 4, ..., 64), its logit rows up to a static K and its cell tables to a static width L
+(runtime/static_step.py), and runs from buffers kept per (T, K, L): the first run of a key runs
+eagerly (compiling kernels and filling the graph memory pool), the next captures a CUDA graph,
+and every later one replays it. With graphs off the same buffers and kernels run eagerly, so the
+two give the same tokens bit for bit. Static steps run the matmul buckets a graph can capture
+(ops.matmul.graph_safe: the mma kernel where eager wide steps use cuBLAS). Their intermediate
+arrays come from a memory pool of their own, which keeps every block a graph was captured with
+out of other hands; steps run one at a time on one stream, so graphs may share it.
+Wider steps, and steps with a mask, run eagerly, padded to nothing.
 
 Errors: a CUDA failure while a step runs becomes CudaStepError naming the step, the layer and
 the op (read from the traceback). CUDA reports a faulting kernel asynchronously, at a later call;
-run with CUDA_LAUNCH_BLOCKING=1 to have it reported by the op that launched it.
+run with CUDA_LAUNCH_BLOCKING=1 (and graphs off) to have it reported by the op that launched it.
 """
 
 from __future__ import annotations
@@ -35,11 +44,15 @@ from ..ops._check import OpArgumentError
 from ..ops.attention import HEAD_DIMS, head_chunk, n_splits, workspace_size
 from ..ops.embed import TRAITS as EMBED_TRAITS
 from ..ops.matmul import TRAITS as MATMUL_TRAITS
+from ..ops.matmul import graph_safe
+from .static_step import StaticStep, table_width
+from .step_planner import STEP_WIDTHS, step_width
 
 MIB = 1 << 20
 HEADROOM = 512 * MIB          # CUDA context growth, cuBLAS workspace, kernel modules, pool fragmentation
 MAX_STEP_TOKENS = 512         # widest step the scratch estimate covers (generate's PREFILL_CHUNK)
-MAX_LOGIT_ROWS = 64           # logit rows per step the scratch estimate covers (the widest static step)
+MAX_STATIC = STEP_WIDTHS[-1]  # widest static step (graphs)
+MAX_LOGIT_ROWS = MAX_STATIC   # logit rows per step the scratch estimate covers
 MAX_CELLS = 1 << 16           # default cap on a pool sized from free memory
 
 
@@ -249,18 +262,21 @@ def device_name() -> str:
 class CudaExecutor:
     """decoder: a host Decoder (NumPy weights); its weights are uploaded here, once.
     n_cells: KV pool cells, or None to size the pool from the free memory after the weights, up
-    to max_cells and at least min_cells. max_step_tokens: the widest step the memory estimate
-    reserves scratch for."""
+    to max_cells and at least min_cells. max_step_tokens: the widest eager step the memory
+    estimate reserves scratch for. graphs: capture and replay static steps (off: run them eagerly
+    from the same buffers)."""
 
     def __init__(self, decoder: Decoder, n_cells: int | None = None, *, max_cells: int = MAX_CELLS,
-                 min_cells: int = 2, max_step_tokens: int = MAX_STEP_TOKENS):
+                 min_cells: int = 2, max_step_tokens: int = MAX_STEP_TOKENS, graphs: bool = True):
         import cupy
 
         cfg, w = decoder.cfg, decoder.w
         check_cuda_support(cfg, w)
         self.cfg = cfg
+        self.graphs = graphs
         self.step_no = 0                       # steps run so far; error messages name the step
-        scratch = scratch_bytes(cfg, w, max_step_tokens)
+        # eager steps' scratch (default pool) and static steps' (their own pool) are both kept
+        scratch = scratch_bytes(cfg, w, max_step_tokens) + scratch_bytes(cfg, w, MAX_STATIC)
         need_w, free = unique_weight_bytes(w), device_free_bytes()
         if need_w + scratch > free:
             raise GlimmerError(f"the model does not fit on the device: its weights need {_mb(need_w)} plus "
@@ -277,6 +293,10 @@ class CudaExecutor:
                                f"{_mb(device_free_bytes())} free now): {e}") from None
         self.weight_bytes = need_w
         self.pool_bytes = self.n_cells * cell_bytes(cfg)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._static: dict[tuple[int, int, int], StaticStep] = {}
+        self._static_pool = cupy.cuda.MemoryPool()
+        self.graph_replays = 0                 # static steps served by a graph (tests, stats)
 
     @contextlib.contextmanager
     def _reporting(self, what: str):
@@ -288,10 +308,15 @@ class CudaExecutor:
             hint = ""
             if isinstance(e, (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError)):
                 hint = (" (CUDA reports a faulting kernel at a later call, so the fault may be in an earlier op; "
-                        "CUDA_LAUNCH_BLOCKING=1 reports it at its launch)")
+                        "CUDA_LAUNCH_BLOCKING=1 with graphs off reports it at its launch)")
             msg = str(e).splitlines()[0] if str(e) else ""
             raise CudaStepError(f"step {self.step_no} ({what}), {where_failed(e.__traceback__)}: "
                                 f"{type(e).__name__}: {msg}{hint}") from e
+
+    @staticmethod
+    def is_static(step: StepBatch) -> bool:
+        """Whether the step runs as a static step (graphs): at most MAX_STATIC tokens, no mask."""
+        return step.n_tokens <= MAX_STATIC and step.visible is None
 
     def upload_step(self, step: StepBatch) -> StepBatch:
         """The step with its arrays on the device: index arrays int32 from one host-to-device copy."""
@@ -304,28 +329,93 @@ class CudaExecutor:
         return StepBatch(**arrays, visible=visible)
 
     def logits(self, step: StepBatch):
-        """(K, vocab) float32 CuPy logits of the step's logit rows; the step runs eagerly on the
-        current stream and is not waited for."""
+        """(K, vocab) float32 CuPy logits of the step's logit rows, run eagerly on the executor's
+        stream (not waited for), with the buckets of a static step when it is one."""
         self.step_no += 1
         check_step(step, self.n_cells, self.cfg.vocab)
-        with self._reporting("forward"):
+        safe = graph_safe() if self.is_static(step) else contextlib.nullcontext()
+        with self._reporting("forward"), self.stream, safe:
             return self.decoder.forward(self.upload_step(step), self.kv)
 
     def synchronize(self) -> None:
         """Wait for the steps launched so far (timings; a CUDA error surfaces here as CudaStepError)."""
-        import cupy
-
         with self._reporting("synchronize"):
-            cupy.cuda.get_current_stream().synchronize()
+            self.stream.synchronize()
 
     def sample(self, logits, params, positions) -> tuple[np.ndarray, np.ndarray]:
         """Host (tokens, flags) int32 (K,), from ops.sample_rows on the device and one small copy."""
         import cupy
 
-        with self._reporting("sample"):
+        with self._reporting("sample"), self.stream:
             logits = cupy.asarray(logits)                     # no copy for device logits
             rows = logits.shape[0]
             ids = cupy.empty((2, rows), dtype=cupy.int32)
             sample_rows(logits, params, positions, out=(ids[0], ids[1]))
             host = ids.get()                                  # the one device-to-host copy; waits for the step
         return host[0], host[1]
+
+    def run_step(self, step: StepBatch, params, positions) -> tuple[np.ndarray, np.ndarray]:
+        """Run a step and sample its logit rows: params (SamplingParams) and positions (the new
+        tokens' positions, the RNG counters) one per logit row. Host (tokens, flags) int32 (K,)."""
+        k = len(step.logit_rows)
+        if len(params) != k or len(positions) != k:
+            raise GlimmerError(f"run_step: the step has {k} logit rows, got {len(params)} sampling parameters "
+                               f"and {len(positions)} positions")
+        if not self.is_static(step):
+            logits = self.logits(step)
+            if not k:
+                return np.zeros(0, np.int32), np.zeros(0, np.int32)
+            return self.sample(logits, params, positions)
+        return self._run_static(step, params, positions)
+
+    def _run_static(self, step: StepBatch, params, positions) -> tuple[np.ndarray, np.ndarray]:
+        import cupy
+
+        self.step_no += 1
+        check_step(step, self.n_cells, self.cfg.vocab)
+        k = len(step.logit_rows)
+        key = (step_width(step.n_tokens), step_width(k) if k else 0, table_width(step.cell_table.shape[1], self.n_cells))
+        st = self._static.get(key)
+        with self._reporting("static step"), self.stream:
+            if st is None:
+                st = self._static[key] = StaticStep(*key)
+            st.fill(step, params, _host_positions(positions), self.cfg.vocab)
+            with graph_safe(), cupy.cuda.using_allocator(self._static_pool.malloc):
+                if not self.graphs or st.runs == 0:
+                    self._static_body(st)
+                else:
+                    if st.graph is None:
+                        st.graph = self._capture(st)
+                    st.graph.launch(self.stream)
+                    self.graph_replays += 1
+            st.runs += 1
+            self.stream.synchronize()
+        return st.ids_host[0, :k].copy(), st.ids_host[1, :k].copy()
+
+    def _static_body(self, st: StaticStep) -> None:
+        """One static step on the executor's stream: upload, forward, sample, download the ids."""
+        st.upload(self.stream)
+        logits = self.decoder.forward(st.device_step(), self.kv)
+        if st.k:
+            sample_rows(logits, st.params, st.d["sample_pos"], out=(st.ids[0], st.ids[1]))
+            st.download(self.stream)
+
+    def _capture(self, st: StaticStep):
+        import cupy
+
+        rt = cupy.cuda.runtime
+        self.stream.begin_capture(rt.streamCaptureModeRelaxed)
+        try:
+            self._static_body(st)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.stream.end_capture()
+            raise
+        return self.stream.end_capture()
+
+
+def _host_positions(positions) -> np.ndarray:
+    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if pos.size and (pos.min() < 0 or pos.max() >= 2 ** 31):
+        raise GlimmerError(f"run_step: positions must be in [0, 2^31), got {int(pos.min())}..{int(pos.max())}")
+    return pos.astype(np.int32)

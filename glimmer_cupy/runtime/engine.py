@@ -1,14 +1,12 @@
 """The serving loop: schedule a step, plan it, pad it to a static width, run it, sample, commit.
 
-NumPy executor for now; the GPU executor replaces HostExecutor behind the same two calls
-(logits(step), sample(logits, params, positions)) and replays one captured graph per width.
+The executor (HostExecutor, or runtime/cuda_executor.py's, which replays one captured graph per
+static step shape) runs each step and samples its logit rows: run_step(step, params, positions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-
-import numpy as np
 
 from ..model.decoder import Decoder
 from .cell_pool import CellPool
@@ -36,24 +34,24 @@ class Engine:
         chunks = sch.schedule()
         if not chunks:
             return []
-        logits, seqs = [], []
+        entries, tokens, flags = [], [], []
         # a step wider than the widest static width runs as several; a sequence's chunk cut in
         # two runs its first part first, so the K/V it needs is written before it is read
         for part in slice_chunks(chunks, STEP_WIDTHS[-1]):
             step = plan_step(self.pool, part)
             width = step_width(step.n_tokens)
             self.widths_run.append(width)
-            logits.append(self.executor.logits(pad_step(step, width)))
             # plan_step asks for logits at each chunk that reaches the end of its tokens, in order
-            seqs += [seq for seq, _ in part if seq.n_pending == 0]
-        if not seqs:
+            done_here = [sch.entry(seq) for seq, _ in part if seq.n_pending == 0]
+            t, f = self.executor.run_step(pad_step(step, width), [e.request.params for e in done_here],
+                                          [len(e.seq.tokens) for e in done_here])   # the new token's position
+            entries += done_here
+            tokens += t.tolist()
+            flags += f.tolist()
+        if not entries:
             return []                                            # prefill chunks only
-        entries = [sch.entry(s) for s in seqs]
-        params = [e.request.params for e in entries]
-        positions = [len(s.tokens) for s in seqs]                # the new token's position
-        tokens, flags = self.executor.sample(np.concatenate(logits), params, positions)
         done = []
-        for e, tok, flag in zip(entries, tokens.tolist(), flags.tolist()):
+        for e, tok, flag in zip(entries, tokens, flags):
             e.seq.tokens.append(tok)
             e.flagged_rows += flag
             if on_token:

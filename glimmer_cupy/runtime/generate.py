@@ -49,13 +49,13 @@ def check_lengths(model: Model, n_prompt: int, max_new: int) -> None:
                            f"the context of {ctx} tokens")
 
 
-def make_executor(model: Model, device: str, n_cells: int | None = None):
+def make_executor(model: Model, device: str, n_cells: int | None = None, graphs: bool = True):
     """The executor to keep for a device: for 'cuda' a CudaExecutor (n_cells None sizes its KV
     pool from the free device memory, capped at one full context plus the scratch cell); for
     'cpu' None, so that generate makes a HostExecutor sized to each request."""
     if device == "cuda":
         from .cuda_executor import CudaExecutor
-        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1)
+        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1, graphs=graphs)
     if device != "cpu":
         raise GlimmerError(f"device must be cpu or cuda, got {device!r}")
     return None
@@ -78,25 +78,28 @@ def generate(model: Model, prompt_ids: list[int], max_new: int, params: Sampling
         raise GlimmerError(f"prompt of {len(prompt_ids)} tokens plus {max_new} to generate needs {need} KV cells, "
                            f"the executor's pool holds {n_cells}")
     pool = CellPool(n_cells)
-    ex = executor
     seq = Sequence(list(prompt_ids), params)
+
+    def advance(n: int) -> tuple[int, int]:
+        """Run the next n pending tokens; (token, flag) sampled after them, or (-1, 0) mid-prompt."""
+        step = plan_step(pool, [(seq, n)])
+        if not len(step.logit_rows):
+            executor.run_step(step, [], [])
+            return -1, 0
+        tokens, flags = executor.run_step(step, [params], [len(seq.tokens)])
+        return int(tokens[0]), int(flags[0])
+
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
-    while True:
-        step = plan_step(pool, [(seq, min(seq.n_pending, PREFILL_CHUNK))])
-        logits = ex.logits(step)
-        if len(step.logit_rows):
-            break
-    if hasattr(ex, "synchronize"):                        # a device executor runs asynchronously
-        ex.synchronize()
+    while seq.n_pending > PREFILL_CHUNK:
+        advance(PREFILL_CHUNK)
+    tok, flag = advance(seq.n_pending)                   # the last chunk of the prompt samples the first token
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     for i in range(max_new):
         if i:
-            logits = ex.logits(plan_step(pool, [(seq, 1)]))
-        tokens, flags = ex.sample(logits, [params], [len(seq.tokens)])
-        tok = int(tokens[0])
-        stats.flagged_rows += int(flags[0])
+            tok, flag = advance(1)
+        stats.flagged_rows += flag
         seq.tokens.append(tok)
         stats.generated_tokens += 1
         stats.generate_seconds = time.perf_counter() - t0

@@ -29,3 +29,10 @@ class HostExecutor:
 
     def sample(self, logits: np.ndarray, params, positions) -> tuple[np.ndarray, np.ndarray]:
         return sample_rows(logits, params, positions)
+
+    def run_step(self, step: StepBatch, params, positions) -> tuple[np.ndarray, np.ndarray]:
+        """Run a step and sample its logit rows (params, positions: one per logit row)."""
+        logits = self.logits(step)
+        if not len(step.logit_rows):
+            return np.zeros(0, np.int32), np.zeros(0, np.int32)
+        return self.sample(logits, params, positions)

@@ -1,0 +1,104 @@
+"""The buffers of one static step shape, for CUDA graphs: what a captured step reads and writes.
+
+A step of T tokens (T a static width, runtime/step_planner.py), K logit rows (padded likewise) and
+cell tables L wide is one key. For each key, StaticStep holds, allocated once and reused by every
+replay:
+- a pinned host staging buffer of the step's int32 index arrays and its device twin (one copy
+  per step, captured in the graph, so the graph reads whatever the host wrote before launch);
+- the per-row sampling parameters (DeviceSamplingParams), rewritten only when they change;
+- the sampled (tokens, flags) on the device and their pinned host copy (one copy, captured).
+
+Padding: tokens past the step's own are id 0 at position 0, write K/V to the scratch cell and
+belong to a sequence with length 0 (they attend to nothing); logit rows past K repeat row 0 and
+their samples are dropped. Table columns past a sequence's length are never read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+import numpy as np
+
+from ..model.step import StepBatch
+from ..ops.sampling import GREEDY, DeviceSamplingParams
+from .cell_pool import SCRATCH_CELL
+
+MIN_TABLE_WIDTH = 256     # cell-table widths are powers of two from here: few keys, little padding
+
+
+def table_width(need: int, cap: int) -> int:
+    """Static cell-table width for sequences of up to `need` cells: the next power of two from
+    MIN_TABLE_WIDTH, at most cap (the pool's cell count, which no sequence exceeds)."""
+    w = MIN_TABLE_WIDTH
+    while w < need:
+        w *= 2
+    return max(min(w, cap), need)
+
+
+class StaticStep:
+    """Buffers for steps of up to t tokens, k logit rows and cell tables `width` wide."""
+
+    def __init__(self, t: int, k: int, width: int):
+        import cupy
+        import cupyx
+
+        self.t, self.k, self.width = t, k, width
+        s = t + 1                         # at most t sequences of the step's own, and one of padding
+        fields = (("tokens", (t,)), ("positions", (t,)), ("cells", (t,)), ("tok_seq", (t,)),
+                  ("seq_lens", (s,)), ("logit_rows", (k,)), ("sample_pos", (k,)), ("cell_table", (s, width)))
+        n = sum(int(np.prod(shape)) for _, shape in fields)
+        self.host = cupyx.empty_pinned((n,), np.int32)
+        self.host[:] = 0
+        self.dev = cupy.zeros(n, dtype=cupy.int32)
+        self.h, self.d, at = {}, {}, 0
+        for name, shape in fields:
+            size = int(np.prod(shape))
+            self.h[name] = self.host[at:at + size].reshape(shape)
+            self.d[name] = self.dev[at:at + size].reshape(shape)
+            at += size
+        self.params = DeviceSamplingParams.empty(k)
+        self.param_key = None
+        self.ids = cupy.zeros((2, k), dtype=cupy.int32)
+        self.ids_host = cupyx.empty_pinned((2, k), np.int32)
+        self.graph = None                 # captured on the second run (the first warms the kernels)
+        self.runs = 0
+
+    def device_step(self) -> StepBatch:
+        d = self.d
+        return StepBatch(tokens=d["tokens"], positions=d["positions"], cells=d["cells"], tok_seq=d["tok_seq"],
+                         cell_table=d["cell_table"], seq_lens=d["seq_lens"], logit_rows=d["logit_rows"])
+
+    def fill(self, step: StepBatch, params, positions, vocab: int) -> None:
+        """Write the step (already checked against the pool) into the host staging buffer, and the
+        parameters into their device arrays when they differ from the last step's."""
+        h, t, k = self.h, step.n_tokens, len(step.logit_rows)
+        s, w = step.cell_table.shape
+        for name, pad in (("tokens", 0), ("positions", 0), ("cells", SCRATCH_CELL), ("tok_seq", s)):
+            h[name][:t] = getattr(step, name)
+            h[name][t:] = pad
+        h["seq_lens"][:s] = step.seq_lens
+        h["seq_lens"][s:] = 0
+        h["cell_table"][:s, :w] = step.cell_table
+        h["logit_rows"][:k] = step.logit_rows
+        h["logit_rows"][k:] = 0
+        h["sample_pos"][:k] = positions
+        h["sample_pos"][k:] = 0
+        if self.k:
+            params = list(params) + [GREEDY] * (self.k - k)
+            key = tuple(astuple(p) for p in params)
+            if key != self.param_key:
+                self.params.update(params, vocab)
+                self.param_key = key
+
+    def upload(self, stream) -> None:
+        """Host staging -> device, on `stream` (captured into the graph)."""
+        import cupy
+        rt = cupy.cuda.runtime
+        rt.memcpyAsync(self.dev.data.ptr, self.host.ctypes.data, self.host.nbytes, rt.memcpyHostToDevice, stream.ptr)
+
+    def download(self, stream) -> None:
+        """Sampled ids -> pinned host memory, on `stream` (captured into the graph)."""
+        import cupy
+        rt = cupy.cuda.runtime
+        rt.memcpyAsync(self.ids_host.ctypes.data, self.ids.data.ptr, self.ids.nbytes, rt.memcpyDeviceToHost,
+                       stream.ptr)
