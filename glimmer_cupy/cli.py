@@ -1,4 +1,4 @@
-"""The `glimmer` command: run, chat, info, fetch."""
+"""The `glimmer` command: run, chat, info, fetch, bench."""
 
 from __future__ import annotations
 
@@ -192,6 +192,52 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
                    help="CUDA: run every step eagerly instead of replaying CUDA graphs (same tokens, slower)")
 
 
+def cmd_bench_decode(args) -> int:
+    from .benchmarks.decode import bench_decode, markdown
+    from .benchmarks.timing import run_meta, write_results
+    from .model.model import load_model
+    from .runtime.device import pick_device
+    from .weights.fetch import cache_dir
+    from .weights.synthetic import CONFIGS, write_synthetic_gguf
+
+    if not args.model and not args.synthetic:
+        raise GlimmerError("bench decode: give a model (-m) or a synthetic one (--synthetic NAME)")
+    for n, v in (("--prompt", args.prompt), ("--gen", args.gen), ("--runs", args.runs)):
+        if v < 1:
+            raise GlimmerError(f"bench decode: {n} must be >= 1, got {v}")
+    bad = [s for s in args.synthetic if s not in CONFIGS]
+    if bad:
+        raise GlimmerError(f"bench decode: unknown synthetic model {bad[0]!r}; choose from {', '.join(CONFIGS)}")
+    pick_device("cuda")
+    targets = [(m, resolve_model(m)) for m in args.model]
+    for name in args.synthetic:
+        path = cache_dir() / f"synthetic-{name}.gguf"
+        if not path.exists():
+            _say(f"writing {path} (random weights, {name} shapes)")
+            write_synthetic_gguf(name, path)
+        targets.append((f"synthetic {name} Q4_K_M", path))
+    results = []
+    for label, path in targets:
+        model = load_model(path)
+        if args.prompt + args.gen + 1 > model.cfg.context:
+            raise GlimmerError(f"bench decode: {label}: prompt {args.prompt} + {args.gen} tokens exceed the "
+                               f"context of {model.cfg.context}")
+        _say(f"{label}: {path}")
+        r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs,
+                         breakdown=not args.no_breakdown, progress=lambda m: _say(f"  {m}"))
+        _say(f"  prefill {r.prefill_tok_s:,.0f} tok/s | decode {r.decode_tok_s:,.1f} tok/s, "
+             f"{r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of copy "
+             f"({r.copy_bandwidth / 1e12:.2f} TB/s)")
+        results.append(r)
+    meta = run_meta(copy_bandwidth=results[0].copy_bandwidth)
+    text = markdown(results, meta)
+    print(text)
+    if args.out:
+        from pathlib import Path
+        write_results(Path(args.out), meta, [r.summary() for r in results], text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="glimmer", description="Run LLMs from GGUF files: CUDA kernels, NumPy reference path.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -211,6 +257,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="architecture, sizes and tensor bytes by quant type")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("bench", help="measure the CUDA path")
+    bench = p.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    p = bench.add_parser("decode", help="single-stream prefill and decode speed against the copy bandwidth")
+    p.add_argument("-m", "--model", action="append", default=[], help="a GGUF path or model name (repeatable)")
+    p.add_argument("--synthetic", action="append", default=[],
+                   help="a synthetic model written on this machine: qwen3-0.6b, qwen3-4b, qwen3-8b, ... (repeatable)")
+    p.add_argument("--prompt", type=int, default=512, help="prompt tokens (default 512)")
+    p.add_argument("--gen", type=int, default=128, help="tokens to generate (default 128)")
+    p.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
+    p.add_argument("--no-graphs", action="store_true", help="decode eagerly")
+    p.add_argument("--no-breakdown", action="store_true", help="skip the per-op time of one decode step")
+    p.add_argument("--out", default=None, help="write OUT.json and OUT.md")
+    p.set_defaults(func=cmd_bench_decode)
 
     p = sub.add_parser("fetch", help="download a named model into the cache")
     p.add_argument("name", choices=sorted(MODELS) + ["all"])

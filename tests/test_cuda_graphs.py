@@ -91,14 +91,15 @@ def test_every_width_graph_equals_eager_equals_numpy(dec):
 @pytest.mark.gpu
 def test_graph_replay_samples_with_fresh_parameters_and_seeds(dec):
     """A captured step replays with whatever parameters and positions the host wrote: sampled
-    tokens equal eager execution for changing seeds, and differ between seeds."""
+    tokens equal eager execution for changing seeds, and differ between seeds (the tiny models'
+    logits are sharp: at temperature 1.5 every seed picks the same tokens on gemma3)."""
     from glimmer_cupy.runtime.cuda_executor import CudaExecutor
 
     graphs, eager = CudaExecutor(dec, POOL, graphs=True), CudaExecutor(dec, POOL, graphs=False)
     spec = mix(12, dec.cfg.vocab, seed=7)
     seen = set()
     for seed in range(6):
-        p = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, seed=seed)
+        p = SamplingParams(temperature=50.0, top_k=0, top_p=1.0, seed=seed)   # near uniform: seeds show
         got = [run_mix(ex, CellPool(POOL), spec, p)[0] for ex in (graphs, eager)]
         assert got[0] == got[1], f"seed {seed}: graph {got[0]}, eager {got[1]}"
         seen.add(tuple(got[0]))

@@ -4,7 +4,7 @@ and the device ceilings measured in the same run."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) 
     import cupy
     try:
         return graph_time_us(launch, sets, launches, reps), "graph"
-    except Exception as e:                # a library call that cannot be captured
+    except Exception as e:  # noqa: BLE001 — a library call that cannot be captured; any such error
         cupy.cuda.get_current_stream().synchronize()
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}" if str(e) else type(e).__name__
         return eager_time_us(launch, sets, max(3, launches // 10), reps), f"eager ({why})"
@@ -110,7 +110,7 @@ def run_meta(**extra) -> dict:
     commit = os.environ.get("GLIMMER_COMMIT")
     if not commit:
         try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
                                     cwd=Path(__file__).parent).stdout.strip() or "unknown"
         except OSError:
             commit = "unknown"
@@ -122,7 +122,7 @@ def write_results(out, meta: dict, rows: list, markdown: str) -> None:
     import json
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     out.with_suffix(".md").write_text(markdown)
 
 

@@ -1,0 +1,67 @@
+"""glimmer bench decode: byte counts and the report on the CPU; the benchmark itself on the GPU."""
+
+import json
+
+import pytest
+from gguf_factory import tiny_model
+from test_cuda_executor import tiny_cuda_model
+
+from glimmer_cupy.benchmarks.decode import DecodeBench, decode_weight_bytes, kv_bytes, markdown
+from glimmer_cupy.cli import main
+from glimmer_cupy.model.model import load_model
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    return load_model(tiny_cuda_model(tmp_path_factory.mktemp("b") / "gemma3.gguf", "gemma3"))
+
+
+def test_weight_bytes_count_the_tied_table_once_as_the_head(gemma, tmp_path):
+    w = gemma.weights
+    assert gemma.cfg.tied_output
+    layers = sum(l.qkv.nbytes + l.wo.nbytes + l.gate_up.nbytes + l.down.nbytes for l in w.layers)
+    assert decode_weight_bytes(gemma) == layers + w.embed.nbytes + 4 * sum(
+        int(v.size) for v in [w.out_norm] + [x for l in w.layers for x in (l.attn_norm, l.q_norm, l.k_norm,
+                                                                          l.post_attn_norm, l.ffn_norm, l.post_ffn_norm)
+                                             if x is not None])
+    untied = load_model(tiny_model(tmp_path / "llama.gguf", "llama"))
+    assert not untied.cfg.tied_output
+    assert decode_weight_bytes(untied) < untied.weights.nbytes - untied.weights.embed.nbytes + 10_000
+
+
+def test_kv_bytes_respect_sliding_windows(gemma):
+    cfg = gemma.cfg
+    per_pos = 2 * cfg.n_kv_heads * cfg.head_dim * 2
+    win = [cfg.window(i) for i in range(cfg.n_layers)]
+    assert any(win)
+    assert kv_bytes(gemma, 100) == sum(per_pos * (min(100, w) if w else 100) for w in win)
+
+
+def test_report_fields():
+    r = DecodeBench(model="m", prompt_tokens=512, gen_tokens=128, runs=2, graphs=True, weight_bytes_per_token=1_000_000,
+                    kv_bytes_per_token=0, copy_bandwidth=4e12, prefill_s=[0.1, 0.3], decode_s=[1.0, 2.0])
+    assert r.prefill_tok_s == pytest.approx(512 / 0.2) and r.decode_tok_s == pytest.approx(128 / 1.5)
+    assert r.fraction_of_copy == pytest.approx(1e6 * 128 / 1.5 / 4e12)
+    text = markdown([r], dict(gpu="G", date="D", commit="C"))
+    assert "| m | 2,560 | 85.3 |" in text
+    json.dumps(r.summary())
+
+
+def test_bad_arguments_get_one_line(capsys):
+    assert main(["bench", "decode"]) == 2
+    assert main(["bench", "decode", "--synthetic", "nope"]) == 2
+    assert main(["bench", "decode", "--synthetic", "tiny", "--runs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(e.startswith("glimmer: error: bench decode:") for e in err)
+
+
+@pytest.mark.gpu
+def test_bench_decode_runs_on_a_tiny_model(tmp_path, capsys):
+    path = tiny_cuda_model(tmp_path / "qwen3.gguf", "qwen3")
+    out = tmp_path / "r"
+    assert main(["bench", "decode", "-m", str(path), "--prompt", "40", "--gen", "8", "--runs", "2",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert rows[0]["decode_tok_s"] > 0 and rows[0]["breakdown"]
+    ops = {b["op"].split()[0] for b in rows[0]["breakdown"]}
+    assert {"quant_matmul", "attention", "sample_rows", "embed"} <= ops
