@@ -20,17 +20,14 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 
+#include "bf16.cuh"
+
 // -inf without math.h (NVRTC compiles this file with no headers)
 #define kNegInf (-__int_as_float(0x7f800000))
 
 typedef unsigned int u32;
 constexpr u32 kFull = 0xffffffffu;
 
-// float -> bfloat16 bits, round to nearest even (finite inputs; no header needed under NVRTC)
-__device__ __forceinline__ unsigned short bf16_bits(float f) {
-    const u32 b = __float_as_uint(f);
-    return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
-}
 // the two bfloat16 halves of a 32-bit word (low half is the lower address)
 __device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xFFFF0000u); }

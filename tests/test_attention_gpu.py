@@ -274,9 +274,10 @@ def test_good_arguments_pass():
 def test_split_rule():
     """Batch 1 at 32k fills the SMs with splits; big batches and short contexts barely split."""
     assert n_splits(8, 32768, 132) == 256              # 128 positions each
-    assert n_splits(8, 1024, 132) == 8                 # no split under 128 positions
+    assert n_splits(8, 1024, 132) == 32                # no split under 32 positions (one tile)
     assert n_splits(512, 32768, 132) == 5
-    assert n_splits(8, 100, 132) == 1
+    assert n_splits(8, 100, 132) == 4
+    assert n_splits(8, 32, 132) == 1
     assert n_splits(1, 10 ** 7, 132) == 256            # MAX_SPLITS
 
 

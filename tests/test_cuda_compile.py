@@ -26,7 +26,8 @@ NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 # ops module -> cuda_src file whose name expressions it uses
-OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embed": "embed", "attention": "attention"}
+OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embed": "embed", "attention": "attention",
+               "prepare_qkv": "prepare_qkv"}
 
 
 def compile_cubin(src: Path, out_dir: Path, defines=()) -> tuple[int, str]:

@@ -293,16 +293,35 @@ def test_real_model_greedy_generation_matches_golden(real):
 @pytest.mark.gpu
 @pytest.mark.model
 def test_real_model_sampled_generation_matches_numpy_path(real):
-    """Sampling with a fixed seed (temperature 0.8, top-k 40, top-p 0.95) through the CUDA executor
-    gives the tokens of the NumPy path with the GPU's roundings: the same Philox draws, and logits
-    that differ only in float32 accumulation order."""
+    """Sampling with a fixed seed (temperature 0.8, top-k 40, top-p 0.95): the NumPy path (with the
+    GPU's roundings) generates 16 tokens; the CUDA executor, fed the same tokens, samples each step.
+    At every step the CUDA token is the NumPy sampler's token on the CUDA logits (same Philox draw,
+    same rule), and those logits are within LOGIT_RTOL of the NumPy path's. Where the two paths'
+    tokens still differ, the draw fell on a boundary that a within-tolerance logit difference
+    moves; that is allowed at no more than 1 step in 16, and counted."""
+    from glimmer_cupy.reference.sampling import sample_rows as host_sample
+
     model, golden, ex = real
+    differ = steps = 0
     for i, p in enumerate(golden["prompts"][:3]):
         params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1000 + i)
-        host = GpuRoundingExecutor(model.decoder, len(p["prompt_ids"]) + N_GREEDY + 1)
-        want = list(generate(model, p["prompt_ids"], N_GREEDY, params, executor=host))
-        got = list(generate(model, p["prompt_ids"], N_GREEDY, params, executor=ex))
-        assert got == want, f"{p['text']!r} seed {params.seed}: cuda {got}, numpy {want}"
+        prompt = p["prompt_ids"]
+        host = GpuRoundingExecutor(model.decoder, len(prompt) + N_GREEDY + 1)
+        want = list(generate(model, prompt, N_GREEDY, params, executor=host))
+        pools = CellPool(ex.n_cells), CellPool(host.kv[0][0].shape[0])
+        seqs = Sequence(list(prompt), params), Sequence(list(prompt), params)
+        for j in range(N_GREEDY):
+            pos = len(seqs[0].tokens)
+            tok, _ = ex.run_step(plan_step(pools[0], [(seqs[0], seqs[0].n_pending)]), [params], [pos])
+            cuda_logits = to_host(ex.last_logits)
+            assert int(tok[0]) == int(host_sample(cuda_logits, [params], [pos])[0][0]), f"{p['text']!r} step {j}"
+            host_logits = host.logits(plan_step(pools[1], [(seqs[1], seqs[1].n_pending)]))
+            assert_logits_close(cuda_logits, host_logits, f"{p['text']!r} sampled step {j}")
+            differ += int(tok[0]) != want[j]
+            steps += 1
+            for seq in seqs:
+                seq.tokens.append(want[j])
+    assert differ <= steps // 16, f"{differ} of {steps} sampled tokens differ from the NumPy path's"
 
 
 # ---- CPU: the host-side pieces --------------------------------------------------------------

@@ -31,18 +31,11 @@ class Decoder:
         x = ops.embed(w.embed, step.tokens, cfg.embed_scale)                     # x: (T, hidden)
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps)
         for i, lw in enumerate(w.layers):
-            q, k, v = lw.qkv.split(lw.qkv(h))                                    # contiguous parts
-            q = q.reshape(t, cfg.n_heads, cfg.head_dim)                          # (T, Hq, D)
-            k = k.reshape(t, cfg.n_kv_heads, cfg.head_dim)                       # (T, Hkv, D)
-            v = v.reshape(t, cfg.n_kv_heads, cfg.head_dim)
-            if cfg.qk_norm:
-                q = ops.rms_norm(q, lw.q_norm, cfg.rms_eps)
-                k = ops.rms_norm(k, lw.k_norm, cfg.rms_eps)
-            base = cfg.layer_rope_base(i)
-            q = ops.rope(q, step.positions, base, cfg.rope_neox, cfg.rope_dim)
-            k = ops.rope(k, step.positions, base, cfg.rope_neox, cfg.rope_dim)
             k_pool, v_pool = kv[i]
-            ops.kv_write_(k_pool, v_pool, k, v, step.cells)
+            q = ops.prepare_qkv_(lw.qkv(h), k_pool, v_pool, step.cells, step.positions, cfg.n_heads,   # (T, Hq, D)
+                                 cfg.n_kv_heads, lw.q_norm if cfg.qk_norm else None,
+                                 lw.k_norm if cfg.qk_norm else None, cfg.rms_eps, cfg.layer_rope_base(i),
+                                 cfg.rope_neox, cfg.rope_dim)
             a = ops.attention(q, k_pool, v_pool, step.cell_table, step.seq_lens, step.tok_seq,
                               step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible)
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)

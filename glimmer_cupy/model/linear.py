@@ -6,7 +6,7 @@ quant types (Gemma 3 270M: q, k Q5_0 and v Q8_0); those stay separate parts, and
 writes each part's columns of the output.
 
 The same layer runs on NumPy and CuPy arrays: a layer whose parts are on the device
-(`to_device`) takes and returns CuPy arrays, and joins and splits them with CuPy.
+(`to_device`) takes and returns CuPy arrays, and joins them with CuPy.
 """
 
 from __future__ import annotations
@@ -56,19 +56,21 @@ class Linear:
         return sum(p.nbytes for p in self.parts)
 
     def __call__(self, x):
-        """x: (T, in_dim) -> (T, out_dim)."""
-        ys = [ops.quant_matmul(x, p) for p in self.parts]
-        y = ys[0] if len(ys) == 1 else array_module(ys[0]).concatenate(ys, axis=-1)
+        """x: (T, in_dim) -> (T, out_dim). Parts of different types write their own columns: straight
+        into the output for a single row (a column slice of one row is contiguous), else joined."""
+        if len(self.parts) == 1:
+            y = ops.quant_matmul(x, self.parts[0])
+        elif x.shape[0] == 1:
+            y = array_module(x).empty((1, self.out_dim), dtype=np.float32)
+            at = 0
+            for p in self.parts:
+                ops.quant_matmul(x, p, out=y[:, at:at + p.shape[0]])
+                at += p.shape[0]
+        else:
+            y = array_module(x).concatenate([ops.quant_matmul(x, p) for p in self.parts], axis=-1)
         if self.bias is not None:
             y = y + self.bias
         return y
-
-    def split(self, y):
-        """The output columns of each original matrix (q, k, v or gate, up), each a contiguous
-        array: column slices of y are strided views, and the GPU ops (rms_norm, rope, kv_write_)
-        take only contiguous inputs. On NumPy the values are the same either way."""
-        xp = array_module(y)
-        return [xp.ascontiguousarray(p) for p in xp.split(y, np.cumsum(self.out_dims)[:-1].tolist(), axis=-1)]
 
     def to_device(self, upload=None) -> Linear:
         """The same layer with its parts uploaded (QuantTensor.to_device, or `upload(part)`, which

@@ -5,10 +5,11 @@ from .attention import attention, kv_write_
 from .embed import embed
 from .matmul import quant_matmul
 from .norm import add_rms_norm_, rms_norm
+from .prepare_qkv import prepare_qkv_
 from .rope import rope
 from .sampling import GREEDY, DeviceSamplingParams, SamplingParams, argmax, sample_rows
 from .speculative import sample_token
 
 __all__ = ["rms_norm", "add_rms_norm_", "rope", "silu_mul", "gelu_mul", "softcap", "scale",
-           "quant_matmul", "embed", "kv_write_", "attention", "argmax", "sample_rows",
+           "quant_matmul", "embed", "kv_write_", "prepare_qkv_", "attention", "argmax", "sample_rows",
            "sample_token", "SamplingParams", "DeviceSamplingParams", "GREEDY"]

@@ -33,12 +33,12 @@ LOG2E = 1.4426950408889634
 
 # Split count (flash-decoding). Each (token, kv head, head chunk) is one warp's work per split, and
 # a split is a single-warp block, which keeps up to 8 KB of K (and 4 KB of V) loads in flight. An
-# SM holds 32 such blocks; TARGET_WAVES of them per SM is the aim. A split shorter than MIN_SPLIT
-# positions (4 tiles of 32) costs more in its partial write and the combine than it gains;
-# MAX_SPLITS bounds the partials buffer. Starting values, to be placed by bench/bench_attention.py
-# (its --splits sweep).
+# SM holds 32 such blocks; TARGET_WAVES of them per SM is the aim. MIN_SPLIT positions (one tile
+# of 32) is the shortest split; MAX_SPLITS bounds the partials buffer. MIN_SPLIT was 128 (4 tiles):
+# at batch 1 and 1k positions that left 64 warps of 4 serial tiles each, 28.5 us against PyTorch's
+# 6.6 (bench/results/attention.md), and decode of the small models spends most steps there.
 TARGET_WAVES = 16
-MIN_SPLIT = 128
+MIN_SPLIT = 32
 MAX_SPLITS = 256
 
 
@@ -64,8 +64,8 @@ def n_splits(warps: int, max_len: int, sms: int = 132) -> int:
     no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
 
     warps: tokens x kv heads x head chunks; max_len: the most positions one token may see.
-    E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(ceil(2112 / 8), 32768 / 128) = 256
-    splits; batch 8 at 8k, 33; batch 64, 5; any batch at 128 positions or fewer, 1 (no combine)."""
+    E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(ceil(2112 / 8), 32768 / 32, 256) = 256
+    splits; batch 1 at 1k, 32; batch 8 at 8k, 33; batch 64, 5; 32 positions or fewer, 1 (no combine)."""
     want = -(-TARGET_WAVES * sms // max(warps, 1))
     return max(1, min(want, -(-max_len // MIN_SPLIT), MAX_SPLITS))
 

@@ -56,3 +56,27 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
         p /= p.sum(axis=-1, keepdims=True)
         out[i] = np.einsum("hgn,nhd->hgd", p, v).reshape(hq, d)
     return out
+
+
+def prepare_qkv_(qkv: np.ndarray, k_pool: np.ndarray, v_pool: np.ndarray, cells: np.ndarray,
+                 positions: np.ndarray, n_heads: int, n_kv_heads: int, q_norm, k_norm, eps: float,
+                 rope_base: float, neox: bool, rope_dim: int | None = None) -> np.ndarray:
+    """From one matmul's q|k|v rows (T, (Hq + 2 Hkv) * D) to attention's inputs: q and k through the
+    per-head RMSNorm (where q_norm, k_norm are given) and RoPE at `positions`, K and V written to
+    their cells. Returns q (T, Hq, D)."""
+    from .norm import rms_norm
+    from .rope import rope
+
+    t = qkv.shape[0]
+    d = qkv.shape[1] // (n_heads + 2 * n_kv_heads)
+    q_dim, kv_dim = n_heads * d, n_kv_heads * d
+    q = qkv[:, :q_dim].reshape(t, n_heads, d)
+    k = qkv[:, q_dim:q_dim + kv_dim].reshape(t, n_kv_heads, d)
+    v = qkv[:, q_dim + kv_dim:].reshape(t, n_kv_heads, d)
+    if q_norm is not None:
+        q = rms_norm(q, q_norm, eps)
+        k = rms_norm(k, k_norm, eps)
+    q = rope(q, positions, rope_base, neox, rope_dim)
+    k = rope(k, positions, rope_base, neox, rope_dim)
+    kv_write_(k_pool, v_pool, k, v, cells)
+    return q

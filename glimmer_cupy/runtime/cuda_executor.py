@@ -1,7 +1,7 @@
 """Runs steps on a CUDA device: the decoder graph over CuPy arrays, on one stream, with CUDA graphs.
 
 `run_step(step, params, positions)` -> host (tokens, flags) of the step's logit rows; the only
-device-to-host copy is those ids. (`logits(step)` and `sample(...)` remain for tests and for
+device-to-host copy is those ids (the logits stay on the device: `last_logits`, until the next step). (`logits(step)` and `sample(...)` remain for tests and for
 steps no graph serves.) What differs from the NumPy path lives here, not in the graph:
 - every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are;
   a tied embedding/head once), norm vectors and biases as CuPy float32;
@@ -297,6 +297,7 @@ class CudaExecutor:
         self._static: dict[tuple[int, int, int], StaticStep] = {}
         self._static_pool = cupy.cuda.MemoryPool()
         self.graph_replays = 0                 # static steps served by a graph (tests, stats)
+        self.last_logits = None                # (K, vocab) device logits of the last run_step's logit rows
 
     @contextlib.contextmanager
     def _reporting(self, what: str):
@@ -363,6 +364,7 @@ class CudaExecutor:
                                f"and {len(positions)} positions")
         if not self.is_static(step):
             logits = self.logits(step)
+            self.last_logits = logits
             if not k:
                 return np.zeros(0, np.int32), np.zeros(0, np.int32)
             return self.sample(logits, params, positions)
@@ -390,12 +392,13 @@ class CudaExecutor:
                     self.graph_replays += 1
             st.runs += 1
             self.stream.synchronize()
+        self.last_logits = st.logits[:k]
         return st.ids_host[0, :k].copy(), st.ids_host[1, :k].copy()
 
     def _static_body(self, st: StaticStep) -> None:
         """One static step on the executor's stream: upload, forward, sample, download the ids."""
         st.upload(self.stream)
-        logits = self.decoder.forward(st.device_step(), self.kv)
+        st.logits = logits = self.decoder.forward(st.device_step(), self.kv)
         if st.k:
             sample_rows(logits, st.params, st.d["sample_pos"], out=(st.ids[0], st.ids[1]))
             st.download(self.stream)

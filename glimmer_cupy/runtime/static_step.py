@@ -60,6 +60,7 @@ class StaticStep:
         self.param_key = None
         self.ids = cupy.zeros((2, k), dtype=cupy.int32)
         self.ids_host = cupyx.empty_pinned((2, k), np.int32)
+        self.logits = None                # the last run's (k, vocab) logits (in the graph: its output array)
         self.graph = None                 # captured on the second run (the first warms the kernels)
         self.runs = 0
 
