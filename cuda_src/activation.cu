@@ -1,6 +1,8 @@
 // activation.cu — gated activations and small elementwise ops, float32 math.
 //
-//   gated_kernel<Act, T, VEC>  gate_up (rows, 2F), gate first -> out (rows, F) = act(gate) * up
+//   gated_kernel<Act, T, VEC, Q8>  gate_up (rows, 2F), gate first -> out (rows, F) = act(gate) * up;
+//       Q8 (VEC = 4, float, F % 32 == 0): also out's int8 codes per 32 values (q8.cuh) for the
+//       down projection's dp4a GEMV
 //       Act = Silu      g / (1 + exp(-g))
 //       Act = GeluTanh  0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))   (Gemma's GELU)
 //     grid=(rows, ceil(F / VEC / 256)) block=(256,)    rows on x: up to 2^31-1 tokens
@@ -15,6 +17,8 @@
 // (out == x), so its pointers are not __restrict__.
 //
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only).
+
+#include "q8.cuh"
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
@@ -43,11 +47,13 @@ struct Scale {
     __device__ __forceinline__ static float apply(float x, float s) { return x * s; }
 };
 
-template <class Act, typename T, int VEC>
+template <class Act, typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(256) gated_kernel(
-    T* __restrict__ out, const T* __restrict__ gate_up, int f) {
+    T* __restrict__ out, const T* __restrict__ gate_up, int f, int* __restrict__ xq, float* __restrict__ xd,
+    float* __restrict__ xs) {
     typedef Pack<T, VEC> PT;
     const int k = blockIdx.y * blockDim.x + threadIdx.x;       // pack index within the row
+    const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, k < f / VEC) : 0u;   // whole 32-value groups
     if (k >= f / VEC) return;
     const long long row = blockIdx.x;
     const PT g = reinterpret_cast<const PT*>(gate_up + row * 2 * f)[k];
@@ -56,6 +62,7 @@ __global__ void __launch_bounds__(256) gated_kernel(
 #pragma unroll
     for (int j = 0; j < VEC; ++j) from_f32(Act::apply(to_f32(g.v[j])) * to_f32(u.v[j]), o.v[j]);
     reinterpret_cast<PT*>(out + row * f)[k] = o;
+    if constexpr (Q8) q8_pack4(o.v, mask, k, xq + row * (f / 4), xd + row * (f / 32), xs + row * (f / 32));
 }
 
 template <class Op, typename T, int VEC>
@@ -73,10 +80,10 @@ __global__ void __launch_bounds__(256) unary_kernel(T* out, const T* x, long lon
 }
 
 #ifdef GLIMMER_INSTANTIATE
-template __global__ void gated_kernel<Silu, float, 1>(float*, const float*, int);
-template __global__ void gated_kernel<Silu, float, 4>(float*, const float*, int);
-template __global__ void gated_kernel<GeluTanh, float, 1>(float*, const float*, int);
-template __global__ void gated_kernel<GeluTanh, float, 4>(float*, const float*, int);
+#define GATED(ACT, VEC, Q8) \
+    template __global__ void gated_kernel<ACT, float, VEC, Q8>(float*, const float*, int, int*, float*, float*);
+GATED(Silu, 1, false) GATED(Silu, 4, false) GATED(Silu, 4, true)
+GATED(GeluTanh, 1, false) GATED(GeluTanh, 4, false) GATED(GeluTanh, 4, true)
 template __global__ void unary_kernel<Softcap, float, 1>(float*, const float*, long long, float);
 template __global__ void unary_kernel<Softcap, float, 4>(float*, const float*, long long, float);
 template __global__ void unary_kernel<Scale, float, 1>(float*, const float*, long long, float);

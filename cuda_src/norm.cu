@@ -1,7 +1,9 @@
 // norm.cu — RMSNorm over the last axis, optionally fused with the residual add.
 //
-//   rms_norm_kernel<T, VEC>      out = x / sqrt(mean(x^2) + eps) * weight
-//   add_rms_norm_kernel<T, VEC>  residual += delta; out = rms_norm(residual) * weight
+//   rms_norm_kernel<T, VEC, Q8>      out = x / sqrt(mean(x^2) + eps) * weight
+//   add_rms_norm_kernel<T, VEC, Q8>  residual += delta; out = rms_norm(residual) * weight
+//   Q8 (VEC = 4, float, d % 32 == 0): also out's int8 codes per 32 values (xq, xd, xs, q8.cuh), the
+//   input of the next dp4a GEMV, in the same pass.
 //
 // Launch (both): a row is handled by blockDim.x threads (a multiple of 32: one warp up to the
 // whole block), blockDim.y rows per block, blockDim.x * blockDim.y <= 1024.
@@ -15,6 +17,8 @@
 // warps through shared memory. x is read twice (sum, then scale): the second read hits L1/L2.
 // T is the storage type of x / residual / delta / out (float for now); weight is float.
 //
+#include "q8.cuh"
+
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE, for offline compiles
 // (tests/test_cuda_compile.py passes -DGLIMMER_INSTANTIATE); at run time the same names come
 // from name_expressions in glimmer_cupy/ops/norm.py.
@@ -42,10 +46,35 @@ __device__ __forceinline__ float row_sum(float v, float* red) {
     return s;
 }
 
-template <typename T, int VEC>
+// out row = p * inv * w, pack by pack; with Q8 also its codes. Every lane of the row's warps runs
+// the same trip count, so the Q8 shuffles see whole groups.
+template <typename T, int VEC, bool Q8>
+__device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, const float* __restrict__ weight,
+                                          float inv, int nv, int* xq, float* xd, float* xs) {
+    typedef Pack<T, VEC> PT;
+    typedef Pack<float, VEC> PF;
+    const PT* xr = reinterpret_cast<const PT*>(xrow);
+    const PF* wr = reinterpret_cast<const PF*>(weight);
+    PT* orp = reinterpret_cast<PT*>(orow);
+    for (int base = 0; base < nv; base += blockDim.x) {
+        const int k = base + threadIdx.x;
+        const bool act = k < nv;
+        const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, act) : 0u;
+        if (!act) continue;
+        const PT p = xr[k];
+        const PF w = wr[k];
+        PT o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
+        orp[k] = o;
+        if constexpr (Q8) q8_pack4(o.v, mask, k, xq, xd, xs);
+    }
+}
+
+template <typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(
     T* __restrict__ out, const T* __restrict__ x, const float* __restrict__ weight,
-    int rows, int d, float eps) {
+    int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
     typedef Pack<T, VEC> PT;
     typedef Pack<float, VEC> PF;
     __shared__ float red[32];
@@ -67,24 +96,16 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(
     ss = row_sum(ss, red);
     if (!active) return;
     const float inv = rsqrtf(ss / (float)d + eps);
-    PT* orow = reinterpret_cast<PT*>(out + (long long)row * d);
-    const PF* wr = reinterpret_cast<const PF*>(weight);
-    for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-        const PT p = xr[k];
-        const PF w = wr[k];
-        PT o;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
-        orow[k] = o;
-    }
+    scale_row<T, VEC, Q8>(out + (long long)row * d, x + (long long)row * d, weight, inv, nv,
+                          xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ delta,
-    const float* __restrict__ weight, int rows, int d, float eps) {
+    const float* __restrict__ weight, int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd,
+    float* __restrict__ xs) {
     typedef Pack<T, VEC> PT;
-    typedef Pack<float, VEC> PF;
     __shared__ float red[32];
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = row < rows;
@@ -108,22 +129,16 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     ss = row_sum(ss, red);
     if (!active) return;
     const float inv = rsqrtf(ss / (float)d + eps);
-    PT* orow = reinterpret_cast<PT*>(out + (long long)row * d);
-    const PF* wr = reinterpret_cast<const PF*>(weight);
     // each thread re-reads exactly the elements it wrote above, so no barrier is needed
-    for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-        const PT p = rr[k];
-        const PF w = wr[k];
-        PT o;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
-        orow[k] = o;
-    }
+    scale_row<T, VEC, Q8>(out + (long long)row * d, residual + (long long)row * d, weight, inv, nv,
+                          xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
 }
 
 #ifdef GLIMMER_INSTANTIATE
-template __global__ void rms_norm_kernel<float, 1>(float*, const float*, const float*, int, int, float);
-template __global__ void rms_norm_kernel<float, 4>(float*, const float*, const float*, int, int, float);
-template __global__ void add_rms_norm_kernel<float, 1>(float*, float*, const float*, const float*, int, int, float);
-template __global__ void add_rms_norm_kernel<float, 4>(float*, float*, const float*, const float*, int, int, float);
+#define NORMS(VEC, Q8) \
+    template __global__ void rms_norm_kernel<float, VEC, Q8>(float*, const float*, const float*, int, int, float, \
+                                                             int*, float*, float*); \
+    template __global__ void add_rms_norm_kernel<float, VEC, Q8>(float*, float*, const float*, const float*, int, \
+                                                                 int, float, int*, float*, float*);
+NORMS(1, false) NORMS(4, false) NORMS(4, true)
 #endif

@@ -9,18 +9,13 @@ the device's copy bandwidth measured in the same run.
   tied to it; a lookup reads one row) plus the K and V the step's attention reads; achieved
   bandwidth = bytes / step time, and its fraction of the copy bandwidth (bytes read + written
   per second of a 1 GiB device-to-device copy);
-- breakdown (optional): one decode step run eagerly with CUDA events around every op, queued behind
-  a spin kernel so that the events time the GPU, not the host (op_breakdown), summed by op
-  (matmuls by weight kind), so the largest costs have names; their sum is set beside the graph
-  step's time (the difference is launch gaps the graph hides, and the host's share of a step).
+- profile (optional): one more decode step between cudaProfilerStart/Stop, for a per-kernel time
+  breakdown under ncu (bench/decode_breakdown.sh runs it and sums the kernels by name).
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
 import time
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -45,8 +40,6 @@ class DecodeBench:
     prefill_s: list[float] = field(default_factory=list)
     decode_s: list[float] = field(default_factory=list)       # whole decode of gen_tokens, per run
     step_us_median: float = 0.0
-    breakdown: list[dict] = field(default_factory=list)
-    breakdown_total_us: float = 0.0
 
     @property
     def prefill_tok_s(self) -> float:
@@ -117,7 +110,7 @@ def _one_run(ex, model: Model, prompt: list[int], gen: int) -> tuple[float, floa
 
 
 def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 5,
-                 graphs: bool = True, breakdown: bool = True, progress=None) -> DecodeBench:
+                 graphs: bool = True, profile: bool = False, progress=None) -> DecodeBench:
     from ..runtime.cuda_executor import CudaExecutor
     from .timing import copy_bandwidth
 
@@ -139,100 +132,26 @@ def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: 
         steps += st
         say(f"run {r + 1}/{runs}: prefill {prompt_tokens / pf:,.0f} tok/s, decode {gen_tokens / dec:,.1f} tok/s")
     res.step_us_median = float(np.median(steps) * 1e6)
-    if breakdown:
-        res.breakdown, res.breakdown_total_us = op_breakdown(ex, model, prompt)
+    if profile:
+        profile_step(ex, model, prompt)
     return res
 
 
-# ---- per-op breakdown of one decode step ----------------------------------------------------
-
-_OPS = ("embed", "rms_norm", "add_rms_norm_", "quant_matmul", "rope", "kv_write_", "prepare_qkv_", "attention", "silu_mul",
-        "gelu_mul", "softcap", "sample_rows")
-
-
-def _weight_kind(name: str) -> str:
-    """'blk.3.attn_qkv' -> 'attn_qkv'; 'output.weight' -> 'output'."""
-    return re.sub(r"^blk\.\d+\.", "", name).removesuffix(".weight")
-
-
-@contextlib.contextmanager
-def _timed_ops(stream, records: list):
-    """Patch the ops the decoder and executor call so each records (label, start, end) events."""
+def profile_step(ex, model: Model, prompt: list[int]) -> None:
+    """One graph-replayed decode step between cudaProfilerStart and cudaProfilerStop, so that
+    `ncu --profile-from-start off` (bench/decode_breakdown.sh) times exactly its kernels."""
     import cupy
-
-    from .. import ops
-
-    saved = {name: getattr(ops, name) for name in _OPS}
-
-    def wrap(name, fn):
-        def timed(*args, **kwargs):
-            label = name
-            if name == "quant_matmul":
-                w = args[1]
-                label = f"quant_matmul {_weight_kind(w.name)} ({w.qtype.name})"
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            out = fn(*args, **kwargs)
-            end.record(stream)
-            records.append((label, start, end))
-            return out
-        return timed
-
-    try:
-        for name, fn in saved.items():
-            setattr(ops, name, wrap(name, fn))
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(ops, name, fn)
-
-
-def op_breakdown(ex, model: Model, prompt: list[int]) -> tuple[list[dict], float]:
-    """One decode step (after the prompt) run eagerly with events around every op: rows of
-    {op, calls, us, share} by total time, and the summed microseconds.
-
-    Eager launches from Python are slower than the GPU runs them, so the step is queued behind a
-    spin kernel: by the time the GPU reaches the first op every op is queued, and each pair of
-    events brackets only its op's kernels. The step's inputs go up before the spin (a copy from
-    pageable memory would wait for it); if the GPU still reached the first op before the host had
-    queued the last, the spin doubles and the step runs again."""
-    import cupy
-
-    from .. import ops
-    from ..ops.matmul import graph_safe
-    from ..ops.sampling import DeviceSamplingParams
-    from .timing import _spin
 
     pool = CellPool(ex.n_cells)
-    seq = Sequence(list(prompt) + [0], GREEDY)
-    ex.run_step(plan_step(pool, [(seq, len(prompt))]), [], [])
-    step = ex.upload_step(plan_step(pool, [(seq, 1)]))
-    params = DeviceSamplingParams.from_params([GREEDY], model.cfg.vocab)
-    positions = cupy.asarray(np.array([len(seq.tokens)], np.int32))
-    spin_us = 20_000.0
-    for _ in range(6):
-        records: list = []
-        cupy.cuda.Device().synchronize()
-        with ex.stream, graph_safe(), _timed_ops(ex.stream, records):
-            _spin(spin_us)
-            logits = ex.decoder.forward(step, ex.kv)
-            ops.sample_rows(logits, params, positions)
-            queued_in_time = not records[0][1].done
-        cupy.cuda.Device().synchronize()
-        if queued_in_time:
-            break
-        spin_us *= 2
-    else:
-        raise RuntimeError("op_breakdown: the host could not queue one step within the spin")
-    total: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    for label, start, end in records:
-        total[label] += cupy.cuda.get_elapsed_time(start, end) * 1e3
-        calls[label] += 1
-    whole = sum(total.values())
-    rows = [{"op": k, "calls": calls[k], "us": v, "share": v / whole}
-            for k, v in sorted(total.items(), key=lambda kv: -kv[1])]
-    return rows, whole
+    seq = Sequence(list(prompt), GREEDY)
+    ex.run_step(plan_step(pool, [(seq, len(prompt))]), [GREEDY], [len(prompt)])
+    seq.tokens.append(0)
+    for _ in range(3):                                   # capture the decode shape's graph first
+        ex.run_step(plan_step(pool, [(seq, 1)]), [GREEDY], [len(seq.tokens)])
+        seq.tokens.append(0)
+    cupy.cuda.runtime.profilerStart()
+    ex.run_step(plan_step(pool, [(seq, 1)]), [GREEDY], [len(seq.tokens)])
+    cupy.cuda.runtime.profilerStop()
 
 
 def markdown(results: list[DecodeBench], meta: dict) -> str:
@@ -246,12 +165,4 @@ def markdown(results: list[DecodeBench], meta: dict) -> str:
         lines.append(f"| {r.model} | {r.prefill_tok_s:,.0f} | {r.decode_tok_s:,.1f} | {r.step_us_median:.0f} | "
                      f"{r.weight_bytes_per_token / 1e6:.1f} + {r.kv_bytes_per_token / 1e6:.1f} | "
                      f"{r.achieved_bandwidth / 1e9:,.0f} | {r.fraction_of_copy:.1%} |")
-    for r in results:
-        if not r.breakdown:
-            continue
-        lines += ["", (f"## One decode step of {r.model}: GPU time per op, CUDA events "
-                       f"(sum {r.breakdown_total_us:.0f} µs; graph step {r.step_us_median:.0f} µs on the host)"), "",
-                  "| op | calls | µs | share |", "|---|---|---|---|"]
-        for row in r.breakdown[:20]:
-            lines.append(f"| {row['op']} | {row['calls']} | {row['us']:.1f} | {row['share']:.1%} |")
     return "\n".join(lines) + "\n"

@@ -10,8 +10,8 @@ with the module of its input, and ops dispatch on the array type.
 from __future__ import annotations
 
 from .. import ops
-from .linear import array_module
 from .config import ModelConfig
+from .linear import array_module
 from .step import StepBatch
 from .weights import ModelWeights
 
@@ -29,7 +29,9 @@ class Decoder:
         cfg, w = self.cfg, self.w
         t = step.n_tokens
         x = ops.embed(w.embed, step.tokens, cfg.embed_scale)                     # x: (T, hidden)
-        h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps)
+        # q8: on the GPU, a norm or activation that feeds a matmul also makes the int8 form its
+        # small-step GEMV reads (ops/q8.py); the NumPy path ignores it
+        h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
         for i, lw in enumerate(w.layers):
             k_pool, v_pool = kv[i]
             q = ops.prepare_qkv_(lw.qkv(h), k_pool, v_pool, step.cells, step.positions, cfg.n_heads,   # (T, Hq, D)
@@ -41,14 +43,14 @@ class Decoder:
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
             if cfg.post_norms:
                 o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)
-            h = ops.add_rms_norm_(x, o, lw.ffn_norm, cfg.rms_eps)                # x += o
+            h = ops.add_rms_norm_(x, o, lw.ffn_norm, cfg.rms_eps, q8=True)       # x += o
             gu = lw.gate_up(h)                                                   # (T, 2 ffn)
-            act = ops.gelu_mul(gu) if cfg.activation == "gelu" else ops.silu_mul(gu)
+            act = ops.gelu_mul(gu, q8=True) if cfg.activation == "gelu" else ops.silu_mul(gu, q8=True)
             d = lw.down(act)
             if cfg.post_norms:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
-            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps)                        # x += d
+            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers))   # x += d
         if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
             return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
         logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops
+from ..ops.q8 import plain
 from ..weights.quant_tensor import QuantTensor
 
 
@@ -56,18 +57,19 @@ class Linear:
         return sum(p.nbytes for p in self.parts)
 
     def __call__(self, x):
-        """x: (T, in_dim) -> (T, out_dim). Parts of different types write their own columns: straight
-        into the output for a single row (a column slice of one row is contiguous), else joined."""
+        """x: (T, in_dim), or ops.q8.Q8Rows -> (T, out_dim). Parts of different types write their own
+        columns: straight into the output for a single row (a column slice of one row is
+        contiguous), else joined."""
         if len(self.parts) == 1:
             y = ops.quant_matmul(x, self.parts[0])
         elif x.shape[0] == 1:
-            y = array_module(x).empty((1, self.out_dim), dtype=np.float32)
+            y = array_module(plain(x)).empty((1, self.out_dim), dtype=np.float32)
             at = 0
             for p in self.parts:
                 ops.quant_matmul(x, p, out=y[:, at:at + p.shape[0]])
                 at += p.shape[0]
         else:
-            y = array_module(x).concatenate([ops.quant_matmul(x, p) for p in self.parts], axis=-1)
+            y = array_module(plain(x)).concatenate([ops.quant_matmul(x, p) for p in self.parts], axis=-1)
         if self.bias is not None:
             y = y + self.bias
         return y

@@ -16,33 +16,37 @@ from ._check import (
     out_or_inplace,
 )
 from ._dispatch import host_result, is_host
+from .q8 import Q8Rows, q8_buffers, wants_q8
 
 _CTYPE = {F32: "float"}
 _GATED = {"silu_mul": "Silu", "gelu_mul": "GeluTanh"}
 _UNARY = {"softcap": "Softcap", "scale": "Scale"}
-_EXPRS = tuple([f"gated_kernel<{a}, {t}, {v}>" for a in _GATED.values() for t in _CTYPE.values() for v in (1, 4)]
+_EXPRS = tuple([f"gated_kernel<{a}, {t}, {v}, {q}>" for a in _GATED.values() for t in _CTYPE.values()
+                for v, q in ((1, "false"), (4, "false"), (4, "true"))]
                + [f"unary_kernel<{a}, {t}, {v}>" for a in _UNARY.values() for t in _CTYPE.values() for v in (1, 4)])
 _THREADS = 256
 _MAX_BLOCKS = 4096          # grid-stride beyond this (about 31 blocks of 256 per H200 SM)
 
 
 @cache
-def _kernel(family: str, functor: str, dtype: np.dtype, vec: int):
-    return get_kernel("activation", f"{family}<{functor}, {_CTYPE[dtype]}, {vec}>", name_expressions=_EXPRS)
+def _kernel(family: str, functor: str, dtype: np.dtype, vec: int, q8: bool | None = None):
+    tail = "" if q8 is None else f", {'true' if q8 else 'false'}"
+    return get_kernel("activation", f"{family}<{functor}, {_CTYPE[dtype]}, {vec}{tail}>", name_expressions=_EXPRS)
 
 
-def silu_mul(gate_up, *, out=None):
-    """(T, 2F), gate first -> silu(gate) * up, (T, F)."""
+def silu_mul(gate_up, *, out=None, q8: bool = False):
+    """(T, 2F), gate first -> silu(gate) * up, (T, F). q8: on the GPU, for T a dp4a GEMV serves,
+    return Q8Rows (the output and its int8 codes, ops/q8.py)."""
     if is_host(gate_up):
         return host_result(ref.silu_mul(gate_up), out)
-    return _gated_gpu("silu_mul", gate_up, out)
+    return _gated_gpu("silu_mul", gate_up, out, q8)
 
 
-def gelu_mul(gate_up, *, out=None):
-    """(T, 2F), gate first -> gelu_tanh(gate) * up, (T, F)."""
+def gelu_mul(gate_up, *, out=None, q8: bool = False):
+    """(T, 2F), gate first -> gelu_tanh(gate) * up, (T, F). q8: as silu_mul."""
     if is_host(gate_up):
         return host_result(ref.gelu_mul(gate_up), out)
-    return _gated_gpu("gelu_mul", gate_up, out)
+    return _gated_gpu("gelu_mul", gate_up, out, q8)
 
 
 def softcap(x, cap: float, *, out=None):
@@ -61,7 +65,7 @@ def scale(x, s: float, *, out=None):
     return _unary_gpu("scale", x, s, out)
 
 
-def _gated_gpu(op: str, gate_up, out):
+def _gated_gpu(op: str, gate_up, out, q8=False):
     check(gate_up, op, "gate_up", dtypes=tuple(_CTYPE), shape=(..., "2F"))
     two_f = gate_up.shape[-1]                          # check() guarantees ndim >= 1
     if two_f % 2 or two_f == 0:
@@ -79,8 +83,11 @@ def _gated_gpu(op: str, gate_up, out):
         return out
     vec = 4 if f % 4 == 0 and aligned(gate_up, out) else 1
     grid = (rows, (f // vec + _THREADS - 1) // _THREADS)
-    _kernel("gated_kernel", _GATED[op], gate_up.dtype, vec)(grid, (_THREADS,), (out, gate_up, np.int32(f)))
-    return out
+    codes = q8_buffers(rows, f) if q8 and vec == 4 and gate_up.ndim == 2 and wants_q8(rows, f, True) else None
+    null = (np.uint64(0),) * 3
+    _kernel("gated_kernel", _GATED[op], gate_up.dtype, vec, codes is not None)(
+        grid, (_THREADS,), (out, gate_up, np.int32(f), *(codes or null)))
+    return out if codes is None else Q8Rows(out, *codes)
 
 
 def _unary_gpu(op: str, x, a: float, out):

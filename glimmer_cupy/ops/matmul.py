@@ -15,6 +15,7 @@ from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
 from ._dispatch import host_result, is_host
+from .q8 import Q8Rows
 
 # QType -> trait struct in quant_blocks.cuh
 TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0,
@@ -116,11 +117,15 @@ def quantize_x(x, trait: str):
 
 
 def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None):
-    """x: (M, K) float32, w: QuantTensor (N, K) -> (M, N) float32.
+    """x: (M, K) float32, or Q8Rows (x with its int8 codes, ops/q8.py), w: QuantTensor (N, K) ->
+    (M, N) float32.
 
     force_bucket (benchmarks only) runs a given bucket instead of the table's choice.
     """
     n, k = w.shape
+    codes = None
+    if isinstance(x, Q8Rows):
+        x, codes = x.x, x
     if is_host(x):
         check(x, "quant_matmul", "x", dtypes=(F32, np.float64), shape=("M", k), contiguous=False)
         return host_result(ref.quant_matmul(x, w), out)
@@ -146,7 +151,13 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             or (b == "gemv" and m > GEMV_WIDTHS[-1]):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b == "gemv_dp4a":
-        xq, xd, xs = quantize_x(x, t)
+        if codes is not None:
+            check(codes.q, "quant_matmul", "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
+            check(codes.d, "quant_matmul", "x.d", dtypes=(F32,), shape=(m, k // 32), like=x)
+            check(codes.s, "quant_matmul", "x.s", dtypes=(F32,), shape=(m, k // 32), like=x)
+            xq, xd, xs = codes.q, codes.d, codes.s
+        else:
+            xq, xd, xs = quantize_x(x, t)
         _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))

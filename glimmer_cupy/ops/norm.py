@@ -12,15 +12,19 @@ from ..kernels.build import get_kernel
 from ..reference import norm as ref
 from ._check import F32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
+from .q8 import Q8Rows, q8_buffers, wants_q8
 
 _CTYPE = {F32: "float"}
-_EXPRS = tuple(f"{k}<{t}, {v}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
-               for t in _CTYPE.values() for v in (1, 4))
+_VARIANTS = ((1, "false"), (4, "false"), (4, "true"))          # (VEC, Q8)
+_EXPRS = tuple(f"{k}<{t}, {v}, {q}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
+               for t in _CTYPE.values() for v, q in _VARIANTS)
+_NULL = np.uint64(0)
 
 
 @cache
-def _kernel(name: str, dtype: np.dtype, vec: int):
-    return get_kernel("norm", f"{name}<{_CTYPE[dtype]}, {vec}>", name_expressions=_EXPRS)
+def _kernel(name: str, dtype: np.dtype, vec: int, q8: bool = False):
+    return get_kernel("norm", f"{name}<{_CTYPE[dtype]}, {vec}, {'true' if q8 else 'false'}>",
+                      name_expressions=_EXPRS)
 
 
 def _launch_shape(rows: int, d: int, vec: int) -> tuple[tuple[int], tuple[int, int]]:
@@ -38,19 +42,20 @@ def _vec(d: int, *arrays) -> int:
     return 4 if d % 4 == 0 and aligned(*arrays) else 1
 
 
-def rms_norm(x, weight, eps: float, *, out=None):
+def rms_norm(x, weight, eps: float, *, out=None, q8: bool = False):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis; x: (..., d), weight: (d,).
-    On the GPU, x is float32 and `out` (if given) must not overlap it."""
+    On the GPU, x is float32 and `out` (if given) must not overlap it. q8: for a 2-D x of rows a
+    dp4a GEMV serves, return Q8Rows (the output and its int8 codes, ops/q8.py)."""
     if is_host(x):
         return host_result(ref.rms_norm(x, weight, eps), out)
-    return _rms_norm_gpu(x, weight, eps, out)
+    return _rms_norm_gpu(x, weight, eps, out, q8)
 
 
-def add_rms_norm_(residual, delta, weight, eps: float, *, out=None):
-    """residual += delta (in place); returns rms_norm(residual) * weight."""
+def add_rms_norm_(residual, delta, weight, eps: float, *, out=None, q8: bool = False):
+    """residual += delta (in place); returns rms_norm(residual) * weight (q8: as rms_norm)."""
     if is_host(residual):
         return host_result(ref.add_rms_norm_(residual, delta, weight, eps), out)
-    return _add_rms_norm_gpu(residual, delta, weight, eps, out)
+    return _add_rms_norm_gpu(residual, delta, weight, eps, out, q8)
 
 
 def _check_common(op: str, x, xname: str, weight, out):
@@ -64,7 +69,17 @@ def _check_common(op: str, x, xname: str, weight, out):
     return d
 
 
-def _rms_norm_gpu(x, weight, eps, out):
+def _codes(q8: bool, x, vec: int):
+    """(q, d, s) buffers when the int8 form is wanted and can be made here, else None."""
+    rows, d = (x.shape[0], x.shape[1]) if x.ndim == 2 else (0, 0)
+    return q8_buffers(rows, d) if q8 and vec == 4 and wants_q8(rows, d, True) else None
+
+
+def _result(out, codes):
+    return out if codes is None else Q8Rows(out, *codes)
+
+
+def _rms_norm_gpu(x, weight, eps, out, q8=False):
     d = _check_common("rms_norm", x, "x", weight, out)
     if out is None:
         import cupy
@@ -75,12 +90,13 @@ def _rms_norm_gpu(x, weight, eps, out):
         return out
     vec = _vec(d, x, weight, out)
     grid, block = _launch_shape(rows, d, vec)
-    _kernel("rms_norm_kernel", x.dtype, vec)(
-        grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps)))
-    return out
+    codes = _codes(q8, x, vec)
+    _kernel("rms_norm_kernel", x.dtype, vec, codes is not None)(
+        grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or (_NULL,) * 3)))
+    return _result(out, codes)
 
 
-def _add_rms_norm_gpu(residual, delta, weight, eps, out):
+def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
     op = "add_rms_norm_"
     d = _check_common(op, residual, "residual", weight, out)
     check(delta, op, "delta", dtypes=(residual.dtype,), shape=tuple(residual.shape), like=residual)
@@ -95,6 +111,8 @@ def _add_rms_norm_gpu(residual, delta, weight, eps, out):
         return out
     vec = _vec(d, residual, delta, weight, out)
     grid, block = _launch_shape(rows, d, vec)
-    _kernel("add_rms_norm_kernel", residual.dtype, vec)(
-        grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps)))
-    return out
+    codes = _codes(q8, residual, vec)
+    _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None)(
+        grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps),
+                      *(codes or (_NULL,) * 3)))
+    return _result(out, codes)

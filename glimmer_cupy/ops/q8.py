@@ -1,0 +1,45 @@
+"""Activations with their int8 form: what a dp4a GEMV reads, made by the op that produces them.
+
+quant_matmul's small-M bucket (gemv_dp4a) reads x as int8 codes per 32 values (xq: one int32
+word per 4 values, xd = max|x| / 127 and xs = xd * sum(codes) per 32 values); made by a launch
+of its own, that costs about as much as a small GEMV. The ops that feed matmuls (rms_norm,
+add_rms_norm_, silu_mul, gelu_mul) make the same bits in their own pass when asked (q8=True) and
+return Q8Rows; quant_matmul takes Q8Rows wherever it takes x, and reads the codes in the dp4a
+bucket and x itself in the others. The NumPy path has no int8 form: there q8 is ignored.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+Q8_MAX_ROWS = 16              # the widest dp4a GEMV (ops/matmul.py DP4A_WIDTHS): more rows run other buckets
+
+
+class Q8Rows(NamedTuple):
+    """x (M, K) float32 and its codes: q int32 (M, K/4), d and s float32 (M, K/32)."""
+    x: object
+    q: object
+    d: object
+    s: object
+
+    @property
+    def shape(self):
+        return self.x.shape
+
+
+def wants_q8(rows: int, k: int, aligned_vec4: bool) -> bool:
+    """Whether a producer should make the int8 form: rows a dp4a GEMV serves, whole 32-value groups
+    and the 4-wide packs the fused epilogue quantizes."""
+    return 0 < rows <= Q8_MAX_ROWS and k % 32 == 0 and aligned_vec4
+
+
+def q8_buffers(rows: int, k: int):
+    """(q, d, s) device arrays for rows x k activations."""
+    import cupy
+    return (cupy.empty((rows, k // 4), dtype=cupy.int32), cupy.empty((rows, k // 32), dtype=cupy.float32),
+            cupy.empty((rows, k // 32), dtype=cupy.float32))
+
+
+def plain(x):
+    """The float array of x, whether or not it carries codes."""
+    return x.x if isinstance(x, Q8Rows) else x

@@ -1,0 +1,101 @@
+"""Producers of int8 activations (ops/q8.py): norms and gated activations asked for q8 on the GPU
+return the same floats as without it, and codes bit-identical to quantize_x's of those floats; a
+dp4a matmul given them returns exactly what it returns from the floats."""
+
+import numpy as np
+import pytest
+
+from glimmer_cupy import ops
+from glimmer_cupy.ops.q8 import Q8Rows, plain, wants_q8
+
+gpu = pytest.mark.gpu
+
+
+def test_host_path_ignores_q8():
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    w = np.ones(64, np.float32)
+    assert isinstance(ops.rms_norm(x, w, 1e-6, q8=True), np.ndarray)
+    assert isinstance(ops.silu_mul(np.concatenate([x, x], 1), q8=True), np.ndarray)
+    assert plain(x) is x
+
+
+def test_wants_q8():
+    assert wants_q8(1, 1024, True) and wants_q8(16, 32, True)
+    assert not wants_q8(17, 1024, True) and not wants_q8(4, 1000, True) and not wants_q8(4, 64, False)
+
+
+def _same_codes(got: Q8Rows, trait="Q8_0"):
+    import cupy
+
+    from glimmer_cupy.ops.matmul import quantize_x
+
+    assert isinstance(got, Q8Rows)
+    q, d, s = quantize_x(cupy.ascontiguousarray(got.x), trait)
+    for name, a, b in (("q", got.q, q), ("d", got.d, d), ("s", got.s, s)):
+        assert a.shape == b.shape and bool((a.view(cupy.int32) == b.view(cupy.int32)).all()), name
+
+
+@gpu
+@pytest.mark.parametrize("rows,d", [(1, 1024), (3, 576), (16, 2560), (5, 64)])
+def test_norms_make_quantize_x_codes(rows, d):
+    import cupy
+
+    rng = np.random.default_rng(rows * d)
+    x = cupy.asarray((rng.standard_normal((rows, d)) * 4).astype(np.float32))
+    w = cupy.asarray((1 + 0.2 * rng.standard_normal(d)).astype(np.float32))
+    delta = cupy.asarray(rng.standard_normal((rows, d)).astype(np.float32))
+    plain_out = ops.rms_norm(x, w, 1e-6)
+    got = ops.rms_norm(x, w, 1e-6, q8=True)
+    assert bool((got.x == plain_out).all())
+    _same_codes(got)
+    r1, r2 = x.copy(), x.copy()
+    a = ops.add_rms_norm_(r1, delta, w, 1e-6)
+    b = ops.add_rms_norm_(r2, delta, w, 1e-6, q8=True)
+    assert bool((a == b.x).all()) and bool((r1 == r2).all())
+    _same_codes(b)
+
+
+@gpu
+@pytest.mark.parametrize("op", ["silu_mul", "gelu_mul"])
+@pytest.mark.parametrize("rows,f", [(1, 3072), (7, 1536), (16, 96)])
+def test_gated_make_quantize_x_codes(op, rows, f):
+    import cupy
+
+    rng = np.random.default_rng(rows + f)
+    gu = cupy.asarray((rng.standard_normal((rows, 2 * f)) * 3).astype(np.float32))
+    want = getattr(ops, op)(gu)
+    got = getattr(ops, op)(gu, q8=True)
+    assert bool((got.x == want).all())
+    _same_codes(got)
+
+
+@gpu
+def test_rows_a_dp4a_gemv_does_not_serve_get_plain_arrays():
+    import cupy
+
+    x = cupy.ones((17, 64), cupy.float32)
+    assert isinstance(ops.rms_norm(x, cupy.ones(64, cupy.float32), 1e-6, q8=True), cupy.ndarray)
+    assert isinstance(ops.silu_mul(cupy.ones((2, 100), cupy.float32), q8=True), cupy.ndarray)   # F % 32 != 0
+
+
+@gpu
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K", "Q8_0", "Q4_1", "F16"])
+def test_matmul_on_codes_equals_matmul_on_floats(qtype):
+    import cupy
+
+    from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
+    from glimmer_cupy.weights.random_blocks import random_blocks
+
+    rng = np.random.default_rng(3)
+    qt = QType[qtype]
+    n, k = 96, 512
+    if qt == QType.F16:
+        wt = QuantTensor("w", qt, (n, k), rng.standard_normal((n, k)).astype(np.float16)).to_device()
+    else:
+        wt = QuantTensor("w", qt, (n, k), random_blocks(qt, n, k, rng, 0.02)).to_device()
+    for rows in (1, 3, 16):
+        x = cupy.asarray(rng.standard_normal((rows, k)).astype(np.float32))
+        h = ops.rms_norm(x, cupy.ones(k, cupy.float32), 1e-6, q8=True)
+        a = ops.quant_matmul(h, wt)
+        b = ops.quant_matmul(h.x, wt)
+        assert bool((a == b).all()), (qtype, rows)
