@@ -225,22 +225,41 @@ template <int D>
 __global__ void __launch_bounds__(32)
 attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                     int rows, int nsplit) {
+    // lanes read the splits' (m, l) side by side; then every split's acc columns are loaded
+    // unconditionally (independent loads the warp keeps in flight) and weighted by a select, so
+    // an empty split's unwritten partials (weight 0) never reach the sum
     constexpr int C = D / 32;
     const int r = blockIdx.x, lane = threadIdx.x;
     float mx = kNegInf;
-    for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, part_ml[2 * ((long long)s * rows + r)]);
+    for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, part_ml[2 * ((long long)s * rows + r)]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
     const float mu = mx == kNegInf ? 0.f : mx;
     float total = 0.f, acc[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) acc[c] = 0.f;
-    for (int s = 0; s < nsplit; ++s) {
-        const long long pr = (long long)s * rows + r;
-        const float w = exp2f(part_ml[2 * pr] - mu);
-        total = fmaf(w, part_ml[2 * pr + 1], total);
-        if (w == 0.f) continue;                       // also skips partials of empty splits
+    for (int s0 = 0; s0 < nsplit; s0 += 32) {
+        const int s = s0 + lane;
+        float w = 0.f;
+        if (s < nsplit) {
+            const long long pr = (long long)s * rows + r;
+            w = exp2f(part_ml[2 * pr] - mu);
+            total = fmaf(w, part_ml[2 * pr + 1], total);
+        }
+        const int n = min(32, nsplit - s0);
+#pragma unroll 8
+        for (int j = 0; j < n; ++j) {
+            const float wj = __shfl_sync(kFull, w, j);
+            const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
 #pragma unroll
-        for (int c = 0; c < C; ++c) acc[c] = fmaf(w, part_acc[pr * D + lane * C + c], acc[c]);
+            for (int c = 0; c < C; ++c) {
+                const float v = src[c];
+                acc[c] = wj != 0.f ? fmaf(wj, v, acc[c]) : acc[c];
+            }
+        }
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(kFull, total, o);
     const float inv = total > 0.f ? 1.f / total : 0.f;
 #pragma unroll
     for (int c = 0; c < C; ++c) out[(long long)r * D + lane * C + c] = acc[c] * inv;

@@ -7,12 +7,12 @@
 //
 // prepare_qkv_kernel<D, NEOX, QKNORM>  qkv: (T, (Hq + 2 Hkv) * D) float32, heads in the order q, k, v;
 //     q_out: (T, Hq, D) float32; k_pool, v_pool: (cells, Hkv, D) bf16 bits; rope over all D
-//     features. One block per token; each warp takes heads (q, k or v) in turn, a lane holds D/32
+//     features. A block per (token, 8 heads): each warp takes a head (q, k or v), a lane holds D/32
 //     values of the head, laid out so that both values of every rotated pair sit in the lane:
 //       NEOX   (pairs i, i + D/2):  value j is feature lane + 32 j;
 //       normal (pairs 2i, 2i + 1):  values 2r, 2r + 1 are features 2 lane + 64 r and the next one.
 //     Either way lane's pair r (r < D/64) has frequency index i = lane + 32 r.
-//     grid=(T,) block=(32, 8)
+//     grid=(T, ceil((Hq + 2 Hkv) / 8)) block=(32, 8)
 //
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
         sincosf((float)ang, &sn[r], &cs[r]);
     }
 
-    for (int h = threadIdx.y; h < heads; h += blockDim.y) {
+    for (int h = blockIdx.y * blockDim.y + threadIdx.y; h < heads; h += gridDim.y * blockDim.y) {
         const float* x = src + h * D;
         float v[NR];
 #pragma unroll

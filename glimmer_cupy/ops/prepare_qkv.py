@@ -67,7 +67,7 @@ def prepare_qkv_(qkv, k_pool, v_pool, cells, positions, n_heads: int, n_kv_heads
     if t:
         null = np.uint64(0)
         _kernel(d, bool(neox), qk_norm)(
-            (t,), (32, WARPS),
+            (t, -(-heads // WARPS)), (32, WARPS),
             (out, k_pool, v_pool, qkv, q_norm if qk_norm else null, k_norm if qk_norm else null, positions, cells,
              np.int32(n_heads), np.int32(n_kv_heads), np.float32(eps), np.float64(math.log2(rope_base))))
     return out
