@@ -159,21 +159,15 @@ quantize_x_kernel(int* __restrict__ xq, float* __restrict__ xd, float* __restric
     quantize32(x + 32 * i, xq + 8 * i, xd[i], xs[i]);
 }
 
-// Sub-blocks of a row one lane loads before it multiplies any: U of them, 32 apart, so a warp keeps
-// U x 32 sub-blocks of the row in flight (U = 4: all of a 4096-wide row). Up to 4 rows of x take
-// U = 4; more rows keep U = 2, as the per-row accumulators and x loads already fill the registers.
-template <int M> struct Dp4aUnroll { static constexpr int value = M <= 4 ? 4 : 2; };
-constexpr int kDp4aUnroll = 4;           // the largest U: register arrays are sized by it
-
-// One pass of the dp4a GEMV over the sub-blocks s0, s0 + 32, ... (the first `n` of kDp4aUnroll) of
-// a row whose codes are already in registers: acc[m] += the row's dot product with row m of x.
-template <int M, int U>
-__device__ __forceinline__ void dp4a_pass(float* acc, const int (&wv)[kDp4aUnroll][8], const float* d0,
-                                          const float* d1, const float* mw, int s0, int n, const int* xq,
-                                          const float* xd, const float* xs, int k, int nsub) {
+// One pass of the dp4a GEMV over the sub-blocks s0 and s0 + 32 (when `two`) of a row whose
+// codes are already in registers: acc[m] += the row's dot product with row m of x.
+template <int M>
+__device__ __forceinline__ void dp4a_pass(float* acc, const int (&wv)[2][8], const float* d0, const float* d1,
+                                          const float* mw, int s0, bool two, const int* xq, const float* xd,
+                                          const float* xs, int k, int nsub) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-        if (u >= n) break;
+    for (int u = 0; u < 2; ++u) {
+        if (u == 1 && !two) break;
         const int s = s0 + 32 * u;
 #pragma unroll
         for (int m = 0; m < M; ++m) {
@@ -193,13 +187,12 @@ __device__ __forceinline__ void dp4a_pass(float* acc, const int (&wv)[kDp4aUnrol
     }
 }
 
-// The codes and scales of the first n of sub-blocks s0, s0 + 32, ... of a row into registers.
-template <class QT, int U>
-__device__ __forceinline__ void dp4a_load(const unsigned char* wrow, int s0, int n, int (&wv)[kDp4aUnroll][8],
+// The codes and scales of sub-blocks s0 and s0 + 32 of a row into registers.
+template <class QT>
+__device__ __forceinline__ void dp4a_load(const unsigned char* wrow, int s0, bool two, int (&wv)[2][8],
                                           float* d0, float* d1, float* mw) {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-        if (u < n) gguf::Dot<QT>::load(wrow, s0 + 32 * u, wv[u], d0[u], d1[u], mw[u]);
+    gguf::Dot<QT>::load(wrow, s0, wv[0], d0[0], d1[0], mw[0]);
+    if (two) gguf::Dot<QT>::load(wrow, s0 + 32, wv[1], d0[1], d1[1], mw[1]);
 }
 
 template <class QT, int M>
@@ -214,15 +207,13 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    // U sub-blocks per lane per pass, all loaded before any math: that many in flight
-    constexpr int U = Dp4aUnroll<M>::value;
-    for (int s0 = lane; s0 < nsub; s0 += 32 * U) {
-        const int left = (nsub - s0 + 31) / 32;              // sub-blocks s0, s0 + 32, ... still in the row
-        const int n_here = left < U ? left : U;
-        int wv[kDp4aUnroll][8];
-        float d0[kDp4aUnroll], d1[kDp4aUnroll], mw[kDp4aUnroll];
-        dp4a_load<QT, U>(wrow, s0, n_here, wv, d0, d1, mw);
-        dp4a_pass<M, U>(acc, wv, d0, d1, mw, s0, n_here, xq, xd, xs, k, nsub);
+    // two sub-blocks per lane per pass, both loaded before any math: twice the bytes in flight
+    for (int s0 = lane; s0 < nsub; s0 += 64) {
+        const bool two = s0 + 32 < nsub;
+        int wv[2][8];
+        float d0[2], d1[2], mw[2];
+        dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
+        dp4a_pass<M>(acc, wv, d0, d1, mw, s0, two, xq, xd, xs, k, nsub);
     }
     store_row_sums<M>(y, acc, n, row, lane);
 }
