@@ -3,6 +3,7 @@ and the device ceilings measured in the same run."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -29,8 +30,14 @@ def graph_time_us(launch: Callable[[int], None], sets: int, launches: int, reps:
             launch(i)
         stream.synchronize()
         stream.begin_capture()
-        for i in range(launches):
-            launch(i % sets)
+        try:
+            for i in range(launches):
+                launch(i % sets)
+        except Exception:
+            # end the broken capture, or every later device-wide call fails with "stream is capturing"
+            with contextlib.suppress(Exception):
+                stream.end_capture()
+            raise
         graph = stream.end_capture()
         graph.launch(stream)
         stream.synchronize()
