@@ -11,11 +11,8 @@
 //                       K row is read once for the whole GQA group; then the warp adds the tile's V
 //                       rows into per-lane output columns (lane owns D/32 columns). Writes a partial
 //                       (m, l, acc) per split, or the normalised output when there is one split.
-//                       With `done` (HEADS <= 4), the split that finishes last for its (token,
-//                       chunk) — an atomic count per pair, reset to 0 after — merges the partials
-//                       itself, so no combine launch follows.
 //                       grid=(nsplit, kv_heads * head_chunks, T) block=(32,)
-// attn_combine_kernel<D>  merges the splits' partials of one (token, q head) (chunks of 8 heads).
+// attn_combine_kernel<D>  merges the splits' partials of one (token, q head).
 //                       grid=(T * q_heads,) block=(32,)
 //
 // Scores live in the log2 domain: q is pre-multiplied by scale * log2(e) (by scale alone under a
@@ -73,49 +70,6 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
-// out row r = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, M = max_s m_s, by one warp. Lanes
-// read the splits' (m, l) side by side; then every split's acc columns are loaded unconditionally
-// (independent loads the warp keeps in flight) and weighted by a select, so an empty split's
-// unwritten partials (weight 0) never reach the sum. Loads bypass L1 (__ldcg): the fused path
-// reads partials other blocks wrote during the same launch.
-template <int D>
-__device__ __forceinline__ void combine_row(float* __restrict__ out, const float* __restrict__ part_acc,
-                                            const float* __restrict__ part_ml, int rows, int nsplit, long long r,
-                                            int lane) {
-    constexpr int C = D / 32;
-    float mx = kNegInf;
-    for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + r)));
-    mx = warp_max(mx);
-    const float mu = mx == kNegInf ? 0.f : mx;
-    float total = 0.f, acc[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[c] = 0.f;
-    for (int s0 = 0; s0 < nsplit; s0 += 32) {
-        const int s = s0 + lane;
-        float w = 0.f;
-        if (s < nsplit) {
-            const long long pr = (long long)s * rows + r;
-            w = exp2f(__ldcg(part_ml + 2 * pr) - mu);
-            total = fmaf(w, __ldcg(part_ml + 2 * pr + 1), total);
-        }
-        const int n = min(32, nsplit - s0);
-#pragma unroll 8
-        for (int j = 0; j < n; ++j) {
-            const float wj = __shfl_sync(kFull, w, j);
-            const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
-#pragma unroll
-            for (int c = 0; c < C; ++c) {
-                const float v = __ldcg(src + c);
-                acc[c] = wj != 0.f ? fmaf(wj, v, acc[c]) : acc[c];
-            }
-        }
-    }
-    total = warp_sum(total);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = acc[c] * inv;
-}
-
 template <int D, int HEADS>
 __global__ void __launch_bounds__(32)
 attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
@@ -124,7 +78,7 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
                   const int* __restrict__ seq_lens, const int* __restrict__ tok_seq,
                   const int* __restrict__ tok_pos, const unsigned char* __restrict__ visible,
                   int n_tok, int q_heads, int kv_heads, int table_width, int head_chunks, int window,
-                  float q_scale, float softcap_log2, float inv_softcap, int* __restrict__ done) {
+                  float q_scale, float softcap_log2, float inv_softcap) {
     constexpr int C = D / 32;                         // output columns per lane
     constexpr int KB = D / 8 < 16 ? D / 8 : 16;       // 16-byte K loads in flight per lane
     constexpr int VB = D == 256 ? 8 : 16;             // V rows loaded ahead of their math
@@ -263,21 +217,6 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
             }
         }
     }
-    // the split that finishes last for this (token, head chunk) combines them all, then resets its
-    // counter for the next launch (the counters start at zero: the op's contract). Chunks of 8
-    // heads leave no registers for it (ptxas spills): their combine is attn_combine_kernel.
-    if constexpr (HEADS > 4) return;
-    if (gridDim.x == 1 || done == nullptr) return;
-    __threadfence();                                  // this split's partials, visible to all
-    int ticket = 0;
-    int* counter = done + (long long)tok * gridDim.y + blockIdx.y;
-    if (lane == 0) ticket = atomicAdd(counter, 1);
-    ticket = __shfl_sync(kFull, ticket, 0);
-    if (ticket != (int)gridDim.x - 1) return;
-    __threadfence();                                  // every other split's partials, before reading them
-    for (int h = 0; h < nh; ++h)
-        combine_row<D>(out, part_acc, part_ml, n_tok * q_heads, gridDim.x, (long long)tok * q_heads + h0 + h, lane);
-    if (lane == 0) *counter = 0;
 }
 
 // out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, M = max_s m_s; splits that saw nothing
@@ -286,13 +225,50 @@ template <int D>
 __global__ void __launch_bounds__(32)
 attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                     int rows, int nsplit) {
-    combine_row<D>(out, part_acc, part_ml, rows, nsplit, blockIdx.x, threadIdx.x);
+    // lanes read the splits' (m, l) side by side; then every split's acc columns are loaded
+    // unconditionally (independent loads the warp keeps in flight) and weighted by a select, so
+    // an empty split's unwritten partials (weight 0) never reach the sum
+    constexpr int C = D / 32;
+    const int r = blockIdx.x, lane = threadIdx.x;
+    float mx = kNegInf;
+    for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, part_ml[2 * ((long long)s * rows + r)]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+    const float mu = mx == kNegInf ? 0.f : mx;
+    float total = 0.f, acc[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[c] = 0.f;
+    for (int s0 = 0; s0 < nsplit; s0 += 32) {
+        const int s = s0 + lane;
+        float w = 0.f;
+        if (s < nsplit) {
+            const long long pr = (long long)s * rows + r;
+            w = exp2f(part_ml[2 * pr] - mu);
+            total = fmaf(w, part_ml[2 * pr + 1], total);
+        }
+        const int n = min(32, nsplit - s0);
+#pragma unroll 8
+        for (int j = 0; j < n; ++j) {
+            const float wj = __shfl_sync(kFull, w, j);
+            const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                const float v = src[c];
+                acc[c] = wj != 0.f ? fmaf(wj, v, acc[c]) : acc[c];
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(kFull, total, o);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) out[(long long)r * D + lane * C + c] = acc[c] * inv;
 }
 
 #ifdef GLIMMER_INSTANTIATE
 #define SPLIT(D, H) template __global__ void attn_split_kernel<D, H>(float*, float*, float*, const float*, \
     const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*,          \
-    const unsigned char*, int, int, int, int, int, int, float, float, float, int*);
+    const unsigned char*, int, int, int, int, int, int, float, float, float);
 #define SPLIT_ALL(D) SPLIT(D, 1) SPLIT(D, 2) SPLIT(D, 4) SPLIT(D, 8) \
     template __global__ void attn_combine_kernel<D>(float*, const float*, const float*, int, int);
 SPLIT_ALL(64) SPLIT_ALL(128) SPLIT_ALL(256)

@@ -105,26 +105,6 @@ def test_long_context():
 
 
 @gpu
-@pytest.mark.parametrize("q_heads,kv_heads", [(8, 2), (9, 3), (32, 8), (16, 2)])
-def test_fused_combine_resets_its_counters_and_repeats_exactly(q_heads, kv_heads):
-    """Chunks of up to 4 heads merge their splits in the split kernel (the last split to finish);
-    chunks of 8 run the combine kernel. Either way a repeat gives the same bits (the merge reads
-    the splits in a fixed order, whichever block does it) and the counters are back at zero."""
-    import cupy
-
-    from glimmer_cupy.ops.attention import done_counters
-
-    rng = np.random.default_rng(q_heads * kv_heads)
-    step = make_step(rng, [700, 3000, 65], q_heads, kv_heads, 128)
-    first, ref = run_both(*step)
-    assert_close(first, ref, (q_heads, kv_heads))
-    for _ in range(3):
-        again, _ = run_both(*step)
-        assert np.array_equal(again, first)
-    assert int(cupy.count_nonzero(done_counters(1))) == 0
-
-
-@gpu
 @pytest.mark.parametrize("splits", [1, 2, 3, 31, 200])
 def test_forced_splits_agree(splits):
     """Any split count gives the same attention (the rule is a speed choice), empty splits included."""

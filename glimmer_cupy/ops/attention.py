@@ -40,11 +40,6 @@ LOG2E = 1.4426950408889634
 TARGET_WAVES = 16
 MIN_SPLIT = 32
 MAX_SPLITS = 256
-# Head chunks of up to this many heads combine their splits inside the split kernel (the last split
-# of each (token, chunk) to finish does it, counted by an int per (token, chunk)); wider chunks run
-# attn_combine_kernel, a launch of its own (their registers leave no room: ptxas spills).
-FUSED_COMBINE_HEADS = 4
-_COUNTERS: dict = {}
 
 
 @cache
@@ -78,19 +73,6 @@ def n_splits(warps: int, max_len: int, sms: int = 132) -> int:
 def workspace_size(tokens: int, q_heads: int, head_dim: int, splits: int = MAX_SPLITS) -> int:
     """float32 elements of the split partials (acc, then max and sum) for a step of `tokens`."""
     return splits * tokens * q_heads * (head_dim + 2)
-
-
-def done_counters(n: int):
-    """An int32 device buffer of at least n zeros for the fused combine's counters, one per device
-    and stream (kernels of one stream run one at a time; each resets the counters it used). Buffers
-    are kept for the life of the process: a captured graph holds their address."""
-    import cupy
-
-    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr)
-    bufs = _COUNTERS.setdefault(key, [])
-    if not bufs or bufs[-1].size < n:
-        bufs.append(cupy.zeros(max(n, 2 * bufs[-1].size if bufs else 4096), dtype=cupy.int32))
-    return bufs[-1]
 
 
 def kv_write_(k_pool, v_pool, k, v, cells):
@@ -214,14 +196,12 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     softcap_log2 = softcap * LOG2E if softcap else 0.0
     inv_softcap = 1.0 / softcap if softcap else 0.0
     vis = visible if visible is not None else np.uint64(0)           # a null pointer
-    fused = splits > 1 and heads <= FUSED_COMBINE_HEADS
-    done = done_counters(t * hkv * chunks) if fused else np.uint64(0)
     _kernel(f"attn_split_kernel<{d}, {heads}>")(
         (splits, hkv * chunks, t), (32,),
         (out, part_acc, part_ml, q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, vis,
          np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks), np.int32(window),
-         np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), done))
-    if splits > 1 and not fused:
+         np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap)))
+    if splits > 1:
         _kernel(f"attn_combine_kernel<{d}>")((t * hq,), (32,), (out, part_acc, part_ml, np.int32(t * hq),
                                                                 np.int32(splits)))
     return out
