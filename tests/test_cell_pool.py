@@ -69,3 +69,19 @@ def test_clone_shares_and_rewind_frees():
     a.free(pool)
     b.free(pool)
     assert pool.n_free == 15
+
+
+def test_cell_row_follows_the_cells_through_growth_rewind_and_free():
+    pool = CellPool(400)
+    seq = Sequence(list(range(300)), GREEDY)
+    for n in (1, 70, 5, 100, 1):                              # grows past the 64-entry start
+        seq.add_cells(pool.alloc(n))
+        assert seq.cell_row().tolist() == seq.cells
+    seq.rewind(pool, 30)
+    assert seq.cell_row().tolist() == seq.cells and len(seq.cells) == 30
+    seq.add_cells(pool.alloc(4))                              # same length as before the rewind, other cells
+    assert seq.cell_row().tolist() == seq.cells
+    twin = seq.clone(pool)
+    assert twin.cell_row().tolist() == seq.cells
+    seq.free(pool)
+    assert seq.cell_row().tolist() == [] and twin.cell_row().tolist() == twin.cells

@@ -26,14 +26,14 @@ def plan_step(pool: CellPool, chunks: list[tuple[Sequence, int]]) -> StepBatch:
         tokens += seq.tokens[start:start + n]
         positions += range(start, start + n)
         tok_seq += [s] * n
-        seq.cells += cells[at:at + n]
+        seq.add_cells(cells[at:at + n])
         at += n
         if seq.n_pending == 0:
             logit_rows.append(len(tokens) - 1)
     width = max(len(seq.cells) for seq, _ in chunks)
     table = np.zeros((len(chunks), width), np.int32)
     for s, (seq, _) in enumerate(chunks):
-        table[s, :len(seq.cells)] = seq.cells
+        table[s, :len(seq.cells)] = seq.cell_row()
     return StepBatch(
         tokens=np.array(tokens, np.int32), positions=np.array(positions, np.int32),
         cells=np.array(cells, np.int32), tok_seq=np.array(tok_seq, np.int32), cell_table=table,
