@@ -17,7 +17,7 @@ from test_cuda_executor import LOGIT_RTOL, load_decoder, tiny_cuda_model
 from glimmer_cupy.reference.sampling import GREEDY, SamplingParams
 from glimmer_cupy.runtime.cell_pool import CellPool
 from glimmer_cupy.runtime.sequence import Sequence
-from glimmer_cupy.runtime.static_step import MIN_TABLE_WIDTH, table_width
+from glimmer_cupy.runtime.static_step import MIN_TABLE_WIDTH, StaticStep, table_width
 from glimmer_cupy.runtime.step_planner import plan_step
 
 WIDTHS = list(range(1, 66)) + [80, 127, 130]
@@ -117,3 +117,57 @@ def test_mix_covers_the_width():
     for w in WIDTHS:
         spec = mix(w, 320, w)
         assert sum(size for _, _, size in spec) == w and all(size > 0 for _, _, size in spec)
+
+
+class _RecordingParams:
+    """Stands in for DeviceSamplingParams: records what update() was given."""
+
+    def __init__(self):
+        self.updates = []
+
+    def update(self, params, vocab):
+        self.updates.append(list(params))
+
+
+def host_static_step(t: int, k: int, width: int) -> StaticStep:
+    """A StaticStep whose buffers are NumPy arrays (fill() only touches the host side)."""
+    st = object.__new__(StaticStep)
+    st.t, st.k, st.width = t, k, width
+    s = t + 1
+    st.h = {name: np.full(shape, -7, np.int32) for name, shape in (
+        ("tokens", (t,)), ("positions", (t,)), ("cells", (t,)), ("tok_seq", (t,)), ("seq_lens", (s,)),
+        ("logit_rows", (k,)), ("sample_pos", (k,)), ("cell_table", (s, width)))}
+    st.params, st.param_key, st.param_list = _RecordingParams(), None, None
+    return st
+
+
+def test_fill_pads_tokens_sequences_and_rows():
+    pool = CellPool(64)
+    a, b = Sequence([5, 6, 7], GREEDY), Sequence([8, 9], GREEDY)
+    step = plan_step(pool, [(a, 3), (b, 2)])
+    st = host_static_step(8, 2, 256)
+    hot = SamplingParams(temperature=1.0, seed=3)
+    st.fill(step, [hot, GREEDY], [3, 2], 320)
+    h = st.h
+    assert h["tokens"].tolist() == [5, 6, 7, 8, 9, 0, 0, 0]
+    assert h["cells"][:5].tolist() == step.cells.tolist() and (h["cells"][5:] == 0).all()      # scratch cell
+    assert h["tok_seq"].tolist() == [0, 0, 0, 1, 1, 2, 2, 2]                                  # padding sequence
+    assert h["seq_lens"].tolist()[:2] == [3, 2] and (h["seq_lens"][2:] == 0).all()
+    assert h["logit_rows"].tolist() == [2, 4] and h["sample_pos"].tolist() == [3, 2]
+    assert h["cell_table"][0, :3].tolist() == a.cells and h["cell_table"][1, :2].tolist() == b.cells
+    assert st.params.updates == [[hot, GREEDY]]
+
+
+def test_fill_rewrites_parameters_only_when_they_change():
+    pool = CellPool(64)
+    seq = Sequence([1, 2, 3], GREEDY)
+    st = host_static_step(4, 2, 256)
+    p = SamplingParams(temperature=0.7, seed=1)
+    step = plan_step(pool, [(seq, 3)])
+    st.fill(step, [p], [3], 320)
+    st.fill(step, [p], [3], 320)                                            # the same objects
+    st.fill(step, [SamplingParams(temperature=0.7, seed=1)], [3], 320)      # equal values, new object
+    assert len(st.params.updates) == 1
+    st.fill(step, [SamplingParams(temperature=0.7, seed=2)], [3], 320)      # a new seed
+    assert len(st.params.updates) == 2 and st.params.updates[-1][0].seed == 2
+    assert st.params.updates[-1][1] is GREEDY                               # the padding row

@@ -57,7 +57,8 @@ class StaticStep:
             self.d[name] = self.dev[at:at + size].reshape(shape)
             at += size
         self.params = DeviceSamplingParams.empty(k)
-        self.param_key = None
+        self.param_key = None             # field values of the parameters in self.params
+        self.param_list = None            # the SamplingParams objects they came from
         self.ids = cupy.zeros((2, k), dtype=cupy.int32)
         self.ids_host = cupyx.empty_pinned((2, k), np.int32)
         self.logits = None                # the last run's (k, vocab) logits (in the graph: its output array)
@@ -86,10 +87,14 @@ class StaticStep:
         h["sample_pos"][k:] = 0
         if self.k:
             params = list(params) + [GREEDY] * (self.k - k)
-            key = tuple(astuple(p) for p in params)
-            if key != self.param_key:
-                self.params.update(params, vocab)
-                self.param_key = key
+            last = self.param_list
+            same = last is not None and all(a is b for a, b in zip(params, last))   # a decode loop's case
+            if not same:
+                key = tuple(astuple(p) for p in params)
+                if key != self.param_key:
+                    self.params.update(params, vocab)
+                    self.param_key = key
+                self.param_list = params
 
     def upload(self, stream) -> None:
         """Host staging -> device, on `stream` (captured into the graph)."""
