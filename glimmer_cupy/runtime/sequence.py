@@ -53,8 +53,7 @@ class Sequence:
             grown = np.zeros(max(n, 2 * self._cell_buf.size), np.int32)
             grown[:self._cell_n] = self._cell_buf[:self._cell_n]
             self._cell_buf = grown
-        if self._cell_n > n:
-            self._cell_n = n
+        self._cell_n = min(self._cell_n, n)
         if self._cell_n < n:
             self._cell_buf[self._cell_n:n] = self.cells[self._cell_n:n]
             self._cell_n = n
