@@ -70,6 +70,14 @@ def _dims_match(actual: tuple[int, ...], shape: tuple) -> bool:
 _DEFAULT_LABELS = {1: ("n",), 2: ("n", "d"), 3: ("t", "h", "d")}
 
 
+def _want(dtypes: tuple, contiguous: bool, shape: tuple | None) -> str:
+    """'contiguous float32 (..., d)': what check() asked for, for its message."""
+    want = " ".join(w for w in ("contiguous" if contiguous else "", "|".join(d.name for d in dtypes)) if w)
+    if shape is not None:
+        want += " " + _shape_str("?" if s is None else s for s in shape)
+    return want
+
+
 def check(a, op: str, arg: str, *, dtypes=(F32,), ndim: int | None = None, shape: tuple | None = None,
           contiguous: bool = True, like=None) -> None:
     """Raise OpArgumentError unless `a` is an array of one of `dtypes`, C-contiguous (unless
@@ -78,22 +86,26 @@ def check(a, op: str, arg: str, *, dtypes=(F32,), ndim: int | None = None, shape
 
     shape: a tuple of ints (that size), strings (any size; the label shows in the message), None
     (any size), optionally starting with ... (any number of leading dimensions).
+
+    Runs for every argument of every op call, so the message is built only when it is raised.
     """
-    dtypes = tuple(np.dtype(d) for d in dtypes)
     if shape is None and ndim is not None:
         shape = _DEFAULT_LABELS.get(ndim, tuple(f"d{i}" for i in range(ndim)))
-    want = " ".join(w for w in ("contiguous" if contiguous else "", "|".join(d.name for d in dtypes)) if w)
-    if shape is not None:
-        want += " " + _shape_str("?" if s is None else s for s in shape)
     if like is not None and type(a) is not type(like):
+        want = _want(_dtypes(dtypes), contiguous, shape)
         raise fail(op, arg, f"a {array_kind(like)} like the other arguments ({want})", array_kind(a))
-    if not (hasattr(a, "dtype") and hasattr(a, "shape") and hasattr(a, "flags")):
-        raise fail(op, arg, f"an array ({want})", array_kind(a))
-    ok = np.dtype(a.dtype) in dtypes
+    dt = getattr(a, "dtype", None)
+    if dt is None or not (hasattr(a, "shape") and hasattr(a, "flags")):
+        raise fail(op, arg, f"an array ({_want(_dtypes(dtypes), contiguous, shape)})", array_kind(a))
+    ok = dt in dtypes or np.dtype(dt) in _dtypes(dtypes)
     ok = ok and (not contiguous or a.flags.c_contiguous)
     ok = ok and (shape is None or _dims_match(tuple(a.shape), tuple(shape)))
     if not ok:
-        raise fail(op, arg, want, describe(a))
+        raise fail(op, arg, _want(_dtypes(dtypes), contiguous, shape), describe(a))
+
+
+def _dtypes(dtypes) -> tuple:
+    return tuple(np.dtype(d) for d in dtypes)
 
 
 def check_out(out, op: str, shape: tuple[int, ...], dtype=F32, like=None) -> None:
