@@ -137,7 +137,7 @@ def host_static_step(t: int, k: int, width: int) -> StaticStep:
     st.h = {name: np.full(shape, -7, np.int32) for name, shape in (
         ("tokens", (t,)), ("positions", (t,)), ("cells", (t,)), ("tok_seq", (t,)), ("seq_lens", (s,)),
         ("logit_rows", (k,)), ("sample_pos", (k,)), ("cell_table", (s, width)))}
-    st.params, st.param_key, st.param_list = _RecordingParams(), None, None
+    st.params, st.params_set = _RecordingParams(), None
     return st
 
 

@@ -22,7 +22,7 @@ from glimmer_cupy import ops
 from glimmer_cupy.ops._check import OpArgumentError
 from glimmer_cupy.ops.sampling import (
     DeviceSamplingParams,
-    _host_positions,
+    host_positions,
     check_params,
 )
 from glimmer_cupy.reference import sampling as ref
@@ -171,13 +171,13 @@ def test_good_params_pass_and_counts_are_checked():
 
 
 def test_positions_are_checked():
-    assert _host_positions([3, 4], 2).dtype == np.int32
+    assert host_positions([3, 4], 2).dtype == np.int32
     with pytest.raises(ValueError, match="sample_rows: positions must be 2 integers"):
-        _host_positions([1.0, 2.0], 2)
+        host_positions([1.0, 2.0], 2)
     with pytest.raises(ValueError, match="sample_rows: positions must be 2 integers"):
-        _host_positions([1], 2)
+        host_positions([1], 2)
     with pytest.raises(ValueError, match=r"positions must be in \[0, 2\^31\), got -1"):
-        _host_positions([0, -1], 2)
+        host_positions([0, -1], 2)
 
 
 def test_host_path_unchanged_and_takes_out():

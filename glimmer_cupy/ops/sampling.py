@@ -83,7 +83,8 @@ def check_params(params, rows: int, vocab: int, op: str = "sample_rows") -> None
             raise fail(op, f"{name}.seed", "in [0, 2^64)", p.seed)
 
 
-def _host_positions(positions, rows: int, op: str = "sample_rows") -> np.ndarray:
+def host_positions(positions, rows: int, op: str = "sample_rows") -> np.ndarray:
+    """A host sequence of `rows` positions (RNG counters) checked and as int32, or OpArgumentError."""
     pos = np.asarray(positions)
     if pos.shape != (rows,) or pos.dtype.kind not in "iu":
         raise fail(op, "positions", f"{rows} integers", f"{pos.dtype.name} {pos.shape}")
@@ -158,7 +159,7 @@ def sample_rows(logits, params, positions, *, out=None, blocks_per_row: int | No
     if isinstance(positions, cupy.ndarray):
         check(positions, op, "positions", dtypes=(I32,), shape=(rows,), like=logits)
     else:
-        positions = cupy.asarray(_host_positions(positions, rows))
+        positions = cupy.asarray(host_positions(positions, rows))
     if out is None:
         out = (cupy.empty(rows, dtype=cupy.int32), cupy.empty(rows, dtype=cupy.int32))
     tokens, flags = out

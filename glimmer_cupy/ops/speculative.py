@@ -17,7 +17,7 @@ import numpy as np
 from ..reference import speculative as ref
 from ._check import F32, check, check_out, fail
 from ._dispatch import host_result, is_host, no_kernel
-from .sampling import _host_positions, check_params
+from .sampling import check_params, host_positions
 
 __all__ = ["sample_token"]
 
@@ -62,7 +62,7 @@ def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_
     if vocab == 0:
         raise fail(OP, "logits", "at least one column", f"{logits.shape}")
     check_params(params, rows, vocab, OP)
-    pos = _host_positions(positions, rows, OP)
+    pos = host_positions(positions, rows, OP)
     if rows and int(pos.max()) + n >= 2 ** 31:
         raise fail(OP, "positions", f"below 2^31 - {n} (the last drafted position must fit)", int(pos.max()))
     result = ref.sample_token(logits, list(params), pos, drafts, draft_probs, n_drafts)

@@ -1,8 +1,9 @@
 """Runs steps on a CUDA device: the decoder graph over CuPy arrays, on one stream, with CUDA graphs.
 
 `run_step(step, params, positions)` -> host (tokens, flags) of the step's logit rows; the only
-device-to-host copy is those ids (the logits stay on the device: `last_logits`, until the next step). (`logits(step)` and `sample(...)` remain for tests and for
-steps no graph serves.) What differs from the NumPy path lives here, not in the graph:
+device-to-host copy is those ids (the logits stay on the device: `last_logits`, until the next
+step). `logits(step)` and `sample(...)` remain for tests and for steps no graph serves. What
+differs from the NumPy path lives here, not in the graph:
 - every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are;
   a tied embedding/head once), norm vectors and biases as CuPy float32;
 - the K/V pools are bfloat16 bits (uint16), (n_cells, kv_heads, head_dim) per layer, written by
@@ -45,6 +46,7 @@ from ..ops.attention import HEAD_DIMS, head_chunk, n_splits, workspace_size
 from ..ops.embed import TRAITS as EMBED_TRAITS
 from ..ops.matmul import TRAITS as MATMUL_TRAITS
 from ..ops.matmul import graph_safe
+from ..ops.sampling import host_positions
 from .static_step import StaticStep, table_width
 from .step_planner import STEP_WIDTHS, step_width
 
@@ -386,7 +388,7 @@ class CudaExecutor:
         with self._reporting("static step"), self.stream:
             if st is None:
                 st = self._static[key] = StaticStep(*key)
-            st.fill(step, params, _host_positions(positions), self.cfg.vocab)
+            st.fill(step, params, host_positions(positions, k, op="run_step"), self.cfg.vocab)
             with graph_safe(), cupy.cuda.using_allocator(self._static_pool.malloc):
                 if not self.graphs or st.runs == 0:
                     self._static_body(st)
@@ -421,9 +423,3 @@ class CudaExecutor:
             raise
         return self.stream.end_capture()
 
-
-def _host_positions(positions) -> np.ndarray:
-    pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-    if pos.size and (pos.min() < 0 or pos.max() >= 2 ** 31):
-        raise GlimmerError(f"run_step: positions must be in [0, 2^31), got {int(pos.min())}..{int(pos.max())}")
-    return pos.astype(np.int32)

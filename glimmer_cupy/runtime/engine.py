@@ -1,4 +1,4 @@
-"""The serving loop: schedule a step, plan it, pad it to a static width, run it, sample, commit.
+"""The serving loop: schedule a step, plan it, run it (the executor pads it to a static width), commit.
 
 The executor (HostExecutor, or runtime/cuda_executor.py's, which replays one captured graph per
 static step shape) runs each step and samples its logit rows: run_step(step, params, positions).
@@ -12,7 +12,7 @@ from ..model.decoder import Decoder
 from .cell_pool import CellPool
 from .host_executor import HostExecutor
 from .scheduler import Request, Result, Scheduler
-from .step_planner import STEP_WIDTHS, pad_step, plan_step, slice_chunks, step_width
+from .step_planner import STEP_WIDTHS, plan_step, slice_chunks, step_width
 
 OnToken = Callable[[object, int], None]        # (request id, token), called once per new token
 
@@ -23,7 +23,8 @@ class Engine:
         self.pool = CellPool(n_cells)
         self.executor = executor or HostExecutor(decoder, n_cells)
         self.scheduler = Scheduler(self.pool, decoder.cfg.context, decoder.cfg.vocab, budget)
-        self.widths_run: list[int] = []        # static width of every step run (tests, stats)
+        self.widths_run: list[int] = []        # static width of every step run (tests, stats); the
+                                               # executor pads to it (a CUDA graph per width)
 
     def add(self, request: Request) -> None:
         self.scheduler.add(request)
@@ -39,11 +40,10 @@ class Engine:
         # two runs its first part first, so the K/V it needs is written before it is read
         for part in slice_chunks(chunks, STEP_WIDTHS[-1]):
             step = plan_step(self.pool, part)
-            width = step_width(step.n_tokens)
-            self.widths_run.append(width)
+            self.widths_run.append(step_width(step.n_tokens))
             # plan_step asks for logits at each chunk that reaches the end of its tokens, in order
             done_here = [sch.entry(seq) for seq, _ in part if seq.n_pending == 0]
-            t, f = self.executor.run_step(pad_step(step, width), [e.request.params for e in done_here],
+            t, f = self.executor.run_step(step, [e.request.params for e in done_here],
                                           [len(e.seq.tokens) for e in done_here])   # the new token's position
             entries += done_here
             tokens += t.tolist()

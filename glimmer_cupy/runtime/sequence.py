@@ -59,7 +59,7 @@ class Sequence:
             self._cell_n = n
         return self._cell_buf[:n]
 
-    def clone(self, pool: CellPool) -> "Sequence":
+    def clone(self, pool: CellPool) -> Sequence:
         """A new sequence sharing this one's computed cells."""
         pool.share(self.cells)
         return Sequence(list(self.tokens), self.params, self.n_prompt, list(self.cells))

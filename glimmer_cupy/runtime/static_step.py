@@ -8,20 +8,18 @@ replay:
 - the per-row sampling parameters (DeviceSamplingParams), rewritten only when they change;
 - the sampled (tokens, flags) on the device and their pinned host copy (one copy, captured).
 
-Padding: tokens past the step's own are id 0 at position 0, write K/V to the scratch cell and
-belong to a sequence with length 0 (they attend to nothing); logit rows past K repeat row 0 and
-their samples are dropped. Table columns past a sequence's length are never read.
+Padding: tokens past the step's own are pad_step's (id 0 at position 0, K/V to the scratch cell, a
+sequence of length 0 that attends to nothing); logit rows past K repeat row 0 and their samples
+are dropped. Table columns past a sequence's length are never read.
 """
 
 from __future__ import annotations
-
-from dataclasses import astuple
 
 import numpy as np
 
 from ..model.step import StepBatch
 from ..ops.sampling import GREEDY, DeviceSamplingParams
-from .cell_pool import SCRATCH_CELL
+from .step_planner import pad_step
 
 MIN_TABLE_WIDTH = 256     # cell-table widths are powers of two from here: few keys, little padding
 
@@ -57,8 +55,7 @@ class StaticStep:
             self.d[name] = self.dev[at:at + size].reshape(shape)
             at += size
         self.params = DeviceSamplingParams.empty(k)
-        self.param_key = None             # field values of the parameters in self.params
-        self.param_list = None            # the SamplingParams objects they came from
+        self.params_set = None            # the SamplingParams in self.params (frozen: equal is same)
         self.ids = cupy.zeros((2, k), dtype=cupy.int32)
         self.ids_host = cupyx.empty_pinned((2, k), np.int32)
         self.logits = None                # the last run's (k, vocab) logits (in the graph: its output array)
@@ -71,13 +68,14 @@ class StaticStep:
                          cell_table=d["cell_table"], seq_lens=d["seq_lens"], logit_rows=d["logit_rows"])
 
     def fill(self, step: StepBatch, params, positions, vocab: int) -> None:
-        """Write the step (already checked against the pool) into the host staging buffer, and the
-        parameters into their device arrays when they differ from the last step's."""
-        h, t, k = self.h, step.n_tokens, len(step.logit_rows)
+        """Write the step (already checked against the pool), padded to t tokens by pad_step, into
+        the host staging buffer, and the parameters into their device arrays when they differ from
+        the last step's (a decode loop passes the same objects: the list comparison stops at `is`)."""
+        h, k = self.h, len(step.logit_rows)
+        step = pad_step(step, self.t)
         s, w = step.cell_table.shape
-        for name, pad in (("tokens", 0), ("positions", 0), ("cells", SCRATCH_CELL), ("tok_seq", s)):
-            h[name][:t] = getattr(step, name)
-            h[name][t:] = pad
+        for name in ("tokens", "positions", "cells", "tok_seq"):
+            h[name][:] = getattr(step, name)
         h["seq_lens"][:s] = step.seq_lens
         h["seq_lens"][s:] = 0
         h["cell_table"][:s, :w] = step.cell_table
@@ -87,14 +85,9 @@ class StaticStep:
         h["sample_pos"][k:] = 0
         if self.k:
             params = list(params) + [GREEDY] * (self.k - k)
-            last = self.param_list
-            same = last is not None and all(a is b for a, b in zip(params, last))   # a decode loop's case
-            if not same:
-                key = tuple(astuple(p) for p in params)
-                if key != self.param_key:
-                    self.params.update(params, vocab)
-                    self.param_key = key
-                self.param_list = params
+            if params != self.params_set:
+                self.params.update(params, vocab)
+                self.params_set = params
 
     def upload(self, stream) -> None:
         """Host staging -> device, on `stream` (captured into the graph)."""
