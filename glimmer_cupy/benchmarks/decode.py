@@ -91,7 +91,7 @@ def _prompt(model: Model, n: int, seed: int = 0) -> list[int]:
     return np.random.default_rng(seed).integers(0, model.cfg.vocab, n).tolist()
 
 
-def _one_run(ex, model: Model, prompt: list[int], gen: int) -> tuple[float, float, list[float]]:
+def _one_run(ex, prompt: list[int], gen: int) -> tuple[float, float, list[float]]:
     """(prefill seconds, decode seconds, per-step seconds) of one prompt and gen greedy tokens."""
     pool = CellPool(ex.n_cells)
     seq = Sequence(list(prompt), GREEDY)
@@ -123,21 +123,21 @@ def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: 
                       copy_bandwidth=copy_bandwidth())
     prompt = _prompt(model, prompt_tokens)
     say("warm-up run (compiles kernels, captures graphs)")
-    _one_run(ex, model, prompt, min(gen_tokens, 8))
+    _one_run(ex, prompt, min(gen_tokens, 8))
     steps = []
     for r in range(runs):
-        pf, dec, st = _one_run(ex, model, prompt, gen_tokens)
+        pf, dec, st = _one_run(ex, prompt, gen_tokens)
         res.prefill_s.append(pf)
         res.decode_s.append(dec)
         steps += st
         say(f"run {r + 1}/{runs}: prefill {prompt_tokens / pf:,.0f} tok/s, decode {gen_tokens / dec:,.1f} tok/s")
     res.step_us_median = float(np.median(steps) * 1e6)
     if profile:
-        profile_step(ex, model, prompt)
+        profile_step(ex, prompt)
     return res
 
 
-def profile_step(ex, model: Model, prompt: list[int]) -> None:
+def profile_step(ex, prompt: list[int]) -> None:
     """One graph-replayed decode step between cudaProfilerStart and cudaProfilerStop, so that
     `ncu --profile-from-start off` (bench/decode_breakdown.sh) times exactly its kernels."""
     import cupy

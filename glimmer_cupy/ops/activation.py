@@ -16,7 +16,7 @@ from ._check import (
     out_or_inplace,
 )
 from ._dispatch import host_result, is_host
-from .q8 import Q8Rows, q8_buffers, wants_q8
+from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
 
 _CTYPE = {F32: "float"}
 _GATED = {"silu_mul": "Silu", "gelu_mul": "GeluTanh"}
@@ -83,11 +83,10 @@ def _gated_gpu(op: str, gate_up, out, q8=False):
         return out
     vec = 4 if f % 4 == 0 and aligned(gate_up, out) else 1
     grid = (rows, (f // vec + _THREADS - 1) // _THREADS)
-    codes = q8_buffers(rows, f) if q8 and vec == 4 and gate_up.ndim == 2 and wants_q8(rows, f, True) else None
-    null = (np.uint64(0),) * 3
+    codes = q8_buffers(rows, f) if q8 and gate_up.ndim == 2 and wants_q8(rows, f, vec == 4) else None
     _kernel("gated_kernel", _GATED[op], gate_up.dtype, vec, codes is not None)(
-        grid, (_THREADS,), (out, gate_up, np.int32(f), *(codes or null)))
-    return out if codes is None else Q8Rows(out, *codes)
+        grid, (_THREADS,), (out, gate_up, np.int32(f), *(codes or NO_CODES)))
+    return with_codes(out, codes)
 
 
 def _unary_gpu(op: str, x, a: float, out):

@@ -12,13 +12,12 @@ from ..kernels.build import get_kernel
 from ..reference import norm as ref
 from ._check import F32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
-from .q8 import Q8Rows, q8_buffers, wants_q8
+from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
 
 _CTYPE = {F32: "float"}
 _VARIANTS = ((1, "false"), (4, "false"), (4, "true"))          # (VEC, Q8)
 _EXPRS = tuple(f"{k}<{t}, {v}, {q}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
                for t in _CTYPE.values() for v, q in _VARIANTS)
-_NULL = np.uint64(0)
 
 
 @cache
@@ -74,11 +73,7 @@ def _check_common(op: str, x, xname: str, weight, out):
 def _codes(q8: bool, x, vec: int):
     """(q, d, s) buffers when the int8 form is wanted and can be made here, else None."""
     rows, d = (x.shape[0], x.shape[1]) if x.ndim == 2 else (0, 0)
-    return q8_buffers(rows, d) if q8 and vec == 4 and wants_q8(rows, d, True) else None
-
-
-def _result(out, codes):
-    return out if codes is None else Q8Rows(out, *codes)
+    return q8_buffers(rows, d) if q8 and wants_q8(rows, d, vec == 4) else None
 
 
 def _rms_norm_gpu(x, weight, eps, out, q8=False):
@@ -94,8 +89,8 @@ def _rms_norm_gpu(x, weight, eps, out, q8=False):
     grid, block = _launch_shape(rows, d, vec)
     codes = _codes(q8, x, vec)
     _kernel("rms_norm_kernel", x.dtype, vec, codes is not None)(
-        grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or (_NULL,) * 3)))
-    return _result(out, codes)
+        grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or NO_CODES)))
+    return with_codes(out, codes)
 
 
 def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
@@ -116,5 +111,5 @@ def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
     codes = _codes(q8, residual, vec)
     _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None)(
         grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps),
-                      *(codes or (_NULL,) * 3)))
-    return _result(out, codes)
+                      *(codes or NO_CODES)))
+    return with_codes(out, codes)

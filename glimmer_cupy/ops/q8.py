@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 Q8_MAX_ROWS = 16              # the widest dp4a GEMV (ops/matmul.py DP4A_WIDTHS): more rows run other buckets
 
 
@@ -38,6 +40,14 @@ def q8_buffers(rows: int, k: int):
     import cupy
     return (cupy.empty((rows, k // 4), dtype=cupy.int32), cupy.empty((rows, k // 32), dtype=cupy.float32),
             cupy.empty((rows, k // 32), dtype=cupy.float32))
+
+
+NO_CODES = (np.uint64(0),) * 3      # null (q, d, s) pointers for a kernel asked for no codes
+
+
+def with_codes(out, codes):
+    """out, or Q8Rows(out, *codes) when the producer made codes."""
+    return out if codes is None else Q8Rows(out, *codes)
 
 
 def plain(x):
