@@ -55,8 +55,9 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         b = bucket(m, q)
         us, how = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches, reps)
         # the other bucket at the edge Ms, to place the edge by measurement
-        alt = {"gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
-               "dequant_cublas": "mma"}[b] if m in (8, 16, 17, 64, 512) else None
+        # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
+        alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
+               "dequant_cublas": "mma"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
         alt_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=alt), sets,
                          launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]

@@ -2,7 +2,7 @@
 
 The CUDA executor rounds in three places the NumPy path does not:
 - K and V are stored as bfloat16 (round to nearest even);
-- a matmul in an int8 bucket (gemv_dp4a: dot types, M <= 16) quantizes x per 32 values to int8
+- a matmul in an int8 bucket (gemv_kq, gemv_dp4a: M <= 16) quantizes x per 32 values to int8
   with d = max|x| / 127 and round-half-even codes; the integer dot products are exact;
 - a matmul in a tensor-core bucket (mma, dequant_cublas: the rest above the GEMVs) multiplies
   bfloat16 x by bfloat16 W with float32 accumulation.
@@ -57,7 +57,7 @@ class GpuRoundingExecutor(HostExecutor):
 
     def _matmul(self, x, w):
         b = gpu_bucket(x.shape[0], w.qtype, x.shape[0] <= self.max_graph_width)
-        if b == "gemv_dp4a":
+        if b in gpu_matmul.INT8_BUCKETS:
             return np.ascontiguousarray((ref_matmul.dense(w).astype(np.float64) @ int8_blocks(x).T).T, np.float32)
         if b == "gemv":
             return ref_matmul.quant_matmul(x, w)

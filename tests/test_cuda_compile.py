@@ -88,3 +88,18 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
     kernels = ptxas_report(log)
     assert len(kernels) == len(exprs), f"{len(exprs)} name expressions, {len(kernels)} kernels: {sorted(kernels)}"
     assert_no_spills(kernels, f"ops/{module}.py")
+
+
+@pytest.mark.parametrize("trait", ["Q4_K", "Q6_K"])
+def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
+    """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M)."""
+    from glimmer_cupy.ops.matmul import DP4A_WIDTHS, kq_rows
+    exprs = [f"gemv_kq_kernel<gguf::{trait}, {m}, {kq_rows(m)}>" for m in DP4A_WIDTHS]
+    src = tmp_path / "gemv_kq_names.cu"
+    src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'
+                   + "".join(f"    (void*)&{e},\n" for e in exprs) + "};\n")
+    rc, log = compile_cubin(src, tmp_path)
+    assert rc == 0, f"the gemv_kq instances of the M table do not compile:\n{log}"
+    kernels = ptxas_report(log)
+    assert len(kernels) == len(exprs)
+    assert_no_spills(kernels, f"gemv_kq {trait}")

@@ -5,7 +5,7 @@ error is NMSE = mse(out, ref) / mse(ref, 0), budget per bucket:
 - gemv decodes blocks exactly and accumulates in float32: float32 rounding over K terms;
 - mma and dequant_cublas round W and x to bf16 (8-bit mantissa) for tensor cores: NMSE ~6e-6,
   so 1e-4;
-- gemv_dp4a quantizes x to int8 per 32 values (step max|x|/127): for Gaussian x that alone is
+- gemv_kq and gemv_dp4a quantize x to int8 per 32 values (step max|x|/127): for Gaussian x that alone is
   NMSE ~3e-5 (seen up to 1.2e-4 on one row), so 5e-4. A wrong nibble, bit or scale in a block gives 1e-3 or worse.
 """
 
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from glimmer_cupy import ops
-from glimmer_cupy.ops.matmul import BUCKETS, TRAITS, bucket
+from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
-NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4}
+NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -27,7 +27,7 @@ K_QUANTS = (QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K)
 def shapes_for(q):
     """(N, K) pairs from the real models; K-quants need K % 256 == 0."""
     if q in K_QUANTS:
-        return [(1024, 4096), (4096, 1024), (2048, 1536)]
+        return [(1024, 4096), (4096, 1024), (2048, 1536), (1027, 768)]   # N not a multiple of a block's rows
     return [(576, 1536), (1536, 576), (640, 2048), (2048, 640)]
 
 
@@ -69,13 +69,14 @@ def test_large_shapes(q, n, k):
 
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q4_K) for m in (1, 16, 17, 64)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas",
+    assert [bucket(m, QType.Q4_K) for m in (1, 16, 17, 64)] == ["gemv_kq", "gemv_kq", "dequant_cublas",
                                                                "dequant_cublas"]
+    assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
 
 
 @gpu
-@pytest.mark.parametrize("q", [QType.Q4_K, QType.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("q", [QType.Q4_K, QType.Q6_K, QType.Q8_0], ids=lambda q: q.name)
 def test_forced_buckets_agree(q):
     """Every bucket that can serve an M gives the same product (the edges are a speed choice)."""
     import cupy
@@ -86,8 +87,9 @@ def test_forced_buckets_agree(q):
     for m in (1, 3, 8, 16, 33, 100):
         x = rng.normal(0, 1, (m, 1024)).astype(np.float32)
         ref = x.astype(np.float64) @ ref_w.T
-        for b in ("gemv_dp4a", "gemv", "mma", "dequant_cublas"):
-            if (b == "gemv" and m > 8) or (b == "gemv_dp4a" and m > 16):
+        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas"):
+            if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
+                    or (b == "gemv_kq" and q not in KQ_TYPES):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
             assert nmse(got, ref) < NMSE_BUDGET[b], (q.name, m, b)
@@ -112,6 +114,9 @@ def test_bad_input_before_launch():
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves F16 at M = 3, got gemv_dp4a"):
         ops.quant_matmul(x, QuantTensor("h", QType.F16, (256, 512), np.ones((256, 512), np.float16)).to_device(),
                          force_bucket="gemv_dp4a")
+    with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q8_0 at M = 3, got gemv_kq"):
+        ops.quant_matmul(x, QuantTensor("q", QType.Q8_0, (256, 512), random_blocks(QType.Q8_0, 256, 512, rng)).to_device(),
+                         force_bucket="gemv_kq")
     host_w = QuantTensor("w", QType.Q4_K, (256, 512), random_blocks(QType.Q4_K, 256, 512, rng))
     with pytest.raises(OpArgumentError, match="on the device"):
         ops.quant_matmul(x, host_w)

@@ -23,6 +23,8 @@ TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QTyp
                                QType.Q6_K)}
 # types with an integer path (quant_dot.cuh): x quantized to int8 per 32 values, dp4a
 DOT_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0, QType.Q4_K, QType.Q5_K, QType.Q6_K})
+# types whose small-M GEMV lays lanes along the 256-value super-blocks (gemv_kq.cu)
+KQ_TYPES = frozenset({QType.Q4_K, QType.Q6_K})
 ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 
 # (largest M, bucket) per kind of type; the first row whose edge M fits wins.
@@ -39,14 +41,32 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     GEMVs that a CUDA graph can capture (CuPy refuses cuBLAS calls during capture). Measured
 #     (H200, 2026-11-29, commit 178b26a) slower than dequant_cublas at every M from 17 to 64
 #     (Q4_K 4096x4096 M=17: 58.6 vs 39.2 us; 12288x4096: 176 vs 97 us), so eager steps use cuBLAS.
+#   gemv_kq: the int8 GEMV for Q4_K and Q6_K with eight lanes per super-block, every weight byte
+#     read once in the widest loads the layout allows, R rows of W per warp (KQ_ROWS).
 BUCKETS = {
+    "kq": ((16, "gemv_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_dp4a", "gemv", "mma", "dequant_cublas")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas")
+INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
+# gemv_kq: rows of W per warp, by (largest M, rows); more rows share each load of x's codes,
+# fewer keep registers (and so resident warps) for wide M
+KQ_ROWS = ((4, 2), (8, 2), (16, 1))
+KQ_WARPS = 4                        # kWarps in gemv_kq.cu
+
+
+def kq_rows(m: int) -> int:
+    return next(r for edge, r in KQ_ROWS if m <= edge)
+
+
+@cache
+def _kq_kernel(trait: str, expr: str):
+    exprs = tuple(f"gemv_kq_kernel<gguf::{trait}, {m}, {kq_rows(m)}>" for m in DP4A_WIDTHS)
+    return get_kernel("gemv_kq", expr, name_expressions=exprs if expr in exprs else (expr,))
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -97,7 +117,8 @@ def mma_splits(m: int, n: int, k: int, bm: int) -> int:
 
 def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
     """The table's bucket for M rows of x; with graph_safe, mma where the table says dequant_cublas."""
-    for edge, name in BUCKETS["dot" if qtype in DOT_TYPES else "float"]:
+    kind = "kq" if qtype in KQ_TYPES else "dot" if qtype in DOT_TYPES else "float"
+    for edge, name in BUCKETS[kind]:
         if edge is None or m <= edge:
             return "mma" if graph_safe and name == "dequant_cublas" else name
     raise AssertionError("unreachable")
@@ -148,9 +169,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
+            or (b == "gemv_kq" and (w.qtype not in KQ_TYPES or m > DP4A_WIDTHS[-1])) \
             or (b == "gemv" and m > GEMV_WIDTHS[-1]):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
-    if b == "gemv_dp4a":
+    if b in INT8_BUCKETS:
         if codes is not None:
             check(codes.q, "quant_matmul", "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
             check(codes.d, "quant_matmul", "x.d", dtypes=(F32,), shape=(m, k // 32), like=x)
@@ -158,6 +180,13 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             xq, xd, xs = codes.q, codes.d, codes.s
         else:
             xq, xd, xs = quantize_x(x, t)
+        if b == "gemv_kq":
+            rows = kq_rows(m)
+            per_block = rows * KQ_WARPS
+            _kq_kernel(t, f"gemv_kq_kernel<gguf::{t}, {m}, {rows}>")(
+                ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
+                (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
+            return out
         _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
