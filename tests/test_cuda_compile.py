@@ -93,8 +93,8 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
 @pytest.mark.parametrize("trait", ["Q4_K", "Q6_K"])
 def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M)."""
-    from glimmer_cupy.ops.matmul import DP4A_WIDTHS, kq_rows
-    exprs = [f"gemv_kq_kernel<gguf::{trait}, {m}, {kq_rows(m)}>" for m in DP4A_WIDTHS]
+    from glimmer_cupy.ops.matmul import DP4A_WIDTHS, KQ_SPLITS, kq_rows
+    exprs = [f"gemv_kq_kernel<gguf::{trait}, {m}, {kq_rows(m)}, {s}>" for m in DP4A_WIDTHS for s in KQ_SPLITS]
     src = tmp_path / "gemv_kq_names.cu"
     src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'
                    + "".join(f"    (void*)&{e},\n" for e in exprs) + "};\n")

@@ -27,7 +27,8 @@ K_QUANTS = (QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K)
 def shapes_for(q):
     """(N, K) pairs from the real models; K-quants need K % 256 == 0."""
     if q in K_QUANTS:
-        return [(1024, 4096), (4096, 1024), (2048, 1536), (1027, 768)]   # N not a multiple of a block's rows
+        # the last two: N not a multiple of a block's rows, super-blocks not a multiple of 4 per row
+        return [(1024, 4096), (4096, 1024), (2048, 1536), (1027, 768), (515, 2560)]
     return [(576, 1536), (1536, 576), (640, 2048), (2048, 640)]
 
 

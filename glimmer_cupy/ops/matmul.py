@@ -57,42 +57,28 @@ GEMV_WIDTHS = tuple(range(1, 9))
 # fewer keep registers (and so resident warps) for wide M
 KQ_ROWS = ((4, 2), (8, 2), (16, 1))
 KQ_WARPS = 4                        # kWarps in gemv_kq.cu
+KQ_SPLITS = (1, 2, 4)               # warps that share a set of rows, splitting its super-blocks
+KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of warps is launched
 
 
 def kq_rows(m: int) -> int:
     return next(r for edge, r in KQ_ROWS if m <= edge)
 
 
-@cache
-def _kq_kernel(trait: str, expr: str):
-    exprs = tuple(f"gemv_kq_kernel<gguf::{trait}, {m}, {kq_rows(m)}>" for m in DP4A_WIDTHS)
-    return get_kernel("gemv_kq", expr, name_expressions=exprs if expr in exprs else (expr,))
-
-
-# Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
-# dequant_cublas: CuPy refuses cuBLAS calls during stream capture, and a step that a graph may
-# capture must run the same kernels eagerly, so that graph replay and eager steps agree bit for bit.
-_GRAPH_SAFE = contextvars.ContextVar("glimmer_graph_safe", default=False)
-
-
-@contextlib.contextmanager
-def graph_safe():
-    """Within the block, quant_matmul picks only buckets a CUDA graph can capture."""
-    token = _GRAPH_SAFE.set(True)
-    try:
-        yield
-    finally:
-        _GRAPH_SAFE.reset(token)
+def kq_config(m: int, n: int, k: int) -> tuple[int, int]:
+    """(rows per warp set, warps per set) for gemv_kq: the fewest warps per set that fill the chip,
+    never more than a row has groups of four super-blocks."""
+    rows = kq_rows(m)
+    sets = -(-n // rows)
+    most = max(1, min(KQ_SPLITS[-1], -(-(k // 256) // 4)))
+    ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
+    return rows, max(s for s in KQ_SPLITS if s <= min(ws, most))
 
 
 @cache
-def _kernel(trait: str, expr: str):
-    """One module per quant type, so a model compiles only the types it holds."""
-    exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + \
-        (f"dequant_kernel<gguf::{trait}, float>", f"dequant_kernel<gguf::{trait}, unsigned short>")
-    if QType[trait] in DOT_TYPES:
-        exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
-    return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
+def _kq_kernel(trait: str, m: int, rows: int, ws: int):
+    exprs = tuple(f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {s}>" for s in KQ_SPLITS)
+    return get_kernel("gemv_kq", f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>", name_expressions=exprs)
 
 
 MMA_STEP = 64                       # kBK in quant_mma.cu: values of K per step
@@ -181,9 +167,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         else:
             xq, xd, xs = quantize_x(x, t)
         if b == "gemv_kq":
-            rows = kq_rows(m)
-            per_block = rows * KQ_WARPS
-            _kq_kernel(t, f"gemv_kq_kernel<gguf::{t}, {m}, {rows}>")(
+            rows, ws = kq_config(m, n, k)
+            per_block = rows * KQ_WARPS // ws
+            _kq_kernel(t, m, rows, ws)(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
