@@ -81,6 +81,32 @@ def _kq_kernel(trait: str, m: int, rows: int, ws: int):
     return get_kernel("gemv_kq", f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>", name_expressions=exprs)
 
 
+# Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
+# dequant_cublas: CuPy refuses cuBLAS calls during stream capture, and a step that a graph may
+# capture must run the same kernels eagerly, so that graph replay and eager steps agree bit for bit.
+_GRAPH_SAFE = contextvars.ContextVar("glimmer_graph_safe", default=False)
+
+
+@contextlib.contextmanager
+def graph_safe():
+    """Within the block, quant_matmul picks only buckets a CUDA graph can capture."""
+    token = _GRAPH_SAFE.set(True)
+    try:
+        yield
+    finally:
+        _GRAPH_SAFE.reset(token)
+
+
+@cache
+def _kernel(trait: str, expr: str):
+    """One module per quant type, so a model compiles only the types it holds."""
+    exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + \
+        (f"dequant_kernel<gguf::{trait}, float>", f"dequant_kernel<gguf::{trait}, unsigned short>")
+    if QType[trait] in DOT_TYPES:
+        exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
+    return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
+
+
 MMA_STEP = 64                       # kBK in quant_mma.cu: values of K per step
 MMA_TARGET_BLOCKS = 4 * 132         # split K until about 4 blocks per SM of an H200 are busy
 MMA_SCRATCH_BYTES = 64 << 20        # cap on the partial sums of the splits
