@@ -172,6 +172,9 @@ def test_good_params_pass_and_counts_are_checked():
 
 def test_positions_are_checked():
     assert host_positions([3, 4], 2).dtype == np.int32
+    assert host_positions([], 0).dtype == np.int32            # a prefill chunk: no logit rows
+    with pytest.raises(ValueError, match="sample_rows: positions must be 1 integers"):
+        host_positions([], 1)
     with pytest.raises(ValueError, match="sample_rows: positions must be 2 integers"):
         host_positions([1.0, 2.0], 2)
     with pytest.raises(ValueError, match="sample_rows: positions must be 2 integers"):

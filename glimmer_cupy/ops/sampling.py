@@ -86,6 +86,8 @@ def check_params(params, rows: int, vocab: int, op: str = "sample_rows") -> None
 def host_positions(positions, rows: int, op: str = "sample_rows") -> np.ndarray:
     """A host sequence of `rows` positions (RNG counters) checked and as int32, or OpArgumentError."""
     pos = np.asarray(positions)
+    if pos.size == 0 and pos.ndim == 1:
+        pos = pos.astype(np.int32)                     # an empty list has no integer dtype to check
     if pos.shape != (rows,) or pos.dtype.kind not in "iu":
         raise fail(op, "positions", f"{rows} integers", f"{pos.dtype.name} {pos.shape}")
     if rows and (pos.min() < 0 or pos.max() >= 2 ** 31):
