@@ -19,6 +19,7 @@
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only).
 
 #include "q8.cuh"
+#include "pdl.cuh"
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
@@ -51,6 +52,7 @@ template <class Act, typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(256) gated_kernel(
     T* __restrict__ out, const T* __restrict__ gate_up, int f, int* __restrict__ xq, float* __restrict__ xd,
     float* __restrict__ xs) {
+    pdl_wait();
     typedef Pack<T, VEC> PT;
     const int k = blockIdx.y * blockDim.x + threadIdx.x;       // pack index within the row
     const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, k < f / VEC) : 0u;   // whole 32-value groups
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(256) gated_kernel(
 
 template <class Op, typename T, int VEC>
 __global__ void __launch_bounds__(256) unary_kernel(T* out, const T* x, long long n, float a) {
+    pdl_wait();
     typedef Pack<T, VEC> PT;
     const long long packs = n / VEC;
     for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < packs;

@@ -21,6 +21,7 @@
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 
 #include "bf16.cuh"
+#include "pdl.cuh"
 
 // -inf without math.h (NVRTC compiles this file with no headers)
 #define kNegInf (-__int_as_float(0x7f800000))
@@ -38,6 +39,7 @@ __global__ void __launch_bounds__(256)
 kv_write_kernel(unsigned short* __restrict__ k_pool, unsigned short* __restrict__ v_pool,
                 const float* __restrict__ k, const float* __restrict__ v, const int* __restrict__ cells,
                 int n_tok, int row8) {
+    pdl_wait();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)n_tok * row8) return;
     const int tok = (int)(i / row8), c = (int)(i % row8);
@@ -79,6 +81,7 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
                   const int* __restrict__ tok_pos, const unsigned char* __restrict__ visible,
                   int n_tok, int q_heads, int kv_heads, int table_width, int head_chunks, int window,
                   float q_scale, float softcap_log2, float inv_softcap) {
+    pdl_wait();
     constexpr int C = D / 32;                         // output columns per lane
     constexpr int KB = D / 8 < 16 ? D / 8 : 16;       // 16-byte K loads in flight per lane
     constexpr int VB = D == 256 ? 8 : 16;             // V rows loaded ahead of their math
@@ -225,6 +228,7 @@ template <int D>
 __global__ void __launch_bounds__(32)
 attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                     int rows, int nsplit) {
+    pdl_wait();
     // lanes read the splits' (m, l) side by side; then every split's acc columns are loaded
     // unconditionally (independent loads the warp keeps in flight) and weighted by a select, so
     // an empty split's unwritten partials (weight 0) never reach the sum

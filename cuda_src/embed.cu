@@ -16,11 +16,13 @@
 // the run-time names come from name_expressions in glimmer_cupy/ops/embed.py.
 
 #include "quant_blocks.cuh"
+#include "pdl.cuh"
 
 template <class QT, bool VEC4>
 __global__ void __launch_bounds__(128) embed_kernel(
     float* __restrict__ out, const unsigned char* __restrict__ table, const int* __restrict__ ids,
     int n_rows, int cols, long long row_bytes, float scale) {
+    pdl_wait();
     const int t = blockIdx.x;
     const int id = ids[t];
     float* orow = out + (long long)t * cols;

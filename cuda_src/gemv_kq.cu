@@ -5,9 +5,11 @@
 // groups of eight, group g takes super-blocks g, g+4, ... of every one of the R rows, and each lane
 // owns 32 values of a super-block (kq_lanes.cuh). So a warp reads every weight byte once, in
 // 16-byte loads where the layout allows; the x codes a lane loads serve R rows; the loads of the
-// next super-block are issued before the arithmetic of this one.
+// next super-block are issued before the arithmetic of this one, and the first ones before the
+// kernel waits for the one before it (pdl.cuh).
 // grid = (ceil(N / (R * kWarps / WS)),) block = (32 * kWarps,)
 #include "kq_lanes.cuh"
+#include "pdl.cuh"
 
 constexpr int kWarps = 4;
 
@@ -41,6 +43,7 @@ gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* _
 #pragma unroll
             for (int r = 0; r < R; ++r) L::load(rows[r] + sb * L::kBytes, part, cur[r]);
         }
+        pdl_wait();                     // the weights are no kernel's output: fetched before it
         while (sb < nsb) {
             const int nxt = sb + stride;
             typename L::Regs ahead[R];

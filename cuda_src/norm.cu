@@ -18,6 +18,7 @@
 // T is the storage type of x / residual / delta / out (float for now); weight is float.
 //
 #include "q8.cuh"
+#include "pdl.cuh"
 
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE, for offline compiles
 // (tests/test_cuda_compile.py passes -DGLIMMER_INSTANTIATE); at run time the same names come
@@ -75,6 +76,7 @@ template <typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(
     T* __restrict__ out, const T* __restrict__ x, const float* __restrict__ weight,
     int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_wait();
     typedef Pack<T, VEC> PT;
     typedef Pack<float, VEC> PF;
     __shared__ float red[32];
@@ -105,6 +107,7 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ delta,
     const float* __restrict__ weight, int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd,
     float* __restrict__ xs) {
+    pdl_wait();
     typedef Pack<T, VEC> PT;
     __shared__ float red[32];
     const int row = blockIdx.x * blockDim.y + threadIdx.y;

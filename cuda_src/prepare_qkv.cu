@@ -17,6 +17,7 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 #include "bf16.cuh"
+#include "pdl.cuh"
 
 template <int D, bool NEOX>
 __device__ __forceinline__ int feature(int lane, int j) {
@@ -29,6 +30,7 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
     const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm,
     const int* __restrict__ positions, const int* __restrict__ cells, int hq, int hkv, float eps,
     double log2_base) {
+    pdl_wait();
     constexpr int NR = D / 32;              // values per lane
     constexpr int NP = NR / 2;              // rotated pairs per lane
     const double TWO_PI = 6.283185307179586476925286766559;

@@ -18,6 +18,7 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 #include "quant_blocks.cuh"
+#include "pdl.cuh"
 #include "quant_dot.cuh"
 
 constexpr int kRowsPerBlock = 4;
@@ -40,6 +41,7 @@ __device__ __forceinline__ void store_row_sums(float* __restrict__ y, const floa
 template <class QT, int M>
 __global__ void gemv_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned char* __restrict__ w,
             int n, int k, long long row_bytes) {
+    pdl_wait();
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
     const int lane = threadIdx.x;
     if (row >= n) return;
@@ -98,6 +100,7 @@ template <> struct Store32<unsigned short> { // 32 bf16 as four 16-byte stores
 template <class QT, typename OUT>
 __global__ void __launch_bounds__(256)
 dequant_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
+    pdl_wait();
     const long long sub = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int nsub = k / 32;
     if (sub >= (long long)n * nsub) return;
@@ -110,6 +113,7 @@ dequant_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n
 
 __global__ void __launch_bounds__(256)
 to_bf16_kernel(unsigned short* __restrict__ out, const float* __restrict__ x, long long n8) {
+    pdl_wait();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 a = reinterpret_cast<const float4*>(x)[2 * i], b = reinterpret_cast<const float4*>(x)[2 * i + 1];
@@ -154,6 +158,7 @@ __device__ __forceinline__ void quantize32(const float* __restrict__ x, int* __r
 __global__ void __launch_bounds__(256)
 quantize_x_kernel(int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs,
                   const float* __restrict__ x, long long nblocks) {
+    pdl_wait();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nblocks) return;
     quantize32(x + 32 * i, xq + 8 * i, xd[i], xs[i]);
@@ -199,6 +204,7 @@ template <class QT, int M>
 __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
                                  const float* __restrict__ xs, const unsigned char* __restrict__ w,
                                  int n, int k, long long row_bytes) {
+    pdl_wait();
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
     const int lane = threadIdx.x;
     if (row >= n) return;

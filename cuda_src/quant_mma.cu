@@ -19,6 +19,7 @@
 // Shared rows are padded by 8 bf16 (row stride 36 words), so the 32 lanes of a fragment load hit
 // 32 different banks.
 #include "quant_blocks.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -48,6 +49,7 @@ template <class QT, int BM>
 __global__ void __launch_bounds__(128)
 mma_kernel(float* __restrict__ y, const unsigned short* __restrict__ x16, const unsigned char* __restrict__ w,
            int m, int n, int k, long long row_bytes, int steps_per_split) {
+    pdl_wait();
     constexpr int WM = BM / 16;            // warps along M
     constexpr int WN = 4 / WM;             // warps along N
     constexpr int NT = kBN / 8 / WN;       // n8 tiles per warp
@@ -125,6 +127,7 @@ mma_kernel(float* __restrict__ y, const unsigned short* __restrict__ x16, const 
 
 extern "C" __global__ void __launch_bounds__(256)
 reduce_splits_kernel(float* __restrict__ y, const float* __restrict__ partial, long long count, int splits) {
+    pdl_wait();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float a = 0.f;

@@ -17,6 +17,7 @@
 // this way the error is ~1e-7 whatever the position.
 //
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only).
+#include "pdl.cuh"
 
 template <typename T>
 __device__ __forceinline__ float to_f32(T v) { return (float)v; }
@@ -26,6 +27,7 @@ template <typename T, bool NEOX>
 __global__ void __launch_bounds__(1024) rope_kernel(
     T* out, const T* x, const int* __restrict__ positions,
     int heads, int head_dim, int rot_dim, double log2_base) {
+    pdl_wait();
     const double TWO_PI = 6.283185307179586476925286766559;
     const int t = blockIdx.x;
     const int half_rot = rot_dim >> 1;

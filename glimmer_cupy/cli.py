@@ -223,7 +223,7 @@ def cmd_bench_decode(args) -> int:
             raise GlimmerError(f"bench decode: {label}: prompt {args.prompt} + {args.gen} tokens exceed the "
                                f"context of {model.cfg.context}")
         _say(f"{label}: {path}")
-        r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs,
+        r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs, pdl=not args.no_pdl,
                          profile=args.profile_step, progress=lambda m: _say(f"  {m}"))
         _say(f"  prefill {r.prefill_tok_s:,.0f} tok/s | decode {r.decode_tok_s:,.1f} tok/s, "
              f"{r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of copy "
@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gen", type=int, default=128, help="tokens to generate (default 128)")
     p.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly")
+    p.add_argument("--no-pdl", action="store_true", help="launch kernels without programmatic dependent launch")
     p.add_argument("--profile-step", action="store_true",
                    help="run one more decode step between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")

@@ -38,7 +38,7 @@ def test_kv_bytes_respect_sliding_windows(gemma):
 
 
 def test_report_fields():
-    r = DecodeBench(model="m", prompt_tokens=512, gen_tokens=128, runs=2, graphs=True, weight_bytes_per_token=1_000_000,
+    r = DecodeBench(model="m", prompt_tokens=512, gen_tokens=128, runs=2, graphs=True, pdl=True, weight_bytes_per_token=1_000_000,
                     kv_bytes_per_token=0, copy_bandwidth=4e12, prefill_s=[0.1, 0.3], decode_s=[1.0, 2.0])
     assert r.prefill_tok_s == pytest.approx(512 / 0.2) and r.decode_tok_s == pytest.approx(128 / 1.5)
     assert r.fraction_of_copy == pytest.approx(1e6 * 128 / 1.5 / 4e12)

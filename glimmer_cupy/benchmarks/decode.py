@@ -34,6 +34,7 @@ class DecodeBench:
     gen_tokens: int
     runs: int
     graphs: bool
+    pdl: bool
     weight_bytes_per_token: int
     kv_bytes_per_token: int
     copy_bandwidth: float                   # bytes/s, read + written
@@ -110,14 +111,15 @@ def _one_run(ex, prompt: list[int], gen: int) -> tuple[float, float, list[float]
 
 
 def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 5,
-                 graphs: bool = True, profile: bool = False, progress=None) -> DecodeBench:
+                 graphs: bool = True, profile: bool = False, progress=None, pdl: bool = True) -> DecodeBench:
     from ..runtime.cuda_executor import CudaExecutor
     from .timing import copy_bandwidth
 
     say = progress or (lambda _msg: None)
     need = prompt_tokens + gen_tokens + 2
-    ex = CudaExecutor(model.decoder, need, graphs=graphs, max_step_tokens=max(prompt_tokens, 64))
+    ex = CudaExecutor(model.decoder, need, graphs=graphs, max_step_tokens=max(prompt_tokens, 64), pdl=pdl)
     res = DecodeBench(model=name, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens, runs=runs, graphs=graphs,
+                      pdl=ex.pdl,
                       weight_bytes_per_token=decode_weight_bytes(model),
                       kv_bytes_per_token=kv_bytes(model, prompt_tokens + gen_tokens / 2),
                       copy_bandwidth=copy_bandwidth())
@@ -158,7 +160,8 @@ def markdown(results: list[DecodeBench], meta: dict) -> str:
     lines = [f"# Single-stream decode, {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
              f"Copy bandwidth measured in the same run: {results[0].copy_bandwidth / 1e12:.2f} TB/s "
              "(read + written). Prefill: one step of the prompt. Decode: greedy, one token per step, "
-             "CUDA graphs " + ("on" if results[0].graphs else "off") + ", host time per step.", "",
+             "CUDA graphs " + ("on" if results[0].graphs else "off") + ", programmatic dependent launch "
+             + ("on" if results[0].pdl else "off") + ", host time per step.", "",
              "| model | prefill tok/s | decode tok/s | step µs | MB/token (weights + KV) | achieved GB/s | of copy |",
              "|---|---|---|---|---|---|---|"]
     for r in results:

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import GlimmerError
+from .launch import Kernel
 
 CUDA_SRC = Path(__file__).resolve().parents[2] / "cuda_src"
 
@@ -75,6 +76,17 @@ def load_module(name: str, defines: dict | None = None, name_expressions=()):
     return _load(name, tuple(sorted((defines or {}).items())), tuple(name_expressions))
 
 
-def get_kernel(name: str, kernel: str, defines: dict | None = None, name_expressions=()):
+# sources whose every kernel calls pdl_wait() before touching earlier kernels' data (pdl.cuh);
+# tests/test_cuda_compile.py checks the list against the sources
+PDL_SOURCES = frozenset({"activation", "attention", "embed", "gemv_kq", "norm", "prepare_qkv", "quant_matmul",
+                         "quant_mma", "rope"})
+
+
+def get_kernel(name: str, kernel: str, defines: dict | None = None, name_expressions=()) -> Kernel:
     """One kernel of a module; `kernel` is a plain name or one of the name expressions."""
-    return load_module(name, defines, name_expressions).get_function(kernel)
+    return _kernel(name, kernel, tuple(sorted((defines or {}).items())), tuple(name_expressions))
+
+
+@cache
+def _kernel(name: str, kernel: str, defines: tuple, name_expressions: tuple) -> Kernel:
+    return Kernel(_load(name, defines, name_expressions).get_function(kernel), kernel, name in PDL_SOURCES)

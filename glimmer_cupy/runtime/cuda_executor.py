@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GlimmerError, UnsupportedError
+from ..kernels.launch import overlapped
 from ..model.config import ModelConfig
 from ..model.decoder import Decoder
 from ..model.linear import Linear
@@ -271,16 +272,19 @@ class CudaExecutor:
     n_cells: KV pool cells, or None to size the pool from the free memory after the weights, up
     to max_cells and at least min_cells. max_step_tokens: the widest eager step the memory
     estimate reserves scratch for. graphs: capture and replay static steps (off: run them eagerly
-    from the same buffers)."""
+    from the same buffers). pdl: launch static steps' kernels with programmatic dependent launch
+    where the device has it (sm_90+; kernels/launch.py)."""
 
     def __init__(self, decoder: Decoder, n_cells: int | None = None, *, max_cells: int = MAX_CELLS,
-                 min_cells: int = 2, max_step_tokens: int = MAX_STEP_TOKENS, graphs: bool = True):
+                 min_cells: int = 2, max_step_tokens: int = MAX_STEP_TOKENS, graphs: bool = True,
+                 pdl: bool = True):
         import cupy
 
         cfg, w = decoder.cfg, decoder.w
         check_cuda_support(cfg, w)
         self.cfg = cfg
         self.graphs = graphs
+        self.pdl = pdl and int(cupy.cuda.Device().compute_capability) >= 90
         self.step_no = 0                       # steps run so far; error messages name the step
         # eager steps' scratch (default pool) and static steps' (their own pool) are both kept
         scratch = scratch_bytes(cfg, w, max_step_tokens) + scratch_bytes(cfg, w, MAX_STATIC)
@@ -389,7 +393,7 @@ class CudaExecutor:
             if st is None:
                 st = self._static[key] = StaticStep(*key)
             st.fill(step, params, host_positions(positions, k, op="run_step"), self.cfg.vocab)
-            with graph_safe(), cupy.cuda.using_allocator(self._static_pool.malloc):
+            with graph_safe(), overlapped(self.pdl), cupy.cuda.using_allocator(self._static_pool.malloc):
                 if not self.graphs or st.runs == 0:
                     self._static_body(st)
                 else:

@@ -1,0 +1,119 @@
+"""Kernel launches, plain (CuPy's) or with programmatic dependent launch (PDL, sm_90 and later).
+
+With PDL the next kernel of a stream may be scheduled while the one before it is finishing; it
+runs until its pdl_wait() (cuda_src/pdl.cuh), which returns once every earlier kernel is done. A
+small kernel's launch and its first memory round trip then hide behind its predecessor's tail,
+and a matmul fetches its first weights before it waits. CuPy cannot set launch attributes, so
+PDL launches go through the driver's cuLaunchKernelEx (ctypes on libcuda: no extra package).
+
+PDL is on only inside `overlapped()` (the executor's static steps, which CUDA graphs replay),
+and only for kernels whose sources call pdl_wait() before touching any earlier kernel's data:
+a kernel without the wait would race the one before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ctypes
+from functools import cache
+
+import numpy as np
+
+_OVERLAP = contextvars.ContextVar("glimmer_pdl", default=False)
+PROGRAMMATIC_STREAM_SERIALIZATION = 6      # CUlaunchAttributeID in cuda.h
+
+
+@contextlib.contextmanager
+def overlapped(on: bool = True):
+    """Within the block, kernels that support it launch with programmatic dependent launch."""
+    token = _OVERLAP.set(on)
+    try:
+        yield
+    finally:
+        _OVERLAP.reset(token)
+
+
+class _Attr(ctypes.Structure):              # CUlaunchAttribute
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+
+class _Config(ctypes.Structure):            # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_Attr)), ("n_attrs", ctypes.c_uint)]
+
+
+@cache
+def _driver():
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                     ctypes.c_void_p]
+    lib.cuLaunchKernelEx.restype = ctypes.c_int
+    lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return lib
+
+
+@cache
+def _pdl_attr():
+    attr = _Attr()
+    attr.id = PROGRAMMATIC_STREAM_SERIALIZATION
+    ctypes.memmove(ctypes.addressof(attr) + _Attr.value.offset, ctypes.byref(ctypes.c_int(1)), 4)
+    return attr
+
+
+def _c_arg(a):
+    """A kernel argument as the ctypes value CuPy would pass: arrays as device pointers, NumPy
+    scalars at their own width, Python ints and floats as int64 and double."""
+    if hasattr(a, "data") and hasattr(a.data, "ptr"):
+        return ctypes.c_void_p(a.data.ptr)
+    if isinstance(a, np.generic):
+        return np.ctypeslib.as_ctypes_type(a.dtype)(a.item())
+    if isinstance(a, bool):
+        return ctypes.c_bool(a)
+    if isinstance(a, int):
+        return ctypes.c_int64(a)
+    if isinstance(a, float):
+        return ctypes.c_double(a)
+    raise TypeError(f"kernel argument of type {type(a).__name__} has no launch conversion")
+
+
+def _dims(d) -> tuple[int, int, int]:
+    d = tuple(d) + (1, 1)
+    return int(d[0]), int(d[1]), int(d[2])
+
+
+def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
+    """fn (a cupy Function) on the current stream with programmatic stream serialization."""
+    import cupy
+
+    cfg = _Config()
+    cfg.grid[:] = _dims(grid)
+    cfg.block[:] = _dims(block)
+    cfg.shared_mem = shared_mem
+    cfg.stream = cupy.cuda.get_current_stream().ptr
+    attr = _pdl_attr()
+    cfg.attrs = ctypes.pointer(attr)
+    cfg.n_attrs = 1
+    values = [_c_arg(a) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    lib = _driver()
+    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), fn.ptr, params, None)
+    if rc:
+        err = ctypes.c_char_p()
+        lib.cuGetErrorName(rc, ctypes.byref(err))
+        raise RuntimeError(f"launch of {name} failed: {(err.value or b'?').decode()} ({rc})")
+
+
+class Kernel:
+    """A compiled kernel, called as a CuPy RawKernel is: kernel(grid, block, args, shared_mem=0).
+    Inside overlapped(), kernels of PDL-ready sources launch with programmatic dependent launch."""
+
+    __slots__ = ("fn", "name", "pdl")
+
+    def __init__(self, fn, name: str, pdl: bool):
+        self.fn, self.name, self.pdl = fn, name, pdl
+
+    def __call__(self, grid, block, args, shared_mem: int = 0):
+        if self.pdl and _OVERLAP.get():
+            return launch_pdl(self.fn, self.name, grid, block, args, shared_mem)
+        return self.fn(grid, block, args, shared_mem=shared_mem)

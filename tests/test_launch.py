@@ -1,0 +1,97 @@
+"""Kernel launches (kernels/launch.py) on the CPU: which kernels may launch with programmatic
+dependent launch, how arguments are passed to the driver, and which path a call takes. The
+PDL launches themselves run on the GPU in every static step of the executor's tests."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from glimmer_cupy.kernels import launch
+from glimmer_cupy.kernels.build import CUDA_SRC, PDL_SOURCES
+
+KERNEL = re.compile(r"__global__[^;{]*\{")
+
+
+def kernel_bodies(src: str):
+    """(signature start, body) of every __global__ definition (explicit instantiations skipped)."""
+    for m in KERNEL.finditer(src):
+        line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
+        if line.lstrip().startswith("//"):
+            continue
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"{": 1, "}": -1}.get(src[i], 0)
+            i += 1
+        yield src[m.start():m.end()].split("(")[0], src[m.end():i]
+
+
+# kernels that fetch constant inputs (weights) before they wait, and what must not come before it
+EARLY_FETCH = {"gemv_kq.cu": ("y[", "load_x", "partial", "__syncthreads", "atomic")}
+
+
+@pytest.mark.parametrize("name", sorted(PDL_SOURCES))
+def test_pdl_sources_wait_before_touching_data(name):
+    """A kernel launched with PDL must wait for the kernel before it: every kernel of a PDL source
+    calls pdl_wait() first, or (EARLY_FETCH) after loads of weights only."""
+    src = (CUDA_SRC / f"{name}.cu").read_text()
+    bodies = list(kernel_bodies(src))
+    assert bodies, f"{name}.cu defines no kernel"
+    for sig, body in bodies:
+        assert "pdl_wait();" in body, f"{name}.cu: {sig} never calls pdl_wait()"
+        before = body[:body.index("pdl_wait();")]
+        if f"{name}.cu" in EARLY_FETCH:
+            bad = [t for t in EARLY_FETCH[f"{name}.cu"] if t in before]
+            assert not bad, f"{name}.cu: {sig} touches {bad} before pdl_wait()"
+        else:
+            assert not before.strip(), f"{name}.cu: {sig} runs code before pdl_wait(): {before.strip()[:80]}"
+
+
+def test_sources_outside_the_set_are_not_marked_ready():
+    """A source stays out of PDL_SOURCES unless all its kernels wait (sampling's cluster kernels do not)."""
+    for path in CUDA_SRC.glob("*.cu"):
+        bodies = list(kernel_bodies(path.read_text()))
+        if bodies and all("pdl_wait();" in b for _, b in bodies):
+            assert path.stem in PDL_SOURCES or path.stem == "sampling", path.name
+    assert "sampling" not in PDL_SOURCES
+
+
+def test_arguments_convert_as_cupy_passes_them():
+    arr = SimpleNamespace(data=SimpleNamespace(ptr=0x7F00_0000_1000))
+    v = launch._c_arg(arr)
+    assert isinstance(v, ctypes.c_void_p) and v.value == 0x7F00_0000_1000
+    for value, ctype in ((np.int32(-3), ctypes.c_int32), (np.int64(1 << 40), ctypes.c_int64),
+                         (np.float32(0.5), ctypes.c_float), (np.uint64(7), ctypes.c_uint64),
+                         (5, ctypes.c_int64), (0.25, ctypes.c_double)):
+        got = launch._c_arg(value)
+        assert ctypes.sizeof(got) == ctypes.sizeof(ctype) and got.value == value, (value, got)
+    with pytest.raises(TypeError, match="kernel argument of type str"):
+        launch._c_arg("x")
+
+
+def test_launch_config_layout_matches_cuda_h():
+    assert ctypes.sizeof(launch._Attr) == 72                 # id, pad to 8, 64-byte value union
+    assert launch._Config.stream.offset == 32 and launch._Config.n_attrs.offset == 48
+    attr = launch._pdl_attr()
+    assert attr.id == 6 and int.from_bytes(bytes(attr)[8:12], "little") == 1
+
+
+def test_calls_take_pdl_only_inside_overlapped_and_for_ready_kernels(monkeypatch):
+    calls = []
+    fn = lambda grid, block, args, shared_mem=0: calls.append(("plain", grid, shared_mem))  # noqa: E731
+    monkeypatch.setattr(launch, "launch_pdl", lambda f, name, grid, block, args, shared_mem=0:
+                        calls.append(("pdl", grid, shared_mem)))
+    ready, other = launch.Kernel(fn, "k", True), launch.Kernel(fn, "s", False)
+    ready((1,), (32,), ())
+    with launch.overlapped():
+        ready((2,), (32,), (), shared_mem=16)
+        other((3,), (32,), ())
+        with launch.overlapped(False):
+            ready((4,), (32,), ())
+    ready((5,), (32,), ())
+    assert calls == [("plain", (1,), 0), ("pdl", (2,), 16), ("plain", (3,), 0), ("plain", (4,), 0),
+                     ("plain", (5,), 0)]
