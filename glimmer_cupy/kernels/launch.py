@@ -97,7 +97,8 @@ def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
     values = [_c_arg(a) for a in args]
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
     lib = _driver()
-    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), fn.ptr, params, None)
+    ptr = fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr      # a RawKernel, or a Function
+    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ptr, params, None)
     if rc:
         err = ctypes.c_char_p()
         lib.cuGetErrorName(rc, ctypes.byref(err))
