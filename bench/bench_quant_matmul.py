@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.matmul import bucket, dequantize  # noqa: E402
+from glimmer_cupy.ops.matmul import INT8_BUCKETS, TRAITS, bucket, dequantize, quantize_x  # noqa: E402
+from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
@@ -53,12 +54,18 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         ref = cupy.asnumpy(xs[0][:8]).astype(np.float64) @ w_ref.T
         err = float(np.mean((got - ref) ** 2) / np.mean(ref ** 2))
         b = bucket(m, q)
-        us, how = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches, reps)
+        # the int8 buckets read x's codes, which in the model the op before the matmul makes
+        # (ops/q8.py); timed that way, and again from float x (a quantize_x launch first)
+        xin = [Q8Rows(x, *quantize_x(x, TRAITS[q])) for x in xs] if b in INT8_BUCKETS else xs
+        us, how = time_us(lambda i: ops.quant_matmul(xin[i], ws[i], out=outs[i]), sets, launches, reps)
+        float_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches,
+                           reps)[0] if b in INT8_BUCKETS else None
         # the other bucket at the edge Ms, to place the edge by measurement
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
                "dequant_cublas": "mma"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
-        alt_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=alt), sets,
+        alt_us = time_us(lambda i: ops.quant_matmul(xin[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
+                                                    force_bucket=alt), sets,
                          launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
         o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
@@ -67,13 +74,15 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         row = dict(type=q.name, n=n, k=k, m=m, bucket=b, us=us, weight_gbps=wbytes / us / 1e3,
                    of_copy=wbytes / us / 1e3 / (copy_bw / 1e9), tflops=2 * m * n * k / us / 1e6,
                    cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us, timing=how,
+                   float_x_us=float_us,
                    cublas_timing=how16)
         rows.append(row)
         print(f"quant_matmul {q.name:5s} M={m:<4d} N={n:<6d} K={k:<5d} | {us:8.1f} us | "
               f"{row['weight_gbps'] / 1e3:5.2f} TB/s ({100 * row['of_copy']:3.0f}% of copy) | "
               f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us ({how16}) | {b} ({how}) | NMSE {err:.1e}"
-              + (f" | {alt}: {alt_us:.1f} us" if alt else ""), flush=True)
-        del xs, outs, x16, o16
+              + (f" | {alt}: {alt_us:.1f} us" if alt else "")
+              + (f" | from float x: {float_us:.1f} us" if float_us else ""), flush=True)
+        del xs, xin, outs, x16, o16
     base = rows[0]["us"]
     for r in rows:
         r["vs_m1"] = r["us"] / base
@@ -88,13 +97,17 @@ def markdown(meta, rows) -> str:
              f"cuBLAS fp16 4096³: {meta['cublas_tflops']:.0f} TFLOP/s (both measured in this run).", "",
              "Timing: CUDA graph where the work can be captured; cuBLAS cannot be (CuPy refuses cuBLAS calls"
              " during capture), so those rows queue eagerly behind a spin kernel and time the device only.", "",
-             "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "int8 buckets (gemv_kq, gemv_dp4a) are timed on x with its int8 codes made beforehand, as the"
+             " model calls them; 'from float x' adds the quantize_x launch.", "",
+             "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
+             "| from float x µs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['type']} | {r['n']} | {r['k']} | {r['m']} | {r['bucket']} | {r['us']:.1f} | "
                      f"{r['weight_gbps'] / 1e3:.2f} | {100 * r['of_copy']:.0f}% | {r['tflops']:.1f} | "
                      f"{r['vs_m1']:.2f} | {r['cublas_fp16_us']:.1f} | "
-                     + (f"{r['alt_bucket']}: {r['alt_us']:.1f} |" if r.get("alt_bucket") else "|"))
+                     + (f"{r['alt_bucket']}: {r['alt_us']:.1f} |" if r.get("alt_bucket") else "|")
+                     + (f" {r['float_x_us']:.1f} |" if r.get("float_x_us") else " |"))
     return "\n".join(lines) + "\n"
 
 

@@ -61,3 +61,21 @@ def test_packed_batch_over_scattered_cells(decoder):
     np.testing.assert_allclose(logits[0], run_one_step(decoder, b), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(logits_a[0], run_one_step(decoder, a), rtol=1e-4, atol=1e-4)
     assert np.isfinite(logits).all() and logits.std() > 0.1
+
+
+def test_linear_joins_runs_of_one_type():
+    """q and k of one type are one matrix when v has another; outputs keep the parts' order."""
+    from glimmer_cupy.model.linear import Linear
+    from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
+    from glimmer_cupy.weights.random_blocks import random_blocks
+
+    rng = np.random.default_rng(4)
+    q = QuantTensor("q", QType.Q4_0, (64, 96), random_blocks(QType.Q4_0, 64, 96, rng))
+    k = QuantTensor("k", QType.Q4_0, (32, 96), random_blocks(QType.Q4_0, 32, 96, rng))
+    v = QuantTensor("v", QType.Q8_0, (32, 96), random_blocks(QType.Q8_0, 32, 96, rng))
+    lin = Linear("qkv", [q, k, v])
+    assert [(p.qtype, p.shape) for p in lin.parts] == [(QType.Q4_0, (96, 96)), (QType.Q8_0, (32, 96))]
+    assert len(Linear("kvq", [k, v, q]).parts) == 3
+    x = rng.normal(0, 1, (3, 96)).astype(np.float32)
+    want = np.concatenate([x @ t.dequantize(np.float64).T for t in (q, k, v)], axis=1)
+    np.testing.assert_allclose(lin(x), want, rtol=1e-5, atol=1e-5)

@@ -2,8 +2,8 @@
 
 q/k/v and gate/up read the same normed activations; joined into one matrix they cost one
 pass over the input and one launch on the GPU. GGUF files sometimes give them different
-quant types (Gemma 3 270M: q, k Q5_0 and v Q8_0); those stay separate parts, and the layer
-writes each part's columns of the output.
+quant types (Gemma 3 270M: q, k Q5_0 and v Q8_0); consecutive parts of one type are joined and
+the rest stay separate parts, and the layer writes each part's columns of the output.
 
 The same layer runs on NumPy and CuPy arrays: a layer whose parts are on the device
 (`to_device`) takes and returns CuPy arrays, and joins them with CuPy.
@@ -26,10 +26,15 @@ def array_module(a):
     return cupy.get_array_module(a)
 
 
+def joinable(a: QuantTensor, b: QuantTensor) -> bool:
+    """Whether b's rows can be stacked under a's: one type, one width."""
+    return a.qtype == b.qtype and a.shape[1:] == b.shape[1:]
+
+
 def join_rows(name: str, parts: list[QuantTensor]) -> QuantTensor | None:
     """One QuantTensor stacking the rows of `parts`, or None when their types or widths differ."""
     first = parts[0]
-    if any(p.qtype != first.qtype or p.shape[1:] != first.shape[1:] for p in parts):
+    if not all(joinable(first, p) for p in parts):
         return None
     rows = sum(p.shape[0] for p in parts)
     data = np.concatenate([np.asarray(p.data).reshape(p.shape[0], -1) for p in parts], axis=0)
@@ -42,8 +47,15 @@ class Linear:
     """y = x @ W^T (+ bias) for W the row-stack of one or more QuantTensors."""
 
     def __init__(self, name: str, parts: list[QuantTensor], biases: list[np.ndarray] | None = None):
-        joined = join_rows(name, parts) if len(parts) > 1 else parts[0]
-        self.parts = [joined] if joined is not None else list(parts)
+        # consecutive parts of one type and width are joined: q and k stay one matrix when v has
+        # a type of its own (Q4_K_M gives v Q6_K on half the layers)
+        runs: list[list[QuantTensor]] = []
+        for p in parts:
+            if runs and joinable(runs[-1][0], p):
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        self.parts = [join_rows(name, r) if len(r) > 1 else r[0] for r in runs]
         self.out_dims = [p.shape[0] for p in parts]
         self.in_dim = parts[0].shape[1]
         self.bias = np.concatenate(biases).astype(np.float32) if biases else None
