@@ -15,7 +15,9 @@
 //   ql[l+32], qh[l] of its half, i.e. values l, l+32, l+64, l+96 of the half, each group of 8
 //   within one 16-value scale. Blocks are 210 bytes, so a block starts 2-byte aligned; its three
 //   8-byte pieces share one misalignment o = address & 7 and are read as aligned 16-byte windows
-//   (two 8-byte loads) and shifted into place in dot().
+//   (two 8-byte loads) and shifted into place in dot(). The codes are 0..63 for values q - 32:
+//   dot() takes dp4a of the raw codes and subtracts 32 * sum(x codes), which load_x makes once
+//   for all the rows a warp computes (a per-byte subtraction costs ~8 instructions per word).
 // Everything is __host__ __device__ with host stand-ins for the intrinsics, so the CPU tests run
 // this code against gguf's dequantizer (tests/test_gemv_kq_lanes.py).
 #pragma once
@@ -62,13 +64,24 @@ GQ_HD int dp4a(u32 a, u32 b, int c) {    // c + dot of the four signed bytes of 
 #endif
 }
 
-GQ_HD u32 sub32_bytes(u32 a) {           // each byte (0..63) minus 32, as signed bytes
+struct f32x4 { float x, y, z, w; };
+struct f32x2 { float x, y; };
+
+GQ_HD f32x4 load_f4(const float* p) {   // 16-byte aligned
 #ifdef __CUDA_ARCH__
-    return __vsubss4(a, 0x20202020u);
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    return {t.x, t.y, t.z, t.w};
 #else
-    u32 r = 0;
-    for (int i = 0; i < 4; ++i) r |= (u32)(u8)(i8)((int)((a >> (8 * i)) & 0xFF) - 32) << (8 * i);
-    return r;
+    return {p[0], p[1], p[2], p[3]};
+#endif
+}
+
+GQ_HD f32x2 load_f2(const float* p) {   // 8-byte aligned
+#ifdef __CUDA_ARCH__
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    return {t.x, t.y};
+#else
+    return {p[0], p[1]};
 #endif
 }
 
@@ -98,9 +111,10 @@ template <> struct Lanes<Q4_K> {
         const u8* q = reinterpret_cast<const u8*>(xq) + sb * 256 + 64 * c + 16 * h;
         x.a = load16(q);
         x.b = load16(q + 32);
-        const int i = sb * 8 + 2 * c;
-        x.da = xd[i]; x.db = xd[i + 1];
-        x.sa = xs[i]; x.sb = xs[i + 1];
+        const int i = sb * 8 + 2 * c;             // even: the pairs are 8-byte aligned
+        const f32x2 d = load_f2(xd + i), s = load_f2(xs + i);
+        x.da = d.x; x.db = d.y;
+        x.sa = s.x; x.sb = s.y;
     }
     GQ_HD static float dot(const Regs& r, const X& x, int part) {
         const u32 q[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
@@ -131,7 +145,7 @@ template <> struct Lanes<Q6_K> {
     static constexpr int kBytes = 210;
     // win[j]: the aligned 16 bytes holding piece j (ql[l0..], ql[l0+32..], qh[l0..] of the half)
     struct Regs { u32x2 win[3][2]; u32 sc0, sc1; u16 d; int o; };
-    struct X { u32x2 q[4]; float d[4]; };
+    struct X { u32x2 q[4]; int sum32[4]; float d[4]; };
 
     GQ_HD static void load(const u8* b, int part, Regs& r) {
         const int h = part >> 2, l0 = 8 * (part & 3);
@@ -151,10 +165,12 @@ template <> struct Lanes<Q6_K> {
         const int h = part >> 2, l0 = 8 * (part & 3);
         const u8* q = reinterpret_cast<const u8*>(xq) + sb * 256 + 128 * h + l0;
 #pragma unroll
-        for (int t = 0; t < 4; ++t) x.q[t] = load8(q + 32 * t);
-        const float* dd = xd + sb * 8 + 4 * h;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) x.d[t] = dd[t];
+        for (int t = 0; t < 4; ++t) {
+            x.q[t] = load8(q + 32 * t);
+            x.sum32[t] = dp4a(0x20202020u, x.q[t].y, dp4a(0x20202020u, x.q[t].x, 0));
+        }
+        const f32x4 d = load_f4(xd + sb * 8 + 4 * h);   // 16-byte aligned: K/32 is a multiple of 8
+        x.d[0] = d.x; x.d[1] = d.y; x.d[2] = d.z; x.d[3] = d.w;
     }
     // the 8 bytes at offset o of a 16-byte window
     GQ_HD static u32x2 piece(const u32x2 (&w)[2], int o) {
@@ -171,9 +187,9 @@ template <> struct Lanes<Q6_K> {
         for (int t = 0; t < 4; ++t) {
             const u32x2 ql = (t & 1) ? qb : qa;
             const int ns = 4 * (t >> 1), hs = 2 * t;
-            const u32 q0 = sub32_bytes(((ql.x >> ns) & 0x0F0F0F0Fu) | (((qh.x >> hs) & 0x03030303u) << 4));
-            const u32 q1 = sub32_bytes(((ql.y >> ns) & 0x0F0F0F0Fu) | (((qh.y >> hs) & 0x03030303u) << 4));
-            const int s = dp4a(q1, x.q[t].y, dp4a(q0, x.q[t].x, 0));
+            const u32 q0 = ((ql.x >> ns) & 0x0F0F0F0Fu) | (((qh.x >> hs) & 0x03030303u) << 4);
+            const u32 q1 = ((ql.y >> ns) & 0x0F0F0F0Fu) | (((qh.y >> hs) & 0x03030303u) << 4);
+            const int s = dp4a(q1, x.q[t].y, dp4a(q0, x.q[t].x, 0)) - x.sum32[t];
             const int sc = signed_byte(t < 2 ? r.sc0 : r.sc1, is + 2 * (t & 1));
             acc += x.d[t] * (d * (float)sc) * (float)s;
         }

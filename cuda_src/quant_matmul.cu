@@ -204,7 +204,6 @@ template <class QT, int M>
 __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
                                  const float* __restrict__ xs, const unsigned char* __restrict__ w,
                                  int n, int k, long long row_bytes) {
-    pdl_wait();
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
     const int lane = threadIdx.x;
     if (row >= n) return;
@@ -213,12 +212,15 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    // two sub-blocks per lane per pass, both loaded before any math: twice the bytes in flight
+    // two sub-blocks per lane per pass, both loaded before any math: twice the bytes in flight;
+    // the first pass's weights (no kernel's output) are fetched before waiting (pdl.cuh)
+    int wv[2][8];
+    float d0[2], d1[2], mw[2];
+    if (lane < nsub) dp4a_load<QT>(wrow, lane, lane + 32 < nsub, wv, d0, d1, mw);
+    pdl_wait();
     for (int s0 = lane; s0 < nsub; s0 += 64) {
         const bool two = s0 + 32 < nsub;
-        int wv[2][8];
-        float d0[2], d1[2], mw[2];
-        dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
+        if (s0 != lane) dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
         dp4a_pass<M>(acc, wv, d0, d1, mw, s0, two, xq, xd, xs, k, nsub);
     }
     store_row_sums<M>(y, acc, n, row, lane);

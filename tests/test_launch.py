@@ -18,7 +18,7 @@ KERNEL = re.compile(r"__global__[^;{]*\{")
 
 
 def kernel_bodies(src: str):
-    """(signature start, body) of every __global__ definition (explicit instantiations skipped)."""
+    """(kernel name, body) of every __global__ definition (explicit instantiations skipped)."""
     for m in KERNEL.finditer(src):
         line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
         if line.lstrip().startswith("//"):
@@ -27,11 +27,14 @@ def kernel_bodies(src: str):
         while depth:
             depth += {"{": 1, "}": -1}.get(src[i], 0)
             i += 1
-        yield src[m.start():m.end()].split("(")[0], src[m.end():i]
+        names = [n for n in re.findall(r"(\w+)\s*\(", src[m.start():m.end()])
+                 if n not in ("__launch_bounds__", "__cluster_dims__")]
+        yield names[0], src[m.end():i]
 
 
 # kernels that fetch constant inputs (weights) before they wait, and what must not come before it
-EARLY_FETCH = {"gemv_kq.cu": ("y[", "load_x", "partial", "__syncthreads", "atomic")}
+EARLY_FETCH = {"gemv_kq_kernel": ("y[", "load_x", "partial", "__syncthreads", "atomic"),
+               "gemv_dp4a_kernel": ("y[", "dp4a_pass", "store_row_sums", "xq", "xd", "xs", "atomic")}
 
 
 @pytest.mark.parametrize("name", sorted(PDL_SOURCES))
@@ -44,8 +47,8 @@ def test_pdl_sources_wait_before_touching_data(name):
     for sig, body in bodies:
         assert "pdl_wait();" in body, f"{name}.cu: {sig} never calls pdl_wait()"
         before = body[:body.index("pdl_wait();")]
-        if f"{name}.cu" in EARLY_FETCH:
-            bad = [t for t in EARLY_FETCH[f"{name}.cu"] if t in before]
+        if sig in EARLY_FETCH:
+            bad = [t for t in EARLY_FETCH[sig] if t in before]
             assert not bad, f"{name}.cu: {sig} touches {bad} before pdl_wait()"
         else:
             assert not before.strip(), f"{name}.cu: {sig} runs code before pdl_wait(): {before.strip()[:80]}"

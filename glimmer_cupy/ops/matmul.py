@@ -56,8 +56,9 @@ GEMV_WIDTHS = tuple(range(1, 9))
 # gemv_kq: rows of W per warp, by (largest M, rows); more rows share each load of x's codes,
 # fewer keep registers (and so resident warps) for wide M. Measured on the H200 (a519f47, Qwen3-8B
 # shapes, bench/results/NOTES.md): 2 rows best or within noise at M <= 4; at M = 8, 4 rows are
-# 10-25% faster on Q6_K; at M = 16, 2 rows are 1.3-1.7x faster than 1 (4 rows spill there).
-KQ_ROWS = ((4, 2), (8, 4), (16, 2))
+# 10-25% faster on Q6_K; at M = 16, 2 rows are 1.3-1.7x faster than 1 (4 rows spill there, and
+# for Q6_K at M = 6, so 4 rows start at 7).
+KQ_ROWS = ((6, 2), (8, 4), (16, 2))
 KQ_WARPS = 4                        # kWarps in gemv_kq.cu
 KQ_SPLITS = (1, 2, 4)               # warps that share a set of rows, splitting its super-blocks
 KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of warps is launched
