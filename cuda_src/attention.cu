@@ -14,6 +14,8 @@
 //                       grid=(nsplit, kv_heads * head_chunks, T) block=(32,)
 // attn_combine_kernel<D>  merges the splits' partials of one (token, q head).
 //                       grid=(T * q_heads,) block=(32,)
+// The kernel that writes the output (the combine, or the split kernel when there is one split) also
+// writes its int8 codes per 32 values (q8.cuh) when xq is not null: the o-projection's input.
 //
 // Scores live in the log2 domain: q is pre-multiplied by scale * log2(e) (by scale alone under a
 // softcap, whose factor then carries the log2(e)), so the softmax uses exp2f directly.
@@ -22,6 +24,7 @@
 
 #include "bf16.cuh"
 #include "pdl.cuh"
+#include "q8.cuh"
 
 // -inf without math.h (NVRTC compiles this file with no headers)
 #define kNegInf (-__int_as_float(0x7f800000))
@@ -80,7 +83,8 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
                   const int* __restrict__ seq_lens, const int* __restrict__ tok_seq,
                   const int* __restrict__ tok_pos, const unsigned char* __restrict__ visible,
                   int n_tok, int q_heads, int kv_heads, int table_width, int head_chunks, int window,
-                  float q_scale, float softcap_log2, float inv_softcap) {
+                  float q_scale, float softcap_log2, float inv_softcap, int* __restrict__ xq,
+                  float* __restrict__ xd, float* __restrict__ xs) {
     pdl_wait();
     constexpr int C = D / 32;                         // output columns per lane
     constexpr int KB = D / 8 < 16 ? D / 8 : 16;       // 16-byte K loads in flight per lane
@@ -208,8 +212,10 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
         const long long r = (long long)tok * q_heads + h0 + h;
         if (gridDim.x == 1) {
             const float inv = lh > 0.f ? 1.f / lh : 0.f;   // a token that sees nothing gets zeros
+            float o[C];
 #pragma unroll
-            for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = acc[h][c] * inv;
+            for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = acc[h][c] * inv;
+            if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
         } else {
             const long long pr = (long long)blockIdx.x * n_tok * q_heads + r;
 #pragma unroll
@@ -227,7 +233,7 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
 template <int D>
 __global__ void __launch_bounds__(32)
 attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                    int rows, int nsplit) {
+                    int rows, int nsplit, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
     pdl_wait();
     // lanes read the splits' (m, l) side by side; then every split's acc columns are loaded
     // unconditionally (independent loads the warp keeps in flight) and weighted by a select, so
@@ -266,14 +272,15 @@ attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc,
     for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(kFull, total, o);
     const float inv = total > 0.f ? 1.f / total : 0.f;
 #pragma unroll
-    for (int c = 0; c < C; ++c) out[(long long)r * D + lane * C + c] = acc[c] * inv;
+    for (int c = 0; c < C; ++c) out[(long long)r * D + lane * C + c] = acc[c] = acc[c] * inv;
+    if (xq != nullptr) q8_lane<C>(acc, r * D + lane * C, xq, xd, xs);
 }
 
 #ifdef GLIMMER_INSTANTIATE
 #define SPLIT(D, H) template __global__ void attn_split_kernel<D, H>(float*, float*, float*, const float*, \
     const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*,          \
-    const unsigned char*, int, int, int, int, int, int, float, float, float);
+    const unsigned char*, int, int, int, int, int, int, float, float, float, int*, float*, float*);
 #define SPLIT_ALL(D) SPLIT(D, 1) SPLIT(D, 2) SPLIT(D, 4) SPLIT(D, 8) \
-    template __global__ void attn_combine_kernel<D>(float*, const float*, const float*, int, int);
+    template __global__ void attn_combine_kernel<D>(float*, const float*, const float*, int, int, int*, float*, float*);
 SPLIT_ALL(64) SPLIT_ALL(128) SPLIT_ALL(256)
 #endif

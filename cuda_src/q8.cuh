@@ -33,3 +33,36 @@ __device__ __forceinline__ void q8_pack4(const float* v, unsigned mask, int k, i
         xs[k >> 3] = d * (float)sum;
     }
 }
+
+// The same bits for C = 2, 4 or 8 consecutive values per lane, a 32-value group on 32 / C aligned
+// lanes of a full warp: v holds values at..at+C-1 of the row (at a multiple of C).
+template <int C>
+__device__ __forceinline__ void q8_lane(const float* v, int at, int* __restrict__ xq, float* __restrict__ xd,
+                                        float* __restrict__ xs) {
+    static_assert(C == 2 || C == 4 || C == 8, "2, 4 or 8 values per lane");
+    constexpr int L = 32 / C;                          // lanes per group
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < C; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 1; o < L; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    int sum = 0;
+    unsigned word[(C + 3) / 4] = {};
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+        const int c = __float2int_rn(v[i] * inv);
+        sum += c;
+        word[i / 4] |= (unsigned)(c & 0xFF) << (8 * (i % 4));
+    }
+    if (C == 2) reinterpret_cast<unsigned short*>(xq)[at / 2] = (unsigned short)word[0];
+    else if (C == 4) xq[at / 4] = (int)word[0];
+    else reinterpret_cast<int2*>(xq)[at / 8] = make_int2((int)word[0], (int)word[(C - 1) / 4]);
+#pragma unroll
+    for (int o = 1; o < L; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (at % 32 == 0) {
+        xd[at / 32] = d;
+        xs[at / 32] = d * (float)sum;
+    }
+}

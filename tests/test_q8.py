@@ -99,3 +99,38 @@ def test_matmul_on_codes_equals_matmul_on_floats(qtype):
         a = ops.quant_matmul(h, wt)
         b = ops.quant_matmul(h.x, wt)
         assert bool((a == b).all()), (qtype, rows)
+
+
+def test_q8rows_reshape_keeps_rows():
+    x = np.zeros((3, 4, 64), np.float32)
+    r = Q8Rows(x, np.zeros((3, 64), np.int32), np.zeros((3, 8), np.float32), np.zeros((3, 8), np.float32))
+    assert r.reshape(3, 256).shape == (3, 256) and r.reshape(3, 256).q is r.q
+    with pytest.raises(ValueError, match="Q8Rows.reshape: 3 rows of codes, asked for shape \\(6, 128\\)"):
+        r.reshape(6, 128)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("splits", [1, 5])
+@pytest.mark.parametrize("t", [1, 3, 16])
+def test_attention_makes_quantize_x_codes(d, splits, t):
+    """The kernel that writes the output (split kernel alone, or the combine) makes the codes."""
+    import cupy
+
+    rng = np.random.default_rng(d * 100 + splits * 10 + t)
+    hq, hkv, n_cells, length = 8, 2, 300, 257
+    q = cupy.asarray((rng.standard_normal((t, hq, d)) * 2).astype(np.float32))
+    pool = lambda: cupy.asarray((rng.standard_normal((n_cells, hkv, d)).astype(np.float32)  # noqa: E731
+                                 .view(np.uint32) >> 16).astype(np.uint16))
+    k_pool, v_pool = pool(), pool()
+    table = cupy.asarray(rng.permutation(n_cells)[:length].astype(np.int32)[None, :])
+    args = (q, k_pool, v_pool, table, cupy.asarray([length], np.int32), cupy.zeros(t, np.int32),
+            cupy.asarray(np.arange(length - t, length, dtype=np.int32)), d ** -0.5)
+    want = ops.attention(*args, force_splits=splits)
+    got = ops.attention(*args, force_splits=splits, q8=True)
+    assert bool((got.x == want).all())
+    _same_codes(got.reshape(t, hq * d))
+    if t == 16:                                          # 17 rows: no int8 bucket, a plain array
+        wide = (cupy.zeros((17, hq, d), np.float32), k_pool, v_pool, table, args[4], cupy.zeros(17, np.int32),
+                cupy.asarray(np.arange(length - 17, length, dtype=np.int32)), d ** -0.5)
+        assert isinstance(ops.attention(*wide, force_splits=splits, q8=True), cupy.ndarray)

@@ -39,7 +39,8 @@ class Decoder:
                                  lw.k_norm if cfg.qk_norm else None, cfg.rms_eps, cfg.layer_rope_base(i),
                                  cfg.rope_neox, cfg.rope_dim)
             a = ops.attention(q, k_pool, v_pool, step.cell_table, step.seq_lens, step.tok_seq,
-                              step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible)
+                              step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible,
+                              q8=True)
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
             if cfg.post_norms:
                 o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)

@@ -22,6 +22,7 @@ from ..kernels.build import get_kernel
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
+from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
 
 BF16 = np.dtype(np.uint16)                   # bfloat16 bits
 HEAD_DIMS = (64, 128, 256)
@@ -139,7 +140,7 @@ def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window
 
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
-              force_splits: int | None = None):
+              force_splits: int | None = None, q8: bool = False):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -148,6 +149,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     D) elements for the split partials; without it they are allocated when the step splits, which
     a captured graph cannot do.
     force_splits (benchmarks only) replaces the split rule's count.
+    q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
+    return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
     """
     if is_host(q):
         return host_result(ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
@@ -196,12 +199,14 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     softcap_log2 = softcap * LOG2E if softcap else 0.0
     inv_softcap = 1.0 / softcap if softcap else 0.0
     vis = visible if visible is not None else np.uint64(0)           # a null pointer
+    codes = q8_buffers(t, hq * d) if q8 and wants_q8(t, hq * d, True) else None
+    qargs = codes if codes is not None else NO_CODES
     _kernel(f"attn_split_kernel<{d}, {heads}>")(
         (splits, hkv * chunks, t), (32,),
         (out, part_acc, part_ml, q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, vis,
          np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks), np.int32(window),
-         np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap)))
+         np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs))
     if splits > 1:
         _kernel(f"attn_combine_kernel<{d}>")((t * hq,), (32,), (out, part_acc, part_ml, np.int32(t * hq),
-                                                                np.int32(splits)))
-    return out
+                                                                np.int32(splits), *qargs))
+    return with_codes(out, codes)

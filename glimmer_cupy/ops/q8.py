@@ -1,11 +1,11 @@
 """Activations with their int8 form: what a dp4a GEMV reads, made by the op that produces them.
 
-quant_matmul's small-M bucket (gemv_dp4a) reads x as int8 codes per 32 values (xq: one int32
+quant_matmul's small-M buckets (gemv_kq, gemv_dp4a) read x as int8 codes per 32 values (xq: one int32
 word per 4 values, xd = max|x| / 127 and xs = xd * sum(codes) per 32 values); made by a launch
 of its own, that costs about as much as a small GEMV. The ops that feed matmuls (rms_norm,
-add_rms_norm_, silu_mul, gelu_mul) make the same bits in their own pass when asked (q8=True) and
-return Q8Rows; quant_matmul takes Q8Rows wherever it takes x, and reads the codes in the dp4a
-bucket and x itself in the others. The NumPy path has no int8 form: there q8 is ignored.
+add_rms_norm_, silu_mul, gelu_mul, and attention for the o-projection) make the same bits in
+their own pass when asked (q8=True) and return Q8Rows; quant_matmul takes Q8Rows wherever it
+takes x, and reads the codes in the int8 buckets and x itself in the others. The NumPy path has no int8 form: there q8 is ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +27,13 @@ class Q8Rows(NamedTuple):
     @property
     def shape(self):
         return self.x.shape
+
+    def reshape(self, *shape):
+        """The same codes with x reshaped, rows kept: (T, heads, D) -> (T, heads * D)."""
+        x = self.x.reshape(*shape)
+        if x.ndim != 2 or x.shape[0] != self.q.shape[0]:
+            raise ValueError(f"Q8Rows.reshape: {self.q.shape[0]} rows of codes, asked for shape {x.shape}")
+        return Q8Rows(x, self.q, self.d, self.s)
 
 
 def wants_q8(rows: int, k: int, aligned_vec4: bool) -> bool:
