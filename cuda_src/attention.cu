@@ -64,6 +64,9 @@ __device__ __forceinline__ void unpack(uint4 w, float* f) {
     unpack(w.x, f); unpack(w.y, f + 2); unpack(w.z, f + 4); unpack(w.w, f + 6);
 }
 
+// one 128-byte line into L2, no registers held (the data arrives by the time a load asks for it)
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, off));
@@ -85,7 +88,6 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
                   int n_tok, int q_heads, int kv_heads, int table_width, int head_chunks, int window,
                   float q_scale, float softcap_log2, float inv_softcap, int* __restrict__ xq,
                   float* __restrict__ xd, float* __restrict__ xs) {
-    pdl_wait();
     constexpr int C = D / 32;                         // output columns per lane
     constexpr int KB = D / 8 < 16 ? D / 8 : 16;       // 16-byte K loads in flight per lane
     constexpr int VB = D == 256 ? 8 : 16;             // V rows loaded ahead of their math
@@ -110,6 +112,36 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
     const int n = max(hi - lo, 0);
     const int chunk = ((n + (int)gridDim.x - 1) / (int)gridDim.x + 31) & ~31;   // whole tiles
     const int begin = lo + (int)blockIdx.x * chunk, end = min(hi, begin + chunk);
+    const int* row = cell_table + (long long)seq * table_width;
+    const long long cell_stride = (long long)kv_heads * D;
+    const unsigned short* kb = k_pool + (long long)kvh * D;
+    const unsigned short* vb = v_pool + (long long)kvh * D + lane * C;
+
+    // Before pdl_wait (pdl.cuh) this kernel reads only what was uploaded before the step's kernels
+    // ran (index arrays, cell table) and asks L2 for the K and V rows of its first tile's positions
+    // that no token of this step writes (below the sequence's lowest position in this step), so
+    // their trip from memory overlaps the kernel before (the K/V write).
+    {
+        int fresh = pos;
+        if (n_tok <= 64) {
+            for (int t2 = lane; t2 < n_tok; t2 += 32)
+                if (tok_seq[t2] == seq) fresh = min(fresh, tok_pos[t2]);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) fresh = min(fresh, __shfl_xor_sync(kFull, fresh, off));
+        } else {
+            fresh = 0;                                // wide (eager) steps: nothing to overlap
+        }
+        const int p = begin + lane;
+        if (p < end && p < fresh) {
+            const long long c = (long long)row[p] * cell_stride;
+#pragma unroll
+            for (int b = 0; b < D * 2; b += 128) {
+                prefetch_l2(reinterpret_cast<const unsigned char*>(kb + c) + b);
+                prefetch_l2(reinterpret_cast<const unsigned char*>(v_pool + (long long)kvh * D + c) + b);
+            }
+        }
+    }
+    pdl_wait();
 
     for (int i = lane; i < HEADS * D; i += 32) {
         const int h = i / D, d = i % D;
@@ -125,11 +157,6 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
 #pragma unroll
         for (int c = 0; c < C; ++c) acc[h][c] = 0.f;
     }
-    const int* row = cell_table + (long long)seq * table_width;
-    const long long cell_stride = (long long)kv_heads * D;
-    const unsigned short* kb = k_pool + (long long)kvh * D;
-    const unsigned short* vb = v_pool + (long long)kvh * D + lane * C;
-
     for (int base = begin; base < end; base += 32) {
         const int p = base + lane;
         bool vis = p < end;
