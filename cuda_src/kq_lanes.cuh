@@ -25,30 +25,24 @@
 
 namespace gguf {
 
-struct u32x4 { u32 x, y, z, w; };
-struct u32x2 { u32 x, y; };
+struct alignas(16) u32x4 { u32 x, y, z, w; };
+struct alignas(8) u32x2 { u32 x, y; };
+struct alignas(16) f32x4 { float x, y, z, w; };
+struct alignas(8) f32x2 { float x, y; };
 
-GQ_HD u32x4 load16(const u8* p) {        // 16-byte aligned
+// a V (one of the above) from memory aligned to sizeof(V): one vector load on the device
+template <class V>
+GQ_HD V load_vec(const void* p) {
 #ifdef __CUDA_ARCH__
-    const uint4 t = *reinterpret_cast<const uint4*>(p);
-    return {t.x, t.y, t.z, t.w};
+    return *reinterpret_cast<const V*>(p);
 #else
-    u32 v[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 16; ++i) v[i >> 2] |= (u32)p[i] << (8 * (i & 3));
-    return {v[0], v[1], v[2], v[3]};
+    V v;
+    for (unsigned i = 0; i < sizeof(V); ++i) reinterpret_cast<u8*>(&v)[i] = reinterpret_cast<const u8*>(p)[i];
+    return v;
 #endif
 }
-
-GQ_HD u32x2 load8(const u8* p) {         // 8-byte aligned
-#ifdef __CUDA_ARCH__
-    const uint2 t = *reinterpret_cast<const uint2*>(p);
-    return {t.x, t.y};
-#else
-    u32 v[2] = {0, 0};
-    for (int i = 0; i < 8; ++i) v[i >> 2] |= (u32)p[i] << (8 * (i & 3));
-    return {v[0], v[1]};
-#endif
-}
+GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
+GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
 GQ_HD u32 load4_a2(const u8* p) {        // 2-byte aligned
     const u16* h = reinterpret_cast<const u16*>(p);
@@ -61,27 +55,6 @@ GQ_HD int dp4a(u32 a, u32 b, int c) {    // c + dot of the four signed bytes of 
 #else
     for (int i = 0; i < 4; ++i) c += (int)(i8)(a >> (8 * i)) * (int)(i8)(b >> (8 * i));
     return c;
-#endif
-}
-
-struct f32x4 { float x, y, z, w; };
-struct f32x2 { float x, y; };
-
-GQ_HD f32x4 load_f4(const float* p) {   // 16-byte aligned
-#ifdef __CUDA_ARCH__
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    return {t.x, t.y, t.z, t.w};
-#else
-    return {p[0], p[1], p[2], p[3]};
-#endif
-}
-
-GQ_HD f32x2 load_f2(const float* p) {   // 8-byte aligned
-#ifdef __CUDA_ARCH__
-    const float2 t = *reinterpret_cast<const float2*>(p);
-    return {t.x, t.y};
-#else
-    return {p[0], p[1]};
 #endif
 }
 
@@ -112,7 +85,7 @@ template <> struct Lanes<Q4_K> {
         x.a = load16(q);
         x.b = load16(q + 32);
         const int i = sb * 8 + 2 * c;             // even: the pairs are 8-byte aligned
-        const f32x2 d = load_f2(xd + i), s = load_f2(xs + i);
+        const f32x2 d = load_vec<f32x2>(xd + i), s = load_vec<f32x2>(xs + i);
         x.da = d.x; x.db = d.y;
         x.sa = s.x; x.sb = s.y;
     }
@@ -169,7 +142,7 @@ template <> struct Lanes<Q6_K> {
             x.q[t] = load8(q + 32 * t);
             x.sum32[t] = dp4a(0x20202020u, x.q[t].y, dp4a(0x20202020u, x.q[t].x, 0));
         }
-        const f32x4 d = load_f4(xd + sb * 8 + 4 * h);   // 16-byte aligned: K/32 is a multiple of 8
+        const f32x4 d = load_vec<f32x4>(xd + sb * 8 + 4 * h);   // 16-byte aligned: K/32 is a multiple of 8
         x.d[0] = d.x; x.d[1] = d.y; x.d[2] = d.z; x.d[3] = d.w;
     }
     // the 8 bytes at offset o of a 16-byte window
