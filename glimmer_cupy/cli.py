@@ -205,6 +205,8 @@ def cmd_bench_decode(args) -> int:
     for n, v in (("--prompt", args.prompt), ("--gen", args.gen), ("--runs", args.runs)):
         if v < 1:
             raise GlimmerError(f"bench decode: {n} must be >= 1, got {v}")
+    if args.prefill_chunk < 0:
+        raise GlimmerError(f"bench decode: --prefill-chunk must be 0 (one step) or positive, got {args.prefill_chunk}")
     bad = [s for s in args.synthetic if s not in CONFIGS]
     if bad:
         raise GlimmerError(f"bench decode: unknown synthetic model {bad[0]!r}; choose from {', '.join(CONFIGS)}")
@@ -224,6 +226,7 @@ def cmd_bench_decode(args) -> int:
                                f"context of {model.cfg.context}")
         _say(f"{label}: {path}")
         r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs, pdl=not args.no_pdl,
+                         prefill_chunk=args.prefill_chunk,
                          profile=args.profile_step, progress=lambda m: _say(f"  {m}"))
         _say(f"  prefill {r.prefill_tok_s:,.0f} tok/s | decode {r.decode_tok_s:,.1f} tok/s, "
              f"{r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of copy "
@@ -269,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly")
     p.add_argument("--no-pdl", action="store_true", help="launch kernels without programmatic dependent launch")
+    p.add_argument("--prefill-chunk", type=int, default=0,
+                   help="prefill in steps of this many tokens (64: the widest CUDA-graph step); 0: one step")
     p.add_argument("--profile-step", action="store_true",
                    help="run one more decode step between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")

@@ -51,8 +51,9 @@ def test_bad_arguments_get_one_line(capsys):
     assert main(["bench", "decode"]) == 2
     assert main(["bench", "decode", "--synthetic", "nope"]) == 2
     assert main(["bench", "decode", "--synthetic", "tiny", "--runs", "0"]) == 2
+    assert main(["bench", "decode", "--synthetic", "tiny", "--prefill-chunk", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(e.startswith("glimmer: error: bench decode:") for e in err)
+    assert len(err) == 4 and all(e.startswith("glimmer: error: bench decode:") for e in err)
 
 
 @pytest.mark.gpu
@@ -64,3 +65,9 @@ def test_bench_decode_runs_on_a_tiny_model(tmp_path, capsys):
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     assert rows[0]["decode_tok_s"] > 0 and rows[0]["prefill_tok_s"] > 0
     assert 0 < rows[0]["fraction_of_copy"] < 1 and len(rows[0]["decode_s"]) == 2
+    # the prompt in 16-token steps (graphs), as the engine slices it
+    assert main(["bench", "decode", "-m", str(path), "--prompt", "40", "--gen", "4", "--runs", "1",
+                 "--prefill-chunk", "16", "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert rows[0]["prefill_chunk"] == 16 and rows[0]["prefill_tok_s"] > 0
+    assert "steps of 16 tokens" in out.with_suffix(".md").read_text()

@@ -41,6 +41,7 @@ class DecodeBench:
     prefill_s: list[float] = field(default_factory=list)
     decode_s: list[float] = field(default_factory=list)       # whole decode of gen_tokens, per run
     step_us_median: float = 0.0
+    prefill_chunk: int = 0                  # 0: the prompt in one step
 
     @property
     def prefill_tok_s(self) -> float:
@@ -92,12 +93,15 @@ def _prompt(model: Model, n: int, seed: int = 0) -> list[int]:
     return np.random.default_rng(seed).integers(0, model.cfg.vocab, n).tolist()
 
 
-def _one_run(ex, prompt: list[int], gen: int) -> tuple[float, float, list[float]]:
-    """(prefill seconds, decode seconds, per-step seconds) of one prompt and gen greedy tokens."""
+def _one_run(ex, prompt: list[int], gen: int, chunk: int = 0) -> tuple[float, float, list[float]]:
+    """(prefill seconds, decode seconds, per-step seconds) of one prompt and gen greedy tokens;
+    the prompt in one step, or in steps of `chunk` tokens."""
     pool = CellPool(ex.n_cells)
     seq = Sequence(list(prompt), GREEDY)
     t0 = time.perf_counter()
-    tok, _ = ex.run_step(plan_step(pool, [(seq, len(prompt))]), [GREEDY], [len(prompt)])
+    while chunk and seq.n_pending > chunk:
+        ex.run_step(plan_step(pool, [(seq, chunk)]), [], [])
+    tok, _ = ex.run_step(plan_step(pool, [(seq, seq.n_pending)]), [GREEDY], [len(prompt)])
     prefill = time.perf_counter() - t0
     seq.tokens.append(int(tok[0]))
     steps = []
@@ -111,7 +115,8 @@ def _one_run(ex, prompt: list[int], gen: int) -> tuple[float, float, list[float]
 
 
 def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 5,
-                 graphs: bool = True, profile: bool = False, progress=None, pdl: bool = True) -> DecodeBench:
+                 graphs: bool = True, profile: bool = False, progress=None, pdl: bool = True,
+                 prefill_chunk: int = 0) -> DecodeBench:
     from ..runtime.cuda_executor import CudaExecutor
     from .timing import copy_bandwidth
 
@@ -119,16 +124,18 @@ def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: 
     need = prompt_tokens + gen_tokens + 2
     ex = CudaExecutor(model.decoder, need, graphs=graphs, max_step_tokens=max(prompt_tokens, 64), pdl=pdl)
     res = DecodeBench(model=name, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens, runs=runs, graphs=graphs,
-                      pdl=ex.pdl,
+                      pdl=ex.pdl, prefill_chunk=prefill_chunk,
                       weight_bytes_per_token=decode_weight_bytes(model),
                       kv_bytes_per_token=kv_bytes(model, prompt_tokens + gen_tokens / 2),
                       copy_bandwidth=copy_bandwidth())
     prompt = _prompt(model, prompt_tokens)
     say("warm-up run (compiles kernels, captures graphs)")
-    _one_run(ex, prompt, min(gen_tokens, 8))
+    _one_run(ex, prompt, min(gen_tokens, 8), prefill_chunk)
+    if prefill_chunk:
+        _one_run(ex, prompt, 2, prefill_chunk)      # the chunks' graphs are captured on their second run
     steps = []
     for r in range(runs):
-        pf, dec, st = _one_run(ex, prompt, gen_tokens)
+        pf, dec, st = _one_run(ex, prompt, gen_tokens, prefill_chunk)
         res.prefill_s.append(pf)
         res.decode_s.append(dec)
         steps += st
@@ -159,7 +166,8 @@ def profile_step(ex, prompt: list[int]) -> None:
 def markdown(results: list[DecodeBench], meta: dict) -> str:
     lines = [f"# Single-stream decode, {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
              f"Copy bandwidth measured in the same run: {results[0].copy_bandwidth / 1e12:.2f} TB/s "
-             "(read + written). Prefill: one step of the prompt. Decode: greedy, one token per step, "
+             "(read + written). Prefill: " + (f"steps of {results[0].prefill_chunk} tokens (CUDA graphs)"
+             if results[0].prefill_chunk else "one step of the prompt") + ". Decode: greedy, one token per step, "
              "CUDA graphs " + ("on" if results[0].graphs else "off") + ", programmatic dependent launch "
              + ("on" if results[0].pdl else "off") + ", host time per step.", "",
              "| model | prefill tok/s | decode tok/s | step µs | MB/token (weights + KV) | achieved GB/s | of copy |",
