@@ -230,6 +230,12 @@ def test_engine_runs_on_the_cuda_executor(tiny_dec):
     reqs = [Request([3, 70, 200, 5][: 1 + i % 4], 4, GREEDY, id=i) for i in range(5)]
     res = Engine(tiny_dec, dev.n_cells, budget=16, executor=dev).generate(reqs)
     assert all(len(r.tokens) == 4 for r in res)
+    # the default budget runs a 100-token prompt as one eager step, as generate() does: the same
+    # kernels, so the same greedy tokens (decode steps replay the same graphs in both)
+    prompt = [(7 * i + 3) % tiny_dec.cfg.vocab for i in range(100)]
+    eng = Engine(tiny_dec, dev.n_cells, executor=dev)
+    got = eng.generate([Request(prompt, 6, GREEDY, id="wide")])[0].tokens
+    assert eng.widths_run[0] == 100 and got == list(generate_with(tiny_dec, prompt, 6, dev))
 
 
 @pytest.mark.gpu

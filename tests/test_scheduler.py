@@ -49,9 +49,9 @@ def expected(r: Request) -> list[int]:
     return toks[len(r.prompt):]
 
 
-def engine(n_cells=300, budget=64):
+def engine(n_cells=300, budget=64, max_step=512):
     dec = SimpleNamespace(cfg=SimpleNamespace(context=CONTEXT, vocab=VOCAB))
-    eng = Engine(dec, n_cells, budget, executor=FakeExecutor())
+    eng = Engine(dec, n_cells, budget, executor=FakeExecutor(), max_step=max_step)
     eng.planned = []
     schedule = eng.scheduler.schedule
     def recording():
@@ -81,9 +81,12 @@ def test_wide_prompts_chunked_and_sliced():
     eng = engine()
     assert eng.generate([r])[0].tokens == expected(r)
     assert eng.widths_run == [64, 64, 32, 1]                 # 64 + 64 + 22 (padded to 32), a decode
-    eng = engine(budget=100)                                 # wider than the widest static step
+    eng = engine(budget=100)                                 # wider than the widest static step: eager
     assert eng.generate([Request(r.prompt, 2, id=1)])[0].tokens == expected(r)
-    assert eng.widths_run == [64, 64, 64, 1]                 # 100 sliced 64 + 36, then 50
+    assert eng.widths_run == [100, 64, 1]                    # 100 eager, 50 padded to 64, a decode
+    eng = engine(budget=100, max_step=40)                    # wider than the widest step: sliced
+    assert eng.generate([Request(r.prompt, 2, id=2)])[0].tokens == expected(r)
+    assert eng.widths_run == [64, 64, 32, 64, 16, 1]         # 100 = 40 + 40 + 20, 50 = 40 + 10 (padded)
     a, b = Sequence([1] * 50, None), Sequence([2] * 30, None)
     assert [[(s.tokens[0], n) for s, n in p] for p in slice_chunks([(a, 50), (b, 30)], 64)] == \
         [[(1, 50), (2, 14)], [(2, 16)]]

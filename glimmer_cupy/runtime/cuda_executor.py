@@ -49,11 +49,10 @@ from ..ops.matmul import TRAITS as MATMUL_TRAITS
 from ..ops.matmul import graph_safe
 from ..ops.sampling import host_positions
 from .static_step import StaticStep, table_width
-from .step_planner import STEP_WIDTHS, step_width
+from .step_planner import MAX_STEP_TOKENS, STEP_WIDTHS, step_width
 
 MIB = 1 << 20
 HEADROOM = 512 * MIB          # CUDA context growth, cuBLAS workspace, kernel modules, pool fragmentation
-MAX_STEP_TOKENS = 512         # widest step the scratch estimate covers (generate's PREFILL_CHUNK)
 MAX_STATIC = STEP_WIDTHS[-1]  # widest static step (graphs)
 MAX_LOGIT_ROWS = MAX_STATIC   # logit rows per step the scratch estimate covers
 MAX_CELLS = 1 << 16           # default cap on a pool sized from free memory

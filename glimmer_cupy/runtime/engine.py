@@ -1,4 +1,5 @@
-"""The serving loop: schedule a step, plan it, run it (the executor pads it to a static width), commit.
+"""The serving loop: schedule a step, plan it, run it (the executor pads it to a static width, or runs
+it eagerly when wider), commit.
 
 The executor (HostExecutor, or runtime/cuda_executor.py's, which replays one captured graph per
 static step shape) runs each step and samples its logit rows: run_step(step, params, positions).
@@ -12,19 +13,21 @@ from ..model.decoder import Decoder
 from .cell_pool import CellPool
 from .host_executor import HostExecutor
 from .scheduler import Request, Result, Scheduler
-from .step_planner import STEP_WIDTHS, plan_step, slice_chunks, step_width
+from .step_planner import MAX_STEP_TOKENS, plan_step, run_width, slice_chunks
 
 OnToken = Callable[[object, int], None]        # (request id, token), called once per new token
 
 
 class Engine:
-    def __init__(self, decoder: Decoder, n_cells: int, budget: int = 64, executor=None):
+    def __init__(self, decoder: Decoder, n_cells: int, budget: int = MAX_STEP_TOKENS, executor=None,
+                 max_step: int = MAX_STEP_TOKENS):
         self.decoder = decoder
         self.pool = CellPool(n_cells)
         self.executor = executor or HostExecutor(decoder, n_cells)
         self.scheduler = Scheduler(self.pool, decoder.cfg.context, decoder.cfg.vocab, budget)
-        self.widths_run: list[int] = []        # static width of every step run (tests, stats); the
-                                               # executor pads to it (a CUDA graph per width)
+        self.max_step = max_step               # wider steps are sliced (the executors' scratch covers it)
+        self.widths_run: list[int] = []        # width of every step run (tests, stats): a static width
+                                               # the executor pads to (a CUDA graph each), or eager
 
     def add(self, request: Request) -> None:
         self.scheduler.add(request)
@@ -36,11 +39,11 @@ class Engine:
         if not chunks:
             return []
         entries, tokens, flags = [], [], []
-        # a step wider than the widest static width runs as several; a sequence's chunk cut in
-        # two runs its first part first, so the K/V it needs is written before it is read
-        for part in slice_chunks(chunks, STEP_WIDTHS[-1]):
+        # a step wider than max_step runs as several; a sequence's chunk cut in two runs its
+        # first part first, so the K/V it needs is written before it is read
+        for part in slice_chunks(chunks, self.max_step):
             step = plan_step(self.pool, part)
-            self.widths_run.append(step_width(step.n_tokens))
+            self.widths_run.append(run_width(step.n_tokens))
             # plan_step asks for logits at each chunk that reaches the end of its tokens, in order
             done_here = [sch.entry(seq) for seq, _ in part if seq.n_pending == 0]
             t, f = self.executor.run_step(step, [e.request.params for e in done_here],

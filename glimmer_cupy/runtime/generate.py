@@ -17,9 +17,8 @@ from ..reference.sampling import SamplingParams
 from .cell_pool import CellPool
 from .host_executor import HostExecutor
 from .sequence import Sequence
-from .step_planner import plan_step
+from .step_planner import MAX_STEP_TOKENS, plan_step
 
-PREFILL_CHUNK = 512          # tokens per prefill step on the NumPy path (bounds its scratch memory)
 
 
 @dataclass
@@ -91,8 +90,8 @@ def generate(model: Model, prompt_ids: list[int], max_new: int, params: Sampling
 
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
-    while seq.n_pending > PREFILL_CHUNK:
-        advance(PREFILL_CHUNK)
+    while seq.n_pending > MAX_STEP_TOKENS:
+        advance(MAX_STEP_TOKENS)
     tok, flag = advance(seq.n_pending)                   # the last chunk of the prompt samples the first token
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
