@@ -64,9 +64,6 @@ __device__ __forceinline__ void unpack(uint4 w, float* f) {
     unpack(w.x, f); unpack(w.y, f + 2); unpack(w.z, f + 4); unpack(w.w, f + 6);
 }
 
-// one 128-byte line into L2, no registers held (the data arrives by the time a load asks for it)
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
-
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, off));

@@ -47,6 +47,13 @@ __device__ __forceinline__ float row_sum(float v, float* red) {
     return s;
 }
 
+// The weight packs this thread scales by, into L1 before the kernel waits (pdl.cuh): they are read
+// only after the row's sum, so their trip from memory would otherwise follow it.
+template <int VEC>
+__device__ __forceinline__ void prefetch_weight(const float* weight, int nv) {
+    for (int k = threadIdx.x; k < nv; k += blockDim.x) prefetch_l1(weight + k * VEC);
+}
+
 // out row = p * inv * w, pack by pack; with Q8 also its codes. Every lane of the row's warps runs
 // the same trip count, so the Q8 shuffles see whole groups.
 template <typename T, int VEC, bool Q8>
@@ -76,13 +83,14 @@ template <typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(
     T* __restrict__ out, const T* __restrict__ x, const float* __restrict__ weight,
     int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
-    pdl_wait();
     typedef Pack<T, VEC> PT;
     typedef Pack<float, VEC> PF;
     __shared__ float red[32];
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const int nv = d / VEC;
+    prefetch_weight<VEC>(weight, nv);
+    pdl_wait();
     const PT* xr = reinterpret_cast<const PT*>(x + (long long)row * d);
     float ss = 0.f;
     if (active) {
@@ -107,12 +115,13 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ delta,
     const float* __restrict__ weight, int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd,
     float* __restrict__ xs) {
-    pdl_wait();
     typedef Pack<T, VEC> PT;
     __shared__ float red[32];
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const int nv = d / VEC;
+    prefetch_weight<VEC>(weight, nv);
+    pdl_wait();
     PT* rr = reinterpret_cast<PT*>(residual + (long long)row * d);
     const PT* dr = reinterpret_cast<const PT*>(delta + (long long)row * d);
     float ss = 0.f;

@@ -9,6 +9,12 @@
 // next kernel be scheduled. Without the launch attribute both are no-ops.
 #pragma once
 
+// Ask for a 128-byte line of data no kernel of the step writes (weights, or what the step's upload
+// copied) before waiting: into L2, or into this SM's L1 for data this thread reads itself. Holds no
+// register, unlike a load, and never faults.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" :: "l"(p)); }
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -30,7 +30,6 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
     const float* __restrict__ qkv, const float* __restrict__ q_norm, const float* __restrict__ k_norm,
     const int* __restrict__ positions, const int* __restrict__ cells, int hq, int hkv, float eps,
     double log2_base) {
-    pdl_wait();
     constexpr int NR = D / 32;              // values per lane
     constexpr int NP = NR / 2;              // rotated pairs per lane
     const double TWO_PI = 6.283185307179586476925286766559;
@@ -49,6 +48,8 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
         ang -= rint(ang * (1.0 / TWO_PI)) * TWO_PI;
         sincosf((float)ang, &sn[r], &cs[r]);
     }
+    // the angles need only the positions (the step's upload): computed before waiting (pdl.cuh)
+    pdl_wait();
 
     for (int h = blockIdx.y * blockDim.y + threadIdx.y; h < heads; h += gridDim.y * blockDim.y) {
         const float* x = src + h * D;

@@ -38,6 +38,13 @@ EARLY_FETCH = {
     "gemv_kq_kernel": (r"\by\[", r"load_x", r"partial", r"__syncthreads", r"atomic"),
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
+    # the weights into L1; the RoPE angles from the uploaded positions
+    "rms_norm_kernel": (r"(?<![.\w])x\s*\[", r"\bxr\s*\[", r"\bout\b", r"red\[", r"__syncthreads", r"row_sum",
+                        r"\bx[qds]\b"),
+    "add_rms_norm_kernel": (r"\bresidual\s*\[", r"\bdelta\s*\[", r"\brr\s*\[", r"\bdr\s*\[", r"\bout\b", r"red\[",
+                            r"__syncthreads", r"row_sum", r"\bx[qds]\b"),
+    "prepare_qkv_kernel": (r"\bqkv\s*\[", r"\bsrc\s*\[", r"(?<![.\w])x\s*\[", r"\bdst\b", r"_out\s*\[",
+                           r"_pool\s*\[", r"_norm\s*\["),
     "attn_split_kernel": (r"\bq\[", r"\bout\[", r"part_acc", r"part_ml", r"\bsq\[", r"\bsp\[", r"__ldg",
                           r"k_pool\[", r"v_pool\[", r"\bx[qds]\b", r"atomic"),
 }
