@@ -17,7 +17,8 @@ from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
-NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4}
+NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
+               "mma_kq": 5e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -107,6 +108,32 @@ def test_forced_buckets_agree(q):
 
 
 @gpu
+@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560)])
+def test_mma_kq_matches_the_reference_and_the_gemv(n, k):
+    """The int8 tensor-core bucket (forced; not in the table yet) on Q4_K, both m-tile counts and
+    rows of x and W past the tiles' edges; on the same codes it differs from gemv_kq only in the
+    order of float additions."""
+    import cupy
+
+    from glimmer_cupy.ops.matmul import quantize_x
+    from glimmer_cupy.ops.q8 import Q8Rows
+    rng = np.random.default_rng(n + k)
+    w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+    ref_w = w.dequantize(np.float64)
+    w_dev = w.to_device()
+    for m in (1, 9, 16, 17, 24, 32):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        xin = Q8Rows(x, *quantize_x(x, "Q4_K"))
+        out = cupy.full((m, n), np.nan, np.float32)
+        got = cupy.asnumpy(ops.quant_matmul(xin, w_dev, out=out, force_bucket="mma_kq"))
+        assert np.isfinite(got).all(), m
+        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_kq"], m
+        if m <= 16:
+            gemv = cupy.asnumpy(ops.quant_matmul(xin, w_dev, force_bucket="gemv_kq"))
+            np.testing.assert_allclose(got, gemv, rtol=1e-4, atol=1e-4 * np.abs(gemv).max())
+
+
+@gpu
 def test_bad_input_before_launch():
     import cupy
 
@@ -125,6 +152,8 @@ def test_bad_input_before_launch():
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves F16 at M = 3, got gemv_dp4a"):
         ops.quant_matmul(x, QuantTensor("h", QType.F16, (256, 512), np.ones((256, 512), np.float16)).to_device(),
                          force_bucket="gemv_dp4a")
+    with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q4_K at M = 33, got mma_kq"):
+        ops.quant_matmul(cupy.ones((33, 512), cupy.float32), w, force_bucket="mma_kq")
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q8_0 at M = 3, got gemv_kq"):
         ops.quant_matmul(x, QuantTensor("q", QType.Q8_0, (256, 512), random_blocks(QType.Q8_0, 256, 512, rng)).to_device(),
                          force_bucket="gemv_kq")

@@ -48,8 +48,12 @@ BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas")
-INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a"})    # x quantized to int8 per 32 values (ops/q8.py)
+#   mma_kq (not in the table; force_bucket="mma_kq"): int8 tensor cores on Q4_K blocks for up to
+#     32 rows of x (mma_kq.cu); compiled and its fragments checked on the CPU, not yet measured.
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
+INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
+MMA_KQ_ROWS = 32                    # the widest M of mma_kq (two 16-row tiles)
+MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -76,6 +80,11 @@ def kq_config(m: int, n: int, k: int) -> tuple[int, int]:
     most = max(1, min(KQ_SPLITS[-1], -(-(k // 256) // 4)))
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
     return rows, max(s for s in KQ_SPLITS if s <= min(ws, most))
+
+
+@cache
+def _mma_kq_kernel(mt: int):
+    return get_kernel("mma_kq", f"mma_kq_kernel<{mt}>", name_expressions=("mma_kq_kernel<1>", "mma_kq_kernel<2>"))
 
 
 @cache
@@ -185,6 +194,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
             or (b == "gemv_kq" and (w.qtype not in KQ_TYPES or m > DP4A_WIDTHS[-1])) \
+            or (b == "mma_kq" and (w.qtype != QType.Q4_K or m > MMA_KQ_ROWS)) \
             or (b == "gemv" and m > GEMV_WIDTHS[-1]):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
@@ -195,6 +205,12 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             xq, xd, xs = codes.q, codes.d, codes.s
         else:
             xq, xd, xs = quantize_x(x, t)
+        if b == "mma_kq":
+            mt = -(-m // 16)
+            rows = 8 * (4 if mt == 1 else 2)          # NTiles<MT> in mma_kq.cu
+            _mma_kq_kernel(mt)(((n + rows - 1) // rows,), (32 * MMA_KQ_WARPS,),
+                               (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes))
+            return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k)
             per_block = rows * KQ_WARPS // ws
