@@ -20,6 +20,8 @@ from functools import cache
 
 import numpy as np
 
+from ..errors import GlimmerError
+
 _OVERLAP = contextvars.ContextVar("glimmer_pdl", default=False)
 PROGRAMMATIC_STREAM_SERIALIZATION = 6      # CUlaunchAttributeID in cuda.h
 
@@ -32,6 +34,10 @@ def overlapped(on: bool = True):
         yield
     finally:
         _OVERLAP.reset(token)
+
+
+class KernelLaunchError(GlimmerError):
+    """The driver refused a launch (its error name in the message)."""
 
 
 class _Attr(ctypes.Structure):              # CUlaunchAttribute
@@ -102,7 +108,7 @@ def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
     if rc:
         err = ctypes.c_char_p()
         lib.cuGetErrorName(rc, ctypes.byref(err))
-        raise RuntimeError(f"launch of {name} failed: {(err.value or b'?').decode()} ({rc})")
+        raise KernelLaunchError(f"launch of {name} failed: {(err.value or b'?').decode()} ({rc})")
 
 
 class Kernel:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import GlimmerError, UnsupportedError
-from ..kernels.launch import overlapped
+from ..kernels.launch import KernelLaunchError, overlapped
 from ..model.config import ModelConfig
 from ..model.decoder import Decoder
 from ..model.linear import Linear
@@ -219,7 +219,7 @@ def where_failed(tb) -> str:
 def _cuda_errors() -> tuple[type, ...]:
     import cupy
     kinds = [cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError,
-             cupy.cuda.memory.OutOfMemoryError, OpArgumentError]
+             cupy.cuda.memory.OutOfMemoryError, OpArgumentError, KernelLaunchError]
     for mod, name in (("cupy_backends.cuda.libs.cublas", "CUBLASError"), ("cupy.cuda.compiler", "CompileException")):
         try:
             kinds.append(getattr(__import__(mod, fromlist=[name]), name))
