@@ -48,13 +48,13 @@ def check_lengths(model: Model, n_prompt: int, max_new: int) -> None:
                            f"the context of {ctx} tokens")
 
 
-def make_executor(model: Model, device: str, n_cells: int | None = None, graphs: bool = True):
+def make_executor(model: Model, device: str, n_cells: int | None = None, graphs: bool = True, pdl: bool = True):
     """The executor to keep for a device: for 'cuda' a CudaExecutor (n_cells None sizes its KV
     pool from the free device memory, capped at one full context plus the scratch cell); for
     'cpu' None, so that generate makes a HostExecutor sized to each request."""
     if device == "cuda":
         from .cuda_executor import CudaExecutor
-        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1, graphs=graphs)
+        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1, graphs=graphs, pdl=pdl)
     if device != "cpu":
         raise GlimmerError(f"device must be cpu or cuda, got {device!r}")
     return None
