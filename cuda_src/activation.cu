@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256) gated_kernel(
 #pragma unroll
     for (int j = 0; j < VEC; ++j) from_f32(Act::apply(to_f32(g.v[j])) * to_f32(u.v[j]), o.v[j]);
     reinterpret_cast<PT*>(out + row * f)[k] = o;
-    if constexpr (Q8) q8_pack4(o.v, mask, k, xq + row * (f / 4), xd + row * (f / 32), xs + row * (f / 32));
+    if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq + row * (f / 4), xd + row * (f / 32), xs + row * (f / 32), mask);
 }
 
 template <class Op, typename T, int VEC>

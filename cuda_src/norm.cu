@@ -75,7 +75,7 @@ __device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, c
 #pragma unroll
         for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
         orp[k] = o;
-        if constexpr (Q8) q8_pack4(o.v, mask, k, xq, xd, xs);
+        if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq, xd, xs, mask);
     }
 }
 
