@@ -68,6 +68,15 @@ GQ_HD u32 shift_right64(u32 lo, u32 hi, int bits) {   // low word of (hi:lo) >> 
 
 GQ_HD int signed_byte(u32 w, int i) { return (int)(i8)(w >> (8 * i)); }
 
+// The 6-bit scales and mins of Q4_K sub-blocks 0..3 (j < 4) or 4..7, one per byte of sc and mn,
+// from the block's 16-byte header (d, dmin, 12 scale bytes); ggml's get_scale_min_k4 on words.
+struct Q4KScales { u32 sc, mn; };
+GQ_HD Q4KScales q4k_scale_words(const u32x4& hd, int j) {
+    return j < 4 ? Q4KScales{hd.y & 0x3F3F3F3Fu, hd.z & 0x3F3F3F3Fu}
+                 : Q4KScales{(hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u),
+                             ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u)};
+}
+
 template <class QT> struct Lanes;
 
 template <> struct Lanes<Q4_K> {
@@ -98,10 +107,9 @@ template <> struct Lanes<Q4_K> {
             lo = dp4a(q[i] & 0x0F0F0F0Fu, xa[i], lo);
             hi = dp4a((q[i] >> 4) & 0x0F0F0F0Fu, xb[i], hi);
         }
-        // the 6-bit scales and mins of sub-blocks 0..3 and 4..7, one per byte (get_scale_min_k4)
         const int c = part >> 1;
-        const u32 sc = c < 2 ? r.hd.y & 0x3F3F3F3Fu : (r.hd.w & 0x0F0F0F0Fu) | ((r.hd.y >> 2) & 0x30303030u);
-        const u32 mn = c < 2 ? r.hd.z & 0x3F3F3F3Fu : ((r.hd.w >> 4) & 0x0F0F0F0Fu) | ((r.hd.z >> 2) & 0x30303030u);
+        const Q4KScales w = q4k_scale_words(r.hd, 2 * c);
+        const u32 sc = w.sc, mn = w.mn;
         const int sh = 16 * (c & 1);
         const float d = half_to_float((u16)(r.hd.x & 0xFFFF));
         float acc = x.da * (d * (float)((sc >> sh) & 0xFF)) * (float)lo

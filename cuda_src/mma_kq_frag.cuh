@@ -28,11 +28,10 @@ GQ_HD u32x2 mma_q4k_b_frag(u32x2 w, int hi) {
 }
 // (d * sc, dmin * m) of sub-block j of the super-block whose 16-byte header is hd
 GQ_HD f32x2 mma_q4k_scale(const u32x4& hd, int j) {
-    const u32 sc = j < 4 ? hd.y & 0x3F3F3F3Fu : (hd.w & 0x0F0F0F0Fu) | ((hd.y >> 2) & 0x30303030u);
-    const u32 mn = j < 4 ? hd.z & 0x3F3F3F3Fu : ((hd.w >> 4) & 0x0F0F0F0Fu) | ((hd.z >> 2) & 0x30303030u);
+    const Q4KScales w = q4k_scale_words(hd, j);
     const int sh = 8 * (j & 3);
-    return {half_to_float((u16)(hd.x & 0xFFFF)) * (float)((sc >> sh) & 0xFF),
-            half_to_float((u16)(hd.x >> 16)) * (float)((mn >> sh) & 0xFF)};
+    return {half_to_float((u16)(hd.x & 0xFFFF)) * (float)((w.sc >> sh) & 0xFF),
+            half_to_float((u16)(hd.x >> 16)) * (float)((w.mn >> sh) & 0xFF)};
 }
 // A: x row m's codes for values 8t..8t+7 of sub-block j of super-block sb (a0/a1 take .x, a2/a3 .y)
 GQ_HD u32x2 mma_x_words(const int* xq_row, int sb, int j, int t) {
