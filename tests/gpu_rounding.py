@@ -31,14 +31,22 @@ def bf16(a: np.ndarray) -> np.ndarray:
     return u.astype(np.uint32).view(np.float32)
 
 
+def q8_blocks(x: np.ndarray):
+    """x (..., K) quantized per 32 values as quantize_x_kernel does: int8 codes (..., K), and
+    d = max|x| / 127 and s = d * sum(codes), float32 (..., K/32)."""
+    b = np.asarray(x, np.float32).reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+    amax = np.abs(b).max(-1)
+    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
+    codes = np.rint(b * inv[..., None]).astype(np.int8)
+    d = amax / np.float32(127)
+    s = (d * codes.sum(-1, dtype=np.int32).astype(np.float32)).astype(np.float32)
+    return codes.reshape(x.shape), d, s
+
+
 def int8_blocks(x: np.ndarray) -> np.ndarray:
     """x (M, K) quantized per 32 values as quantize_x_kernel does, returned as d * code."""
-    m, k = x.shape
-    b = np.asarray(x, np.float32).reshape(m, k // 32, 32)
-    amax = np.abs(b).max(-1, keepdims=True)
-    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
-    codes = np.rint(b * inv)
-    return (codes.astype(np.float64) * (amax / np.float32(127))).reshape(m, k)
+    codes, d, _ = q8_blocks(x)
+    return codes.astype(np.float64) * np.repeat(d.astype(np.float64), 32, axis=-1)
 
 
 def gpu_bucket(m: int, qtype, graph_widths: bool) -> str:

@@ -10,6 +10,7 @@ import ctypes
 import numpy as np
 import pytest
 from gguf.quants import dequantize as gguf_dequantize
+from gpu_rounding import q8_blocks as q8
 from host_harness import build_host_library
 
 from glimmer_cupy.weights.quant_tensor import QType
@@ -50,17 +51,6 @@ def lanes_lib(tmp_path_factory):
     dll.kq_row_dot.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     return dll
-
-
-def q8(x: np.ndarray):
-    """x (K,) -> int8 codes, d and d * sum(codes) per 32 values, as quantize_x_kernel makes them."""
-    blocks = x.reshape(-1, 32).astype(np.float32)
-    amax = np.abs(blocks).max(axis=1)
-    d = (amax / np.float32(127)).astype(np.float32)
-    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
-    codes = np.rint(blocks * inv[:, None]).astype(np.int8)
-    s = (d * codes.sum(axis=1, dtype=np.int32).astype(np.float32)).astype(np.float32)
-    return codes.reshape(-1), d, s
 
 
 def lane_dot(lib, qtype, row, k, codes, d, s, only_part=-1) -> float:

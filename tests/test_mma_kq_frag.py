@@ -10,8 +10,8 @@ import ctypes
 import numpy as np
 import pytest
 from gguf.quants import dequantize as gguf_dequantize
+from gpu_rounding import q8_blocks as q8
 from host_harness import build_host_library
-from test_gemv_kq_lanes import q8
 
 from glimmer_cupy.weights.quant_tensor import QType
 from glimmer_cupy.weights.random_blocks import random_blocks
