@@ -1,7 +1,7 @@
 // pdl.cuh — programmatic dependent launch: a kernel may start while the one before it finishes.
 //
 // Inside a CUDA graph the runtime launches a step's kernels with programmatic stream serialization
-// (kernels/build.py): the next kernel's blocks may be scheduled before this one completes, and
+// (kernels/launch.py): the next kernel's blocks may be scheduled before this one completes, and
 // run until they call pdl_wait(), which returns once every kernel before them has completed and
 // its writes are visible. So every kernel calls pdl_wait() before it reads anything an earlier
 // kernel wrote and before it writes anything (an earlier kernel may still read the old contents);

@@ -77,7 +77,7 @@ def kq_config(m: int, n: int, k: int) -> tuple[int, int]:
     never more than a row has groups of four super-blocks."""
     rows = kq_rows(m)
     sets = -(-n // rows)
-    most = max(1, min(KQ_SPLITS[-1], -(-(k // 256) // 4)))
+    most = max(1, -(-(k // 256) // 4))           # groups of four super-blocks in a row
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
     return rows, max(s for s in KQ_SPLITS if s <= min(ws, most))
 

@@ -5,7 +5,8 @@ word per 4 values, xd = max|x| / 127 and xs = xd * sum(codes) per 32 values); ma
 of its own, that costs about as much as a small GEMV. The ops that feed matmuls (rms_norm,
 add_rms_norm_, silu_mul, gelu_mul, and attention for the o-projection) make the same bits in
 their own pass when asked (q8=True) and return Q8Rows; quant_matmul takes Q8Rows wherever it
-takes x, and reads the codes in the int8 buckets and x itself in the others. The NumPy path has no int8 form: there q8 is ignored.
+takes x, and reads the codes in the int8 buckets and x itself in the others. The NumPy path has
+no int8 form: there q8 is ignored.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from .sequence import Sequence
 from .step_planner import MAX_STEP_TOKENS, plan_step
 
 
-
 @dataclass
 class GenerationStats:
     prompt_tokens: int = 0
