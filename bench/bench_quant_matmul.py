@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.matmul import INT8_BUCKETS, TRAITS, bucket, dequantize, quantize_x  # noqa: E402
+from glimmer_cupy.ops.matmul import DOT_TYPES, INT8_BUCKETS, KQ_TYPES, MMA_KQ_ROWS, TRAITS, bucket, dequantize, quantize_x  # noqa: E402
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
@@ -35,7 +35,17 @@ EXTRA = [(QType.Q4_0, (4096, 4096)), (QType.Q4_1, (4096, 4096)), (QType.Q5_0, (4
 MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
 
 
-def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float):
+def serves(b: str, q: QType, m: int) -> bool:
+    """Whether bucket b runs type q at M = m (what quant_matmul's force_bucket accepts)."""
+    if b == "mma_kq":
+        return q == QType.Q4_K and m <= MMA_KQ_ROWS
+    if b == "gemv_kq":
+        return q in KQ_TYPES and m <= 16
+    return True
+
+
+def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float,
+             alt_bucket: str | None = None):
     import cupy
     host = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.02))
     sets = n_sets(host.nbytes)
@@ -56,7 +66,8 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         b = bucket(m, q)
         # the int8 buckets read x's codes, which in the model the op before the matmul makes
         # (ops/q8.py); timed that way, and again from float x (a quantize_x launch first)
-        xin = [Q8Rows(x, *quantize_x(x, TRAITS[q])) for x in xs] if b in INT8_BUCKETS else xs
+        codes = [Q8Rows(x, *quantize_x(x, TRAITS[q])) for x in xs] if q in DOT_TYPES else None
+        xin = codes if b in INT8_BUCKETS else xs
         us, how = time_us(lambda i: ops.quant_matmul(xin[i], ws[i], out=outs[i]), sets, launches, reps)
         float_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches,
                            reps)[0] if b in INT8_BUCKETS else None
@@ -64,7 +75,9 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
                "dequant_cublas": "mma"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
-        alt_us = time_us(lambda i: ops.quant_matmul(xin[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
+        if alt_bucket:                           # --alt: this bucket beside the table's, where it serves
+            alt = alt_bucket if alt_bucket != b and serves(alt_bucket, q, m) else None
+        alt_us = time_us(lambda i: ops.quant_matmul(codes[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
                                                     force_bucket=alt), sets,
                          launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
@@ -82,7 +95,7 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
               f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us ({how16}) | {b} ({how}) | NMSE {err:.1e}"
               + (f" | {alt}: {alt_us:.1f} us" if alt else "")
               + (f" | from float x: {float_us:.1f} us" if float_us else ""), flush=True)
-        del xs, xin, outs, x16, o16
+        del xs, xin, codes, outs, x16, o16
     base = rows[0]["us"]
     for r in rows:
         r["vs_m1"] = r["us"] / base
@@ -119,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     ap.add_argument("--types", default="", help="comma-separated types to run (default: all)")
     ap.add_argument("--ms", default="", help="comma-separated M values (default: the sweep)")
+    ap.add_argument("--alt", default="", help="time this bucket beside the table's at every M it serves")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
@@ -133,7 +147,7 @@ def main(argv=None) -> int:
     ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else ((1,) if args.quick else MS)
     rows = []
     for q, (n, k) in cases:
-        rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw)
+        rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw, args.alt or None)
     if args.out:
         write_results(args.out, meta, rows, markdown(meta, rows))
     return 0
