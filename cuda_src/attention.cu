@@ -5,18 +5,22 @@
 // kv_write_kernel       k, v float32 (T, kv_heads, D) -> bf16 (round to nearest even) into pool rows
 //                       cells[t]; 8 values per thread; blockIdx.y picks K (0) or V (1).
 //                       grid=(ceil(T * kv_heads * D / 8 / 256), 2) block=(256,)
-// attn_split_kernel<D, HEADS>  split-K (flash-decoding): one warp per (split, kv head x head chunk,
-//                       token). The warp walks its split's positions 32 at a time: lane i scores
-//                       position i against the chunk's HEADS query heads (q in shared memory), so a
-//                       K row is read once for the whole GQA group; then the warp adds the tile's V
-//                       rows into per-lane output columns (lane owns D/32 columns). Writes a partial
-//                       (m, l, acc) per split, or the normalised output when there is one split.
-//                       grid=(nsplit, kv_heads * head_chunks, T) block=(32,)
-// attn_combine_kernel<D>  merges the splits' partials of one (token, q head).
-//                       grid=(T * q_heads,) block=(32,)
-// The kernel that writes the output (the combine, or the split kernel when there is one split) also
-// writes its int8 codes per 32 values (q8.cuh) when xq is not null: the o-projection's input.
-//
+// attn_kernel<D, HEADS>  split-K (flash-decoding) for any step: a block of kWarps warps per (split,
+//                       kv head x head chunk, token). A token's visible positions are cut into tiles
+//                       of 32 and its blocks take `per` consecutive tiles each (Span; blocks past
+//                       the last with work return at once, so the grid's split count is a ceiling).
+//                       A warp takes every kWarps-th tile of its block: lane i scores position i
+//                       against the chunk's HEADS query heads (q in shared memory), so a K row is
+//                       read once for the whole GQA group, while the tile's V rows are already in
+//                       flight; then it adds the V rows into per-lane output columns (lane owns D/32
+//                       columns) and asks L2 for its next tile's rows. The block's warps merge
+//                       their (m, l, acc) in shared memory. With one block of work the block writes
+//                       the normalised output; otherwise each block writes a partial, counts itself
+//                       done on the token's counter, and the last block merges the partials in
+//                       split order (the same result whichever block is last) and resets the
+//                       counter to 0: counters must start at 0 and two launches sharing them must
+//                       not overlap (one stream).
+//                       grid=(splits, kv_heads * head_chunks, T) block=(32 * kWarps,)
 // Scores live in the log2 domain: q is pre-multiplied by scale * log2(e) (by scale alone under a
 // softcap, whose factor then carries the log2(e)), so the softmax uses exp2f directly.
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
@@ -75,49 +79,70 @@ __device__ __forceinline__ float warp_sum(float x) {
     return x;
 }
 
+constexpr int kWarps = 4;                     // warps per block of attn_kernel
+
+// the visible positions [lo, hi) of token tok, and how they are cut into blocks of whole tiles of
+// 32 positions: block b of the grid's gridDim.x takes tiles [b * per, (b + 1) * per); `active`
+// blocks have work (at least one, which writes zeros for a token that sees nothing)
+struct Span {
+    int lo, hi, per, active;
+    __device__ Span(int len, int pos, bool masked, int window, int blocks) {
+        lo = 0;
+        hi = len;
+        if (!masked) {
+            hi = min(len, pos + 1);
+            if (window > 0) lo = max(0, pos - window + 1);
+        }
+        const int tiles = (max(hi - lo, 0) + 31) >> 5;
+        per = max(1, (tiles + blocks - 1) / blocks);
+        active = max(1, (tiles + per - 1) / per);
+    }
+};
+
 template <int D, int HEADS>
-__global__ void __launch_bounds__(32)
-attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                  const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
-                  const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
-                  const int* __restrict__ seq_lens, const int* __restrict__ tok_seq,
-                  const int* __restrict__ tok_pos, const unsigned char* __restrict__ visible,
-                  int n_tok, int q_heads, int kv_heads, int table_width, int head_chunks, int window,
-                  float q_scale, float softcap_log2, float inv_softcap, int* __restrict__ xq,
-                  float* __restrict__ xd, float* __restrict__ xs) {
+__global__ void __launch_bounds__(32 * kWarps, 2)
+attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
+            int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
+            const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
+            const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
+            const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
+            int head_chunks, int window, float q_scale, float softcap_log2, float inv_softcap,
+            int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
     constexpr int C = D / 32;                         // output columns per lane
     constexpr int KB = D / 8 < 16 ? D / 8 : 16;       // 16-byte K loads in flight per lane
-    constexpr int VB = D == 256 ? 8 : 16;             // V rows loaded ahead of their math
+    constexpr int VPRE = D == 256 ? 8 : 32;           // V rows loaded together with the tile's K
+    constexpr int VB = 8;                             // V rows per later batch (D = 256)
     typedef typename Cols<C>::T VT;
     __shared__ __align__(16) float sq[HEADS][D];
-    __shared__ float sp[32][HEADS];
+    __shared__ float sp[kWarps][32][HEADS];
+    __shared__ __align__(16) float sacc[kWarps][HEADS][D];
+    __shared__ float sml[kWarps][HEADS][2];
+    __shared__ int last;
 
-    const int lane = threadIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tok = blockIdx.z;
     const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
     const int group = q_heads / kv_heads;
     const int h0 = kvh * group + hc * HEADS;          // first query head of this chunk
     const int nh = min(HEADS, group - hc * HEADS);    // heads past nh are padding (q = 0)
     const int seq = tok_seq[tok];
-    const int len = seq_lens[seq], pos = tok_pos[tok];
-    // visible positions lie in [lo, hi); a mask may hide some of them
-    int lo = 0, hi = len;
-    if (visible == nullptr) {
-        hi = min(len, pos + 1);
-        if (window > 0) lo = max(0, pos - window + 1);
-    }
-    const int n = max(hi - lo, 0);
-    const int chunk = ((n + (int)gridDim.x - 1) / (int)gridDim.x + 31) & ~31;   // whole tiles
-    const int begin = lo + (int)blockIdx.x * chunk, end = min(hi, begin + chunk);
+    const int pos = tok_pos[tok];
+    const Span span(seq_lens[seq], pos, visible != nullptr, window, (int)gridDim.x);
+    if ((int)blockIdx.x >= span.active) return;        // no work, no partial: the merge reads `active`
+    const int lo = span.lo, hi = span.hi;
+    const int t1 = min((hi - lo + 31) >> 5, ((int)blockIdx.x + 1) * span.per);
     const int* row = cell_table + (long long)seq * table_width;
     const long long cell_stride = (long long)kv_heads * D;
     const unsigned short* kb = k_pool + (long long)kvh * D;
-    const unsigned short* vb = v_pool + (long long)kvh * D + lane * C;
+    const unsigned short* vb = v_pool + (long long)kvh * D;
+    const int rows = n_tok * q_heads;
 
     // Before pdl_wait (pdl.cuh) this kernel reads only what was uploaded before the step's kernels
-    // ran (index arrays, cell table) and asks L2 for the K and V rows of its first tile's positions
-    // that no token of this step writes (below the sequence's lowest position in this step), so
-    // their trip from memory overlaps the kernel before (the K/V write).
+    // ran (index arrays, cell table) and asks L2 for the K and V rows of its warp's first tile's
+    // positions that no token of this step writes (below the sequence's lowest position in this
+    // step), so their trip from memory overlaps the kernel before (the K/V write).
+    int tile = (int)blockIdx.x * span.per + warp;
+    int cell_next = 0;                                // the cells of the warp's next tile, per lane
     {
         int fresh = pos;
         if (n_tok <= 64) {
@@ -128,23 +153,26 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
         } else {
             fresh = 0;                                // wide (eager) steps: nothing to overlap
         }
-        const int p = begin + lane;
-        if (p < end && p < fresh) {
-            const long long c = (long long)row[p] * cell_stride;
+        const int p = lo + 32 * tile + lane;
+        if (tile < t1 && p < hi) {
+            cell_next = row[p];
+            if (p < fresh) {
+                const long long c = (long long)cell_next * cell_stride;
 #pragma unroll
-            for (int b = 0; b < D * 2; b += 128) {
-                prefetch_l2(reinterpret_cast<const unsigned char*>(kb + c) + b);
-                prefetch_l2(reinterpret_cast<const unsigned char*>(v_pool + (long long)kvh * D + c) + b);
+                for (int b = 0; b < D * 2; b += 128) {
+                    prefetch_l2(reinterpret_cast<const unsigned char*>(kb + c) + b);
+                    prefetch_l2(reinterpret_cast<const unsigned char*>(vb + c) + b);
+                }
             }
         }
     }
     pdl_wait();
 
-    for (int i = lane; i < HEADS * D; i += 32) {
+    for (int i = threadIdx.x; i < HEADS * D; i += 32 * kWarps) {
         const int h = i / D, d = i % D;
         sq[h][d] = h < nh ? q[((long long)tok * q_heads + h0 + h) * D + d] * q_scale : 0.f;
     }
-    __syncwarp();
+    __syncthreads();
 
     float m[HEADS], l[HEADS], acc[HEADS][C];
 #pragma unroll
@@ -154,14 +182,25 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
 #pragma unroll
         for (int c = 0; c < C; ++c) acc[h][c] = 0.f;
     }
-    for (int base = begin; base < end; base += 32) {
+    for (; tile < t1; tile += kWarps) {
+        const int base = lo + 32 * tile, end = min(hi, base + 32);
         const int p = base + lane;
         bool vis = p < end;
         if (vis && visible != nullptr) vis = visible[(long long)tok * table_width + p] != 0;
         const u32 vmask = __ballot_sync(kFull, vis);
+        const int cell = vis ? cell_next : 0;
+        const int pn = p + 32 * kWarps;               // this lane's position in the warp's next tile
+        cell_next = tile + kWarps < t1 && pn < hi ? row[pn] : 0;
         if (vmask == 0) continue;
-        const int cell = vis ? row[p] : 0;
 
+        // the V rows of the tile's first VPRE positions do not depend on the scores: in flight
+        // with K (hidden positions and the tile's tail load nothing; their cells may hold anything)
+        VT vpre[VPRE];
+#pragma unroll
+        for (int j = 0; j < VPRE; ++j) {
+            const int cj = __shfl_sync(kFull, cell, j);
+            vpre[j] = (vmask >> j) & 1u ? __ldg(reinterpret_cast<const VT*>(vb + cj * cell_stride) + lane) : VT();
+        }
         float s[HEADS];
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) s[h] = 0.f;
@@ -189,6 +228,15 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
                 }
             }
         }
+        // the warp's next tile: ask L2 for its rows while this one computes
+        if (pn < hi && tile + kWarps < t1) {
+            const long long c = (long long)cell_next * cell_stride;
+#pragma unroll
+            for (int b = 0; b < D * 2; b += 128) {
+                prefetch_l2(reinterpret_cast<const unsigned char*>(kb + c) + b);
+                prefetch_l2(reinterpret_cast<const unsigned char*>(vb + c) + b);
+            }
+        }
         // online softmax: the tile's max joins the running max; old sums rescale by 2^(m_old - m_new)
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) {
@@ -199,20 +247,30 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
             const float ph = exp2f(sh - mn);
             m[h] = mn;
             l[h] = l[h] * alpha + ph;
-            sp[lane][h] = ph;
+            sp[warp][lane][h] = ph;
 #pragma unroll
             for (int c = 0; c < C; ++c) acc[h][c] *= alpha;
         }
         __syncwarp();
-        // hidden positions and the tile's tail load no V (their cells may hold anything)
-        const int ntile = min(32, end - base);
-        for (int j0 = 0; j0 < ntile; j0 += VB) {
+#pragma unroll
+        for (int j = 0; j < VPRE; ++j) {
+            float vf[C];
+            unpack(vpre[j], vf);
+#pragma unroll
+            for (int h = 0; h < HEADS; ++h) {
+                const float ph = sp[warp][j][h];
+#pragma unroll
+                for (int c = 0; c < C; ++c) acc[h][c] = fmaf(ph, vf[c], acc[h][c]);
+            }
+        }
+        const int ntile = end - base;
+        for (int j0 = VPRE; j0 < ntile; j0 += VB) {
             VT vv[VB];
 #pragma unroll
             for (int j = 0; j < VB; ++j) {
                 const int cj = __shfl_sync(kFull, cell, j0 + j);
-                if ((vmask >> (j0 + j)) & 1u) vv[j] = __ldg(reinterpret_cast<const VT*>(vb + cj * cell_stride));
-                else vv[j] = VT();
+                vv[j] = (vmask >> (j0 + j)) & 1u ? __ldg(reinterpret_cast<const VT*>(vb + cj * cell_stride) + lane)
+                                                 : VT();
             }
 #pragma unroll
             for (int j = 0; j < VB; ++j) {
@@ -220,7 +278,7 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
                 unpack(vv[j], vf);
 #pragma unroll
                 for (int h = 0; h < HEADS; ++h) {
-                    const float ph = sp[j0 + j][h];
+                    const float ph = sp[warp][j0 + j][h];
 #pragma unroll
                     for (int c = 0; c < C; ++c) acc[h][c] = fmaf(ph, vf[c], acc[h][c]);
                 }
@@ -229,82 +287,103 @@ attn_split_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* 
         __syncwarp();                                 // sp is rewritten by the next tile
     }
 
+    // the block's warps merge in shared memory; warp h (and h + kWarps, ...) owns query head h
 #pragma unroll
     for (int h = 0; h < HEADS; ++h) {
         const float lh = warp_sum(l[h]);
-        if (h >= nh) continue;
-        const long long r = (long long)tok * q_heads + h0 + h;
-        if (gridDim.x == 1) {
-            const float inv = lh > 0.f ? 1.f / lh : 0.f;   // a token that sees nothing gets zeros
-            float o[C];
+        if (lane == 0) {
+            sml[warp][h][0] = m[h];
+            sml[warp][h][1] = lh;
+        }
 #pragma unroll
-            for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = acc[h][c] * inv;
+        for (int c = 0; c < C; ++c) sacc[warp][h][lane * C + c] = acc[h][c];
+    }
+    __syncthreads();
+    const bool split = span.active > 1;
+    for (int h = warp; h < nh; h += kWarps) {
+        float mx = kNegInf;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sml[w][h][0]);
+        const float mu = mx == kNegInf ? 0.f : mx;
+        float total = 0.f, o[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[c] = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float wt = exp2f(sml[w][h][0] - mu);   // 0 for a warp that saw nothing
+            total = fmaf(wt, sml[w][h][1], total);
+#pragma unroll
+            for (int c = 0; c < C; ++c) o[c] = fmaf(wt, sacc[w][h][lane * C + c], o[c]);
+        }
+        const long long r = (long long)tok * q_heads + h0 + h;
+        if (!split) {
+            const float inv = total > 0.f ? 1.f / total : 0.f;   // a token that sees nothing gets zeros
+#pragma unroll
+            for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = o[c] * inv;
             if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
         } else {
-            const long long pr = (long long)blockIdx.x * n_tok * q_heads + r;
+            const long long pr = (long long)blockIdx.x * rows + r;
 #pragma unroll
-            for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = acc[h][c];
+            for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = o[c];
             if (lane == 0) {
-                part_ml[2 * pr] = m[h];
-                part_ml[2 * pr + 1] = lh;
+                part_ml[2 * pr] = mx;
+                part_ml[2 * pr + 1] = total;
             }
         }
     }
-}
+    if (!split) return;
 
-// out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, M = max_s m_s; splits that saw nothing
-// have m_s = -inf, l_s = 0 and weigh 0.
-template <int D>
-__global__ void __launch_bounds__(32)
-attn_combine_kernel(float* __restrict__ out, const float* __restrict__ part_acc, const float* __restrict__ part_ml,
-                    int rows, int nsplit, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
-    pdl_wait();
-    // lanes read the splits' (m, l) side by side; then every split's acc columns are loaded
-    // unconditionally (independent loads the warp keeps in flight) and weighted by a select, so
-    // an empty split's unwritten partials (weight 0) never reach the sum
-    constexpr int C = D / 32;
-    const int r = blockIdx.x, lane = threadIdx.x;
-    float mx = kNegInf;
-    for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, part_ml[2 * ((long long)s * rows + r)]);
+    // The last block of this (token, kv head, head chunk) to finish merges the blocks' partials in
+    // split order (the same sum whichever block is last) and sets the counter back to 0 for the
+    // next launch; partials are read from L2 (ld.cg), where the other blocks' writes are.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* counter = counters + (long long)tok * gridDim.y + blockIdx.y;
+        last = atomicAdd(counter, 1) == span.active - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int h = warp; h < nh; h += kWarps) {
+        const long long r = (long long)tok * q_heads + h0 + h;
+        float mx = kNegInf;
+        for (int s = lane; s < span.active; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + r)));
+        mx = warp_max(mx);
+        const float mu = mx == kNegInf ? 0.f : mx;
+        float total = 0.f, o[C];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
-    const float mu = mx == kNegInf ? 0.f : mx;
-    float total = 0.f, acc[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[c] = 0.f;
-    for (int s0 = 0; s0 < nsplit; s0 += 32) {
-        const int s = s0 + lane;
-        float w = 0.f;
-        if (s < nsplit) {
-            const long long pr = (long long)s * rows + r;
-            w = exp2f(part_ml[2 * pr] - mu);
-            total = fmaf(w, part_ml[2 * pr + 1], total);
-        }
-        const int n = min(32, nsplit - s0);
+        for (int c = 0; c < C; ++c) o[c] = 0.f;
+        for (int s0 = 0; s0 < span.active; s0 += 32) {
+            const int s = s0 + lane;
+            float wt = 0.f;
+            if (s < span.active) {
+                const long long pr = (long long)s * rows + r;
+                wt = exp2f(__ldcg(part_ml + 2 * pr) - mu);
+                total = fmaf(wt, __ldcg(part_ml + 2 * pr + 1), total);
+            }
+            const int cnt = min(32, span.active - s0);
 #pragma unroll 8
-        for (int j = 0; j < n; ++j) {
-            const float wj = __shfl_sync(kFull, w, j);
-            const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
+            for (int j = 0; j < cnt; ++j) {
+                const float wj = __shfl_sync(kFull, wt, j);
+                const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
 #pragma unroll
-            for (int c = 0; c < C; ++c) {
-                const float v = src[c];
-                acc[c] = wj != 0.f ? fmaf(wj, v, acc[c]) : acc[c];
+                for (int c = 0; c < C; ++c) o[c] = fmaf(wj, __ldcg(src + c), o[c]);
             }
         }
+        total = warp_sum(total);
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = o[c] * inv;
+        if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(kFull, total, o);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) out[(long long)r * D + lane * C + c] = acc[c] = acc[c] * inv;
-    if (xq != nullptr) q8_lane<C>(acc, r * D + lane * C, xq, xd, xs);
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define SPLIT(D, H) template __global__ void attn_split_kernel<D, H>(float*, float*, float*, const float*, \
+#define ATTN(D, H) template __global__ void attn_kernel<D, H>(float*, float*, float*, int*, const float*,        \
     const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*,          \
     const unsigned char*, int, int, int, int, int, int, float, float, float, int*, float*, float*);
-#define SPLIT_ALL(D) SPLIT(D, 1) SPLIT(D, 2) SPLIT(D, 4) SPLIT(D, 8) \
-    template __global__ void attn_combine_kernel<D>(float*, const float*, const float*, int, int, int*, float*, float*);
-SPLIT_ALL(64) SPLIT_ALL(128) SPLIT_ALL(256)
+#define ATTN_ALL(D) ATTN(D, 1) ATTN(D, 2) ATTN(D, 4) ATTN(D, 8)
+ATTN_ALL(64) ATTN_ALL(128) ATTN_ALL(256)
 #endif

@@ -273,9 +273,9 @@ def test_good_arguments_pass():
 
 def test_split_rule():
     """Batch 1 at 32k fills the SMs with splits; big batches and short contexts barely split."""
-    assert n_splits(8, 32768, 132) == 256              # 128 positions each
+    assert n_splits(8, 32768, 132) == 66               # 16 tiles of 32 positions each, 4 per warp
     assert n_splits(8, 1024, 132) == 32                # no split under 32 positions (one tile)
-    assert n_splits(512, 32768, 132) == 5
+    assert n_splits(512, 32768, 132) == 2
     assert n_splits(8, 100, 132) == 4
     assert n_splits(8, 32, 132) == 1
     assert n_splits(1, 10 ** 7, 132) == 256            # MAX_SPLITS
@@ -295,10 +295,13 @@ def test_bench_shapes_in_bounds(b, ctx):
     splits = n_splits(b * HKV, ctx, 132)
     need, n_acc = workspace_size(b, HQ, D, splits), splits * b * HQ * D
     assert workspace_size(b, HQ, D) >= need
-    chunk = (-(-ctx // splits) + 31) & ~31
-    assert (splits - 1) * chunk <= ctx        # a last split may be empty (B=8 8k: 32 * 256), never past the table
+    # attention.cu's Span: whole tiles of 32 positions, `per` to a block, `active` blocks with work
+    tiles = -(-ctx // 32)
+    per = -(-tiles // splits)
+    active = -(-tiles // per)
+    assert active <= splits and (active - 1) * per < tiles <= active * per
     assert (cells - 1) * HKV * D + (HKV - 1) * D + D - 1 < cells * HKV * D
-    last = (splits - 1) * b * HQ + b * HQ - 1                        # partial row of the last split
+    last = (active - 1) * b * HQ + b * HQ - 1                        # partial row of the last active split
     assert last * D + D - 1 < n_acc and 2 * last + 1 < need - n_acc
 
 

@@ -45,8 +45,9 @@ EARLY_FETCH = {
                             r"__syncthreads", r"row_sum", r"\bx[qds]\b"),
     "prepare_qkv_kernel": (r"\bqkv\s*\[", r"\bsrc\s*\[", r"(?<![.\w])x\s*\[", r"\bdst\b", r"_out\s*\[",
                            r"_pool\s*\[", r"_norm\s*\["),
-    "attn_split_kernel": (r"\bq\[", r"\bout\[", r"part_acc", r"part_ml", r"\bsq\[", r"\bsp\[", r"__ldg",
-                          r"k_pool\[", r"v_pool\[", r"\bx[qds]\b", r"atomic"),
+    "attn_kernel": (r"\bq\[", r"\bout\[", r"part_acc", r"part_ml", r"\bsq\[", r"\bsp\[", r"\bsacc\[",
+                    r"\bsml\[", r"__ldg", r"k_pool\[", r"v_pool\[", r"\bkb\[", r"\bvb\[", r"\bx[qds]\b",
+                    r"atomic", r"counter", r"__syncthreads"),
 }
 
 

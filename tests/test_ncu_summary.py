@@ -30,4 +30,4 @@ def test_sums_by_kernel_name_in_microseconds(tmp_path):
 
 
 def test_short_names():
-    assert ncu_summary.short("void attn_split_kernel<128, 4>(float *, int)") == "attn_split_kernel<128, 4>"
+    assert ncu_summary.short("void attn_kernel<128, 4>(float *, int)") == "attn_kernel<128, 4>"

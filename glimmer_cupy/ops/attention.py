@@ -27,25 +27,39 @@ from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
 BF16 = np.dtype(np.uint16)                   # bfloat16 bits
 HEAD_DIMS = (64, 128, 256)
 HEAD_CHUNKS = (1, 2, 4, 8)                   # query heads one warp scores against each K row
-_EXPRS = (("kv_write_kernel",)
-          + tuple(f"attn_split_kernel<{d}, {h}>" for d in HEAD_DIMS for h in HEAD_CHUNKS)
-          + tuple(f"attn_combine_kernel<{d}>" for d in HEAD_DIMS))
+_EXPRS = ("kv_write_kernel",) + tuple(f"attn_kernel<{d}, {h}>" for d in HEAD_DIMS for h in HEAD_CHUNKS)
 LOG2E = 1.4426950408889634
 
-# Split count (flash-decoding). Each (token, kv head, head chunk) is one warp's work per split, and
-# a split is a single-warp block, which keeps up to 8 KB of K (and 4 KB of V) loads in flight. An
-# SM holds 32 such blocks; TARGET_WAVES of them per SM is the aim. MIN_SPLIT positions (one tile
-# of 32) is the shortest split; MAX_SPLITS bounds the partials buffer. MIN_SPLIT was 128 (4 tiles):
-# at batch 1 and 1k positions that left 64 warps of 4 serial tiles each, 28.5 us against PyTorch's
-# 6.6 (bench/results/attention.md), and decode of the small models spends most steps there.
+# Split count (flash-decoding). Each (token, kv head, head chunk) is cut into splits of whole tiles
+# of 32 positions, one block of WARPS warps per split; a warp takes every WARPS-th tile of its
+# block's range and the block's warps merge in shared memory, so a split leaves one partial. An SM
+# holds two such blocks; TARGET_WAVES warps per SM is the aim. A split is at least one tile (the
+# grid's split count is a ceiling: the kernel cuts the positions a token actually sees, so a graph
+# captured for the table's width runs only the blocks that a shorter sequence needs). MAX_SPLITS
+# bounds the partials buffer. History: single-warp splits with a separate combine kernel spent
+# 13.5 us at batch 1 / 1k positions and 76.9 at 32k (bench/results/attention.md, b8ebf83), much of
+# it in the combine, which read up to 256 partials per query head with one warp.
 TARGET_WAVES = 16
+WARPS = 4                                    # kWarps in attention.cu
 MIN_SPLIT = 32
 MAX_SPLITS = 256
+# One counter per (token, kv head, head chunk) of a split step: the blocks of a split count
+# themselves done and the last merges the partials, then sets its counter back to 0. They live in
+# one zeroed buffer per device (so a captured graph and eager calls share them; steps on one
+# stream never overlap).
+COUNTERS = 1 << 16
 
 
 @cache
 def _kernel(expr: str):
     return get_kernel("attention", expr, name_expressions=_EXPRS)
+
+
+@cache
+def _counters(device_id: int):
+    import cupy
+    with cupy.cuda.Device(device_id):
+        return cupy.zeros(COUNTERS, dtype=cupy.int32)
 
 
 @cache
@@ -61,13 +75,13 @@ def head_chunk(group: int) -> int:
 
 
 def n_splits(warps: int, max_len: int, sms: int = 132) -> int:
-    """Splits per (token, kv head, head chunk): enough single-warp blocks for TARGET_WAVES per SM,
-    no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
+    """Splits per (token, kv head, head chunk): enough blocks of WARPS warps for TARGET_WAVES warps
+    per SM, no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
 
-    warps: tokens x kv heads x head chunks; max_len: the most positions one token may see.
-    E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(ceil(2112 / 8), 32768 / 32, 256) = 256
-    splits; batch 1 at 1k, 32; batch 8 at 8k, 33; batch 64, 5; 32 positions or fewer, 1 (no combine)."""
-    want = -(-TARGET_WAVES * sms // max(warps, 1))
+    warps: tokens x kv heads x head chunks (one block each per split); max_len: the most positions
+    one token may see. E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(ceil(2112 / 32), 1024,
+    256) = 66 splits; batch 1 at 1k, 32; batch 8 at 8k, 9; batch 64, 2; 32 positions or fewer, 1."""
+    want = -(-TARGET_WAVES * sms // max(warps * WARPS, 1))
     return max(1, min(want, -(-max_len // MIN_SPLIT), MAX_SPLITS))
 
 
@@ -201,12 +215,12 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     vis = visible if visible is not None else np.uint64(0)           # a null pointer
     codes = q8_buffers(t, hq * d) if q8 and wants_q8(t, hq * d, True) else None
     qargs = codes if codes is not None else NO_CODES
-    _kernel(f"attn_split_kernel<{d}, {heads}>")(
-        (splits, hkv * chunks, t), (32,),
-        (out, part_acc, part_ml, q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, vis,
-         np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks), np.int32(window),
-         np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs))
-    if splits > 1:
-        _kernel(f"attn_combine_kernel<{d}>")((t * hq,), (32,), (out, part_acc, part_ml, np.int32(t * hq),
-                                                                np.int32(splits), *qargs))
+    if splits > 1 and t * hkv * chunks > COUNTERS:
+        raise fail(op, "q", f"at most {COUNTERS} (token, kv head) pairs in a step that splits",
+                   f"{t * hkv * chunks} ({t} tokens, {splits} splits)")
+    _kernel(f"attn_kernel<{d}, {heads}>")(
+        (splits, hkv * chunks, t), (32 * WARPS,),
+        (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
+         tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
+         np.int32(window), np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs))
     return with_codes(out, codes)
