@@ -13,7 +13,7 @@
 //                       against the chunk's HEADS query heads (q in shared memory), so a K row is
 //                       read once for the whole GQA group, while the tile's V rows are already in
 //                       flight; then it adds the V rows into per-lane output columns (lane owns D/32
-//                       columns) and asks L2 for its next tile's rows. The block's warps merge
+//                       columns). The block's warps merge
 //                       their (m, l, acc) in shared memory. With one block of work the block writes
 //                       the normalised output; otherwise each block writes a partial, counts itself
 //                       done on the token's counter, and the last block merges the partials in
@@ -228,15 +228,6 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
                         s[h] = t;
                     }
                 }
-            }
-        }
-        // the warp's next tile: ask L2 for its rows while this one computes
-        if (pn < hi && tile + kWarps < t1) {
-            const long long c = (long long)cell_next * cell_stride;
-#pragma unroll
-            for (int b = 0; b < D * 2; b += 128) {
-                prefetch_l2(reinterpret_cast<const unsigned char*>(kb + c) + b);
-                prefetch_l2(reinterpret_cast<const unsigned char*>(vb + c) + b);
             }
         }
         // online softmax: the tile's max joins the running max; old sums rescale by 2^(m_old - m_new)
