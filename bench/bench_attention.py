@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.attention import _sm_count, blocks_per_sm, n_splits, workspace_size  # noqa: E402
+from glimmer_cupy.ops.attention import _sm_count, n_splits, workspace_size  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -60,7 +60,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     outs = [cupy.empty((b, HQ, D), dtype=cupy.float32) for _ in range(sets)]
     work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
     scale = D ** -0.5
-    splits = n_splits(b * HKV, ctx, _sm_count(), blocks_per_sm(D, HQ // HKV))
+    splits = n_splits(b * HKV, ctx, _sm_count())
     # Everything above ran on the legacy default stream (cuRAND fills, async uploads of the cell
     # tables and q, full/arange of seq_lens, tok_seq, tok_pos); time_us launches on a non-blocking
     # stream, which does not wait for it. Without this sync the first launches can read index

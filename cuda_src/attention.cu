@@ -80,8 +80,7 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 constexpr int kWarps = 4;                     // warps per block of attn_kernel
-// blocks of attn_kernel per SM, held by its register budget (ops/attention.py: blocks_per_sm)
-template <int D, int HEADS> struct BlocksPerSm { static constexpr int value = D * HEADS >= 1024 ? 2 : 3; };
+constexpr int kBlocksPerSm = 2;               // the register budget: BLOCKS_PER_SM in ops/attention.py
 
 // the visible positions [lo, hi) of token tok, and how they are cut into blocks of whole tiles of
 // 32 positions: block b of the grid's gridDim.x takes tiles [b * per, (b + 1) * per); `active`
@@ -102,7 +101,7 @@ struct Span {
 };
 
 template <int D, int HEADS>
-__global__ void __launch_bounds__(32 * kWarps, (BlocksPerSm<D, HEADS>::value))
+__global__ void __launch_bounds__(32 * kWarps, kBlocksPerSm)
 attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
             int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
             const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,

@@ -33,15 +33,14 @@ LOG2E = 1.4426950408889634
 # Split count (flash-decoding). Each (token, kv head, head chunk) is cut into splits of whole tiles
 # of 32 positions, one block of WARPS warps per split; a warp takes every WARPS-th tile of its
 # block's range and the block's warps merge in shared memory, so a split leaves one partial. The
-# rule fills the SMs with one wave of blocks (blocks_per_sm of them per SM, as the kernel's
-# register budget allows): a second, partial wave cost batch 8 at 8k 120 us against 102 for the
-# single-warp kernel before (H200, 2 blocks per SM). A split is at least one tile (the grid's split
-# count is a ceiling: the kernel cuts the positions a token actually sees, so a graph captured for
-# the table's width runs only the blocks that a shorter sequence needs). MAX_SPLITS bounds the
-# partials buffer. History: single-warp splits with a separate combine kernel spent 13.5 us at
-# batch 1 / 1k positions and 76.9 at 32k (bench/results/attention.md, b8ebf83), much of it in the
-# combine, which read up to 256 partials per query head with one warp.
+# rule fills the SMs with one wave of blocks, BLOCKS_PER_SM per SM (the kernel's launch bounds):
+# a second, partial wave cost batch 8 at 8k 120 us against 100 in one wave. Two blocks per SM
+# (up to 226 registers) measured as fast as three (<= 168) or 2-warp blocks at six per SM, or
+# faster at batch 1 (bench/results/NOTES.md). A split is at least one tile; the grid's split count
+# is a ceiling: the kernel cuts the positions a token actually sees, so a graph captured for the
+# table's width runs only the blocks that a shorter sequence needs. MAX_SPLITS bounds the partials.
 WARPS = 4                                    # kWarps in attention.cu
+BLOCKS_PER_SM = 2                            # kBlocksPerSm in attention.cu
 MIN_SPLIT = 32
 MAX_SPLITS = 256
 # One counter per (token, kv head, head chunk) of a split step: the blocks of a split count
@@ -75,20 +74,14 @@ def head_chunk(group: int) -> int:
     return next((h for h in HEAD_CHUNKS if h >= group), HEAD_CHUNKS[-1])
 
 
-def blocks_per_sm(head_dim: int, heads: int) -> int:
-    """Blocks of attn_kernel<head_dim, heads> an SM holds (BlocksPerSm in attention.cu)."""
-    return 2 if head_dim * heads >= 1024 else 3
-
-
-def n_splits(units: int, max_len: int, sms: int = 132, per_sm: int = 3) -> int:
-    """Splits per (token, kv head, head chunk): as many as fill the SMs with one wave of blocks
-    (per_sm each), no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
+def n_splits(units: int, max_len: int, sms: int = 132) -> int:
+    """Splits per (token, kv head, head chunk): as many as fill the SMs with one wave of blocks,
+    no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
 
     units: tokens x kv heads x head chunks (one block each per split); max_len: the most positions
-    one token may see. E.g. on 132 SMs, 3 blocks per SM, 8 kv heads: batch 1 at 32k,
-    min(396 // 8, 1024, 256) = 49 splits; batch 1 at 1k, 32; batch 8 at 8k, 6; batch 64, 1;
-    32 positions or fewer, 1."""
-    want = per_sm * sms // max(units, 1)
+    one token may see. E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(264 // 8, 1024, 256)
+    = 33 splits; batch 1 at 1k, 32; batch 8 at 8k, 4; batch 32, 1; 32 positions or fewer, 1."""
+    want = BLOCKS_PER_SM * sms // max(units, 1)
     return max(1, min(want, -(-max_len // MIN_SPLIT), MAX_SPLITS))
 
 
@@ -203,8 +196,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     max_len = width if host_len is None else host_len
     if window and visible is None:
         max_len = min(max_len, int(window))
-    splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, _sm_count(),
-                                                             blocks_per_sm(d, heads))
+    splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, _sm_count())
     if not 1 <= splits <= 65535:
         raise fail(op, "force_splits", "1..65535", splits)
     if splits > 1:
