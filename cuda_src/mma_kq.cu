@@ -1,124 +1,164 @@
-// mma_kq.cu — y = x · Wᵀ for 9..32 rows of x and W in Q4_K, on int8 tensor cores.
+// mma_kq.cu — y = x · Wᵀ for up to 32 rows of x and W in Q4_K, on int8 tensor cores.
 //
-// x: M rows as int8 codes per 32 values (ops/q8.py), W: N rows of Q4_K blocks, y: (M, N) float32.
-// One block computes 8 * kNT rows of W (n-tiles of 8) for every row of x; its kMmaWarps warps split
-// the super-blocks. Per 32-value sub-block, mma.sync.m16n8k32 (s8) multiplies 16 rows of x's codes
-// by 8 weight rows' 4-bit codes (fragments: mma_kq_frag.cuh); the int32 result is scaled into float
-// accumulators by xd * (d * sc), less dmin * m * xs for the block minimum. The warps' sums are
-// added in shared memory in a fixed order (no atomics: graph replay must equal an eager run).
-// grid = (ceil(N / (8 * NTiles<MT>)),) block = (32 * kMmaWarps,)
+// x: M rows as int8 codes per 32 values (ops/q8.py: codes xq, scale xd, scaled sum xs per 32),
+// W: N rows of Q4_K super-blocks (144 bytes per 256 values), y: (M, N) float32.
+// mma.sync.m16n8k32 (s8) takes 16 weight rows as A (a tile) and 8 rows of x as B (an n-tile;
+// NT = ceil(M / 8) of them, mma_kq_kernel<NT>), k = one 32-value sub-block. Fragments, the
+// shared-memory layout of x and the per-lane arithmetic: mma_kq_frag.cuh.
 //
-// Status: compiled and checked for spills here, its fragments checked on the CPU; not yet run on a
-// GPU, and not in quant_matmul's bucket table (force_bucket="mma_kq" only).
+// A block is kMmaWarps = 8 warps: R = 8 / S tiles of 16 weight rows times S slices of K
+// (S = 1 << slice_bits = 1, 2, 4 or 8, chosen at launch). Warp (tile, slice) takes super-blocks
+// slice, slice + S, ... of its tile's rows, one per step:
+//   - x: per step the block's S super-blocks of x (codes and scales of all 8 * NT rows, rows
+//     past M repeating row M - 1) are copied into shared memory by cp.async through L1 (the other
+//     block on the SM reads the same x), double-buffered: one __syncthreads per step, after which
+//     the next step's copies are issued into the buffer every warp has finished reading.
+//   - weights: each warp holds two super-blocks of its rows in registers, the one it computes and
+//     the next one, whose loads (8-byte qs words, one 4-byte header word per row and lane; not
+//     kept in L1) are issued before it computes this one: 16 warps per SM keep ~37 KB in flight;
+//     the super-block after that is asked into L2 (one bulk prefetch per row), as much again.
+//   - lane (g, t) owns weight rows g and g + 8 of its tile. Per super-block it gathers the two
+//     rows' headers from lanes 4g..4g+3 (shuffles), then per sub-block builds A from its qs
+//     words and per n-tile reads B (8 bytes) and the x scales (16 bytes) from shared memory, runs
+//     the mma, and scales the int32 C (its own rows, x rows 2t and 2t + 1) into float sums:
+//     xd * (d * sc) * C - (dmin * m) * xs.
+// At the end the S slices of each tile are added in shared memory in slice order (no atomics:
+// graph replay must equal an eager run) and the tile's warps store the sums; rows of W past N
+// are read as row N - 1 and not stored.
+// grid = (ceil(ceil(N / 16) / R),) block = (256,)
+// dynamic shared memory = 2 * S * MmaX<NT>::kBytes = 5120 * S * NT bytes (ops/matmul.py keeps
+// it <= 80 KB, two blocks per SM; it also holds the slice sums at the end)
+// Registers: __launch_bounds__(256, 2), 128 at most, no spills (tests/test_cuda_compile.py).
+//
+// Status: compiled and checked for spills here, its staging, fragments and per-lane arithmetic
+// checked on the CPU (tests/test_mma_kq_frag.py); this layout has not been run on a GPU yet, and
+// it is not in quant_matmul's bucket table (force_bucket="mma_kq" only).
 #include "mma_kq_frag.cuh"
 #include "pdl.cuh"
 
 constexpr int kMmaWarps = 8;
-// n-tiles of 8 weight rows per block: 4 for one m-tile; 2 for two, within the registers
-template <int MT> struct NTiles { static constexpr int value = MT == 1 ? 4 : 2; };
+static_assert(32 * kMmaWarps == gguf::kStageThreads, "the block stages x with all its threads");
 
-__device__ __forceinline__ void mma_s8(int (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                       unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const unsigned (&a)[4], gguf::u32x2 b) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%10,%10,%10};"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
 }
 
-template <int MT>                            // m-tiles of 16 rows of x: M <= 16 * MT
-__global__ void __launch_bounds__(32 * kMmaWarps)
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src) : "memory");
+}
+// ask L2 for `bytes` (a multiple of 16) at p, 16-byte aligned: one instruction, no register, no fault
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+struct Warp {                                // the warp-wide steps mma_kq_frag.cuh asks for
+    __device__ __forceinline__ void mma(int (&c)[4], const unsigned (&a)[4], gguf::u32x2 b) const {
+        mma_s8_k32(c, a, b);
+    }
+    __device__ __forceinline__ unsigned shfl_header(const gguf::MmaQ4K& w, int r, int lane) const {
+        return __shfl_sync(0xffffffffu, w.hw[r], lane);
+    }
+};
+struct AsyncCopy {                           // the copies of mma_stage_x: cp.async, through L1
+    __device__ __forceinline__ void c16(void* dst, const void* src) const { cp_async16(dst, src); }
+    __device__ __forceinline__ void c4(void* dst, const void* src) const { cp_async4(dst, src); }
+};
+
+// x's super-blocks first_sb .. first_sb + S - 1 into buf (one commit group)
+template <int NT>
+__device__ __forceinline__ void stage_x(unsigned char* buf, const int* __restrict__ xq, const float* __restrict__ xd,
+                                        const float* __restrict__ xs, int m, int k, int first_sb, int bits) {
+    int tid = threadIdx.x;
+    asm volatile("" : "+r"(tid));            // recomputed per call: no addresses held across the loop
+    AsyncCopy copy;
+    gguf::mma_stage_x<NT>(buf, xq, xd, xs, m, k, first_sb, bits, tid, copy);
+    cp_async_commit();
+}
+
+template <int NT>                            // n-tiles of 8 rows of x: M <= 8 * NT
+__global__ void __launch_bounds__(32 * kMmaWarps, 2)
 mma_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
               const float* __restrict__ xs, const unsigned char* __restrict__ w, int m, int n, int k,
-              long long row_bytes) {
+              long long row_bytes, int slice_bits) {
     pdl_wait();
     using namespace gguf;
-    constexpr int kNT = NTiles<MT>::value;
+    typedef MmaX<NT> X;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int S = 1 << slice_bits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 8 * kNT;
-    const int nsb = k >> 8, nsub = k >> 5;
-    // this lane's weight rows (column g of each n-tile) and x rows (g and g + 8 of each m-tile);
-    // rows past the end repeat the last one and their outputs are not stored
-    const u8* wrow[kNT];
+    const int tile = warp >> slice_bits, slice = warp & (S - 1);
+    const int row0 = ((blockIdx.x << (3 - slice_bits)) + tile) * 16;
+    const int nsb = k >> 8, steps = (nsb + S - 1) >> slice_bits;
+    // rows past the end repeat row n - 1 (not stored); a tile wholly past the end loads nothing
+    const bool live = row0 < n;
+    const u8* w0 = w + (long long)min(row0 + g, n - 1) * row_bytes;
+    const u8* w1 = w + (long long)min(row0 + g + 8, n - 1) * row_bytes;
+    float acc[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) wrow[nt] = w + (long long)min(n0 + 8 * nt + g, n - 1) * row_bytes;
-    int xrow[MT][2];
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-        xrow[mt][0] = min(16 * mt + g, m - 1);
-        xrow[mt][1] = min(16 * mt + g + 8, m - 1);
-    }
-    float acc[kNT][MT][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[nt][mt][r] = 0.f;
+        for (int q = 0; q < 4; ++q) acc[nt][q] = 0.f;
+    Warp ops;
 
-    for (int sb = warp; sb < nsb; sb += kMmaWarps) {
-        u32x4 hd[kNT];
-        u32x2 bw[kNT][4];
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-            hd[nt] = load16(wrow[nt] + (long long)sb * 144);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) bw[nt][c] = mma_q4k_b_words(wrow[nt], sb, c, t);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            // the scales of this lane's rows, moved to the lanes whose C columns they are (2t, 2t+1)
-            float ds[kNT][2], dm[kNT][2];
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-                const f32x2 s = mma_q4k_scale(hd[nt], j);
-                ds[nt][0] = __shfl_sync(0xffffffffu, s.x, 8 * t);
-                dm[nt][0] = __shfl_sync(0xffffffffu, s.y, 8 * t);
-                ds[nt][1] = __shfl_sync(0xffffffffu, s.x, 8 * t + 4);
-                dm[nt][1] = __shfl_sync(0xffffffffu, s.y, 8 * t + 4);
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const int ra = xrow[mt][0], rb = xrow[mt][1];
-                const u32x2 xa = mma_x_words(xq + (long long)ra * (k >> 2), sb, j, t);
-                const u32x2 xb = mma_x_words(xq + (long long)rb * (k >> 2), sb, j, t);
-                const long long ia = (long long)ra * nsub + sb * 8 + j, ib = (long long)rb * nsub + sb * 8 + j;
-                const float xda = xd[ia], xdb = xd[ib], xsa = xs[ia], xsb = xs[ib];
-#pragma unroll
-                for (int nt = 0; nt < kNT; ++nt) {
-                    const u32x2 b = mma_q4k_b_frag(bw[nt][j >> 1], j & 1);
-                    int c[4];
-                    mma_s8(c, xa.x, xb.x, xa.y, xb.y, b.x, b.y);
-                    acc[nt][mt][0] += xda * ds[nt][0] * (float)c[0] - dm[nt][0] * xsa;
-                    acc[nt][mt][1] += xda * ds[nt][1] * (float)c[1] - dm[nt][1] * xsa;
-                    acc[nt][mt][2] += xdb * ds[nt][0] * (float)c[2] - dm[nt][0] * xsb;
-                    acc[nt][mt][3] += xdb * ds[nt][1] * (float)c[3] - dm[nt][1] * xsb;
-                }
+    MmaQ4K wa, wb;
+    if (live && slice < nsb) mma_q4k_load(w0, w1, slice, t, wa);
+    stage_x<NT>(smem, xq, xd, xs, m, k, 0, slice_bits);
+
+    // step i: x of step i is in buffer i & 1, this warp's weights of it in cur; fetch step i + 1
+    // (x into the other buffer, which every warp finished reading before this step's barrier)
+    auto step = [&](int i, const MmaQ4K& cur, MmaQ4K& next) {
+        cp_async_wait_all();
+        __syncthreads();
+        const int sb = (i << slice_bits) + slice;
+        if (i + 1 < steps) {
+            stage_x<NT>(smem + ((i + 1) & 1) * S * X::kBytes, xq, xd, xs, m, k, (i + 1) << slice_bits, slice_bits);
+            if (live && sb + S < nsb) mma_q4k_load(w0, w1, sb + S, t, next);
+            // and the super-block after that into L2, a row per lane of the first half-warp: the
+            // registers hold one super-block ahead, L2 a second
+            if (live && sb + 2 * S < nsb && lane < 16) {
+                const u8* row = w + (long long)min(row0 + lane, n - 1) * row_bytes;
+                prefetch_l2_bulk(row + (long long)(sb + 2 * S) * 144, 144);
             }
         }
+        if (live && sb < nsb) {
+            u32x4 hd[2];
+            mma_q4k_headers(cur, g, ops, hd);
+            mma_q4k_super_block<NT>(cur, hd, smem + ((i & 1) * S + slice) * X::kBytes, g, t, acc, ops);
+        }
+    };
+    for (int i = 0; i < steps; i += 2) {     // two steps per turn: the weight registers swap roles
+        step(i, wa, wb);
+        if (i + 1 < steps) step(i + 1, wb, wa);
     }
 
-    constexpr int kVals = kNT * MT * 4;
-    __shared__ float part[kMmaWarps][kVals][32];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) part[warp][(nt * MT + mt) * 4 + r][lane] = acc[nt][mt][r];
+    // the slices of each tile, added in slice order; sums[warp][4 * NT][32] over the x buffers
     __syncthreads();
-    for (int i = warp; i < kVals; i += kMmaWarps) {
-        float s = 0.f;
+    float* sums = reinterpret_cast<float*>(smem);
 #pragma unroll
-        for (int wi = 0; wi < kMmaWarps; ++wi) s += part[wi][i][lane];
-        const int nt = i / (MT * 4), mt = (i / 4) % MT, r = i % 4;
-        const int row = 16 * mt + g + (r >= 2 ? 8 : 0), col = n0 + 8 * nt + 2 * t + (r & 1);
-        if (row < m && col < n) y[(long long)row * n + col] = s;
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) sums[(warp * 4 * NT + 4 * nt + q) * 32 + lane] = acc[nt][q];
+    __syncthreads();
+    for (int v = slice; v < 4 * NT; v += S) {
+        float s = 0.f;
+        for (int i = 0; i < S; ++i) s += sums[(((tile << slice_bits) + i) * 4 * NT + v) * 32 + lane];
+        const int xr = mma_out_x_row(v >> 2, v & 3, t), wr = row0 + mma_out_w_row(v & 3, g);
+        if (xr < m && wr < n) y[(long long)xr * n + wr] = s;
     }
 }
 
 #ifdef GLIMMER_INSTANTIATE
-template __global__ void mma_kq_kernel<1>(float*, const int*, const float*, const float*, const unsigned char*, int,
-                                          int, int, long long);
-template __global__ void mma_kq_kernel<2>(float*, const int*, const float*, const float*, const unsigned char*, int,
-                                          int, int, long long);
+#define MMA_KQ(NT) template __global__ void mma_kq_kernel<NT>(float*, const int*, const float*, const float*, \
+                                                               const unsigned char*, int, int, int, long long, int);
+MMA_KQ(1) MMA_KQ(2) MMA_KQ(3) MMA_KQ(4)
 #endif

@@ -1,7 +1,10 @@
-"""The fragments of mma_kq.cu (mma_kq_frag.cuh) on the CPU: A and B placed as PTX defines the
-m16n8k32 s8 fragments multiply to each sub-block's integer dot products, and the scales map the
-int32 results to gguf's values. The header is __host__ __device__; a host harness (g++, or nvcc)
-runs the code the GPU runs. The kernel itself runs in test_quant_matmul.py (GPU)."""
+"""mma_kq.cu's per-lane code (mma_kq_frag.cuh) on the CPU, and the kernel's whole arithmetic on a
+tiny case. The header is __host__ __device__; a host harness (g++, or nvcc) runs the code the GPU
+runs: the weight loads, the header gather, the A fragments, the staging of x into shared memory
+and the B fragments read from it, and the per-super-block routine with the int32 results of the
+m16n8k32 taken from an emulation of the mma's definition (A and B placed as PTX defines the s8
+fragments, C = A @ B). The kernel's loop over blocks, steps and K slices and its slice sum are
+mirrored in Python. GPU runs of the kernel itself are in test_quant_matmul.py."""
 
 from __future__ import annotations
 
@@ -18,111 +21,364 @@ from glimmer_cupy.weights.random_blocks import random_blocks
 
 HARNESS = r"""
 #include "mma_kq_frag.cuh"
+#include <string.h>
 using namespace gguf;
 
-extern "C" void b_frag(const u8* row, int sb, int j, int t, unsigned* out) {
-    const u32x2 f = mma_q4k_b_frag(mma_q4k_b_words(row, sb, j >> 1, t), j & 1);
-    out[0] = f.x; out[1] = f.y;
+static_assert(sizeof(MmaQ4K) == 72, "18 words per lane");
+
+struct HostWarp {                  // the warp-wide steps: header words by look-up, C from a table
+    const MmaQ4K* lanes;
+    const int* c;                  // this lane's C, 4 ints per call, in call order
+    unsigned* seen;                // the A and B each call passed: 6 words per call
+    int calls;
+    u32 shfl_header(const MmaQ4K&, int r, int lane) const { return lanes[lane].hw[r]; }
+    void mma(int (&out)[4], const u32 (&a)[4], u32x2 b) {
+        for (int i = 0; i < 4; ++i) out[i] = c[4 * calls + i];
+        unsigned* s = seen + 6 * calls;
+        for (int i = 0; i < 4; ++i) s[i] = a[i];
+        s[4] = b.x; s[5] = b.y;
+        ++calls;
+    }
+};
+struct MemCopy {
+    void c16(void* dst, const void* src) const { memcpy(dst, src, 16); }
+    void c4(void* dst, const void* src) const { memcpy(dst, src, 4); }
+};
+
+// the 32 lanes' loads of super-block sb of a tile of 16 weight rows (row r at tile + r * row_bytes)
+extern "C" void load_lanes(const u8* tile, long long row_bytes, int sb, MmaQ4K* out) {
+    for (int lane = 0; lane < 32; ++lane)
+        mma_q4k_load(tile + (lane >> 2) * row_bytes, tile + ((lane >> 2) + 8) * row_bytes, sb, lane & 3, out[lane]);
 }
-extern "C" void a_words(const int* xq_row, int sb, int j, int t, unsigned* out) {
-    const u32x2 f = mma_x_words(xq_row, sb, j, t);
-    out[0] = f.x; out[1] = f.y;
+extern "C" void headers(const MmaQ4K* lanes, u32x4* hd) {           // hd: 32 x 2
+    HostWarp w{lanes, nullptr, nullptr, 0};
+    for (int lane = 0; lane < 32; ++lane) {
+        u32x4 h[2];
+        mma_q4k_headers(lanes[lane], lane >> 2, w, h);
+        hd[2 * lane] = h[0]; hd[2 * lane + 1] = h[1];
+    }
 }
-extern "C" void scale(const u8* row, int sb, int j, float* out) {
-    const f32x2 s = mma_q4k_scale(load16(row + sb * 144), j);
-    out[0] = s.x; out[1] = s.y;
+extern "C" void a_frags(const MmaQ4K* lanes, u32* a) {              // 32 x 8 sub-blocks x 4
+    for (int lane = 0; lane < 32; ++lane)
+        for (int j = 0; j < 8; ++j) {
+            u32 f[4];
+            mma_q4k_a(lanes[lane], j, f);
+            for (int i = 0; i < 4; ++i) a[(lane * 8 + j) * 4 + i] = f[i];
+        }
 }
+extern "C" void sub_scales(const u32x4* hd, int j, int* sc, float* dm, float* d) {   // hd: 2 rows
+    const u32x4 h[2] = {hd[0], hd[1]};
+    const MmaQ4KSub s = mma_q4k_sub(h, j);
+    float ds[2];
+    mma_q4k_ds(h, s, ds);
+    for (int r = 0; r < 2; ++r) { sc[r] = s.sc[r]; dm[r] = s.dm[r]; d[r] = mma_q4k_d(h[r]); d[2 + r] = ds[r]; }
+}
+extern "C" float small_int(int c) { return small_int_to_float(c); }
+
+template <int NT> static void stage_t(const int* xq, const float* xd, const float* xs, int m, int k, int first_sb,
+                                      int bits, u8* buf) {
+    MemCopy copy;
+    for (int tid = 0; tid < kStageThreads; ++tid) mma_stage_x<NT>(buf, xq, xd, xs, m, k, first_sb, bits, tid, copy);
+}
+template <int NT> static void b_t(const u8* stage, u32* b, float* x) {      // 32 x NT x 8 x (2 | 4)
+    for (int lane = 0; lane < 32; ++lane)
+        for (int nt = 0; nt < NT; ++nt)
+            for (int j = 0; j < 8; ++j) {
+                const u32x2 f = MmaX<NT>::b(stage, nt, j, lane >> 2, lane & 3);
+                const f32x4 s = MmaX<NT>::scales(stage, nt, j, lane & 3);
+                const int i = (lane * NT + nt) * 8 + j;
+                b[2 * i] = f.x; b[2 * i + 1] = f.y;
+                x[4 * i] = s.x; x[4 * i + 1] = s.y; x[4 * i + 2] = s.z; x[4 * i + 3] = s.w;
+            }
+}
+// one lane's super-block; acc (NT x 4) in and out, c: 8 x NT x 4 ints, seen: 8 x NT x 6 words
+template <int NT> static void super_block_t(const MmaQ4K* lanes, int lane, const u8* stage, const int* c, float* acc,
+                                            unsigned* seen) {
+    HostWarp w{lanes, c, seen, 0};
+    u32x4 hd[2];
+    mma_q4k_headers(lanes[lane], lane >> 2, w, hd);
+    float a[NT][4];
+    memcpy(a, acc, sizeof(a));
+    mma_q4k_super_block<NT>(lanes[lane], hd, stage, lane >> 2, lane & 3, a, w);
+    memcpy(acc, a, sizeof(a));
+}
+
+#define BY_NT(CALL) switch (nt) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
+                                  case 4: CALL(4); break; default: return 1; } return 0;
+extern "C" int stage(int nt, const int* xq, const float* xd, const float* xs, int m, int k, int first_sb, int bits,
+                     u8* buf) {
+#define STAGE(N) stage_t<N>(xq, xd, xs, m, k, first_sb, bits, buf)
+    BY_NT(STAGE)
+}
+extern "C" int b_frags(int nt, const u8* stage, u32* b, float* x) {
+#define BFR(N) b_t<N>(stage, b, x)
+    BY_NT(BFR)
+}
+extern "C" int super_block(int nt, const MmaQ4K* lanes, int lane, const u8* stage, const int* c, float* acc,
+                           unsigned* seen) {
+#define SB(N) super_block_t<N>(lanes, lane, stage, c, acc, seen)
+    BY_NT(SB)
+}
+extern "C" int stage_bytes(int nt) { return 2560 * nt; }
+extern "C" int out_x_row(int nt, int q, int t) { return mma_out_x_row(nt, q, t); }
+extern "C" int out_w_row(int q, int g) { return mma_out_w_row(q, g); }
 """
+
+P = ctypes.c_void_p
+I = ctypes.c_int
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     dll = build_host_library(HARNESS, tmp_path_factory.mktemp("mma"), "mmakq")
-    for f in (dll.b_frag, dll.a_words):
-        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    dll.scale.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    dll.load_lanes.argtypes = [P, ctypes.c_longlong, I, P]
+    dll.headers.argtypes = [P, P]
+    dll.a_frags.argtypes = [P, P]
+    dll.sub_scales.argtypes = [P, I, P, P, P]
+    dll.small_int.argtypes = [I]
+    dll.small_int.restype = ctypes.c_float
+    dll.stage.argtypes = [I, P, P, P, I, I, I, I, P]
+    dll.b_frags.argtypes = [I, P, P, P]
+    dll.super_block.argtypes = [I, P, I, P, P, P, P]
     return dll
 
 
-def words(fn, ptr, sb, j, t) -> np.ndarray:
-    out = np.zeros(2, np.uint32)
-    fn(ptr, sb, j, t, out.ctypes.data)
-    return out.view(np.int8 if fn.__name__ == "a_words" else np.uint8).astype(np.int64)
+def ptr(a: np.ndarray):
+    assert a.flags.c_contiguous
+    return a.ctypes.data
 
 
-def fragments(lib, wrows, xrows, sb, j):
-    """A (16 x 32) and B (32 x 8) of sub-block j, each lane's registers put where PTX says."""
-    a = np.zeros((16, 32), np.int64)
-    b = np.zeros((32, 8), np.int64)
-    for lane in range(32):
-        g, t = lane // 4, lane % 4
-        lo, hi = words(lib.a_words, xrows[g].ctypes.data, sb, j, t).reshape(2, 4)          # a0, a2
-        lo8, hi8 = words(lib.a_words, xrows[g + 8].ctypes.data, sb, j, t).reshape(2, 4)   # a1, a3
-        a[g, 4 * t:4 * t + 4], a[g, 16 + 4 * t:20 + 4 * t] = lo, hi
-        a[g + 8, 4 * t:4 * t + 4], a[g + 8, 16 + 4 * t:20 + 4 * t] = lo8, hi8
-        b0, b1 = words(lib.b_frag, wrows[g].ctypes.data, sb, j, t).reshape(2, 4)
-        b[4 * t:4 * t + 4, g], b[16 + 4 * t:20 + 4 * t, g] = b0, b1
-    return a, b
+def s8(words: np.ndarray) -> np.ndarray:
+    """uint32 words (..., n) -> their signed bytes (..., 4n), lowest byte first."""
+    return np.ascontiguousarray(words, np.uint32).view(np.int8).astype(np.int64)
 
 
-def test_fragments_multiply_to_the_sub_block_dot_products(lib):
-    rng = np.random.default_rng(11)
-    k = 512
-    data = np.ascontiguousarray(random_blocks(QType.Q4_K, 8, k, rng, std=1.0))
-    wrows = [np.ascontiguousarray(data[n]) for n in range(8)]
-    xs = rng.normal(0, 1, (16, k)).astype(np.float32)
-    codes = [q8(x) for x in xs]
-    xrows = [np.ascontiguousarray(c[0]).view(np.int32) for c in codes]
-    for sb in range(k // 256):
+class Q4KRows:
+    """W: n rows of Q4_K blocks (k values each), with gguf's values in float64."""
+
+    def __init__(self, rng, n, k):
+        self.n, self.k = n, k
+        self.data = np.ascontiguousarray(random_blocks(QType.Q4_K, n, k, rng, std=1.0))
+        self.row_bytes = self.data.shape[1]
+        self.values = gguf_dequantize(self.data, QType.Q4_K).astype(np.float64).reshape(n, k)
+
+    def tile(self, row0):
+        """16 rows from row0, rows past the end repeating the last (the kernel's clamp)."""
+        return np.ascontiguousarray(self.data[np.minimum(np.arange(row0, row0 + 16), self.n - 1)])
+
+    def codes(self, rows, sb, j):
+        """(len(rows), 32) 4-bit codes of sub-block j of super-block sb."""
+        qs = self.data[rows, sb * 144 + 16:(sb + 1) * 144].astype(np.int64)
+        return (qs[:, 32 * (j // 2):32 * (j // 2) + 32] >> (4 * (j % 2))) & 0xF
+
+
+class X8:
+    """x: m rows quantized per 32 values as quantize_x_kernel does."""
+
+    def __init__(self, rng, m, k):
+        self.m, self.k = m, k
+        codes, d, s = q8(rng.normal(0, 1, (m, k)).astype(np.float32))
+        self.codes = np.ascontiguousarray(codes)
+        self.xq = self.codes.view(np.int32)
+        self.xd, self.xs = np.ascontiguousarray(d), np.ascontiguousarray(s)
+        self.values = codes.astype(np.float64) * np.repeat(d.astype(np.float64), 32, axis=-1)
+
+
+def staged(lib, x: X8, nt, first_sb, bits):
+    buf = np.zeros((1 << bits) * 2560 * nt, np.uint8)
+    assert lib.stage(nt, ptr(x.xq), ptr(x.xd), ptr(x.xs), x.m, x.k, first_sb, bits, ptr(buf)) == 0
+    return buf
+
+
+def lanes_of(lib, tile, row_bytes, sb):
+    lanes = np.zeros((32, 18), np.uint32)
+    lib.load_lanes(ptr(tile), row_bytes, sb, ptr(lanes))
+    return lanes
+
+
+def fragments(lib, lanes, stage, nt):
+    a = np.zeros((32, 8, 4), np.uint32)
+    lib.a_frags(ptr(lanes), ptr(a))
+    b = np.zeros((32, nt, 8, 2), np.uint32)
+    xs = np.zeros((32, nt, 8, 4), np.float32)
+    assert lib.b_frags(nt, ptr(stage), ptr(b), ptr(xs)) == 0
+    return a, b, xs
+
+
+def mma(a, b, nt):
+    """C (nt, 8, 16, 8) of every n-tile and sub-block from the lanes' registers, placed as PTX
+    defines m16n8k32 .row.col s8 (lane = 4g + t): A a0 = (g, 4t..), a1 = (g+8, 4t..), a2 = (g, 16+4t..),
+    a3 = (g+8, 16+4t..); B b0 = (4t.., column g), b1 = (16+4t.., column g)."""
+    c = np.zeros((nt, 8, 16, 8), np.int64)
+    for n in range(nt):
         for j in range(8):
-            a, b = fragments(lib, wrows, xrows, sb, j)
-            c = a @ b                                                     # the mma's definition
-            qs = data[:, sb * 144 + 16:(sb + 1) * 144].astype(np.int64)
-            wq = (qs[:, 32 * (j // 2):32 * (j // 2) + 32] >> (4 * (j % 2))) & 0xF          # (8, 32) codes
-            xq = np.stack([cd[0][sb * 256 + 32 * j:sb * 256 + 32 * j + 32] for cd in codes]).astype(np.int64)
-            np.testing.assert_array_equal(c, xq @ wq.T, err_msg=f"super-block {sb}, sub-block {j}")
+            am = np.zeros((16, 32), np.int64)
+            bm = np.zeros((32, 8), np.int64)
+            for lane in range(32):
+                g, t = divmod(lane, 4)
+                w = s8(a[lane, j]).reshape(4, 4)
+                am[g, 4 * t:4 * t + 4], am[g + 8, 4 * t:4 * t + 4] = w[0], w[1]
+                am[g, 16 + 4 * t:20 + 4 * t], am[g + 8, 16 + 4 * t:20 + 4 * t] = w[2], w[3]
+                v = s8(b[lane, n, j]).reshape(2, 4)
+                bm[4 * t:4 * t + 4, g], bm[16 + 4 * t:20 + 4 * t, g] = v[0], v[1]
+            c[n, j] = am @ bm
+    return c
+
+
+def c_of_lane(c, lane):
+    """The lane's C registers (c0..c3 = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)) per call, in the
+    order the routine calls the mma (sub-block, then n-tile): (8, nt, 4) int32."""
+    g, t = divmod(lane, 4)
+    return np.ascontiguousarray(np.stack([c[:, :, g, 2 * t], c[:, :, g, 2 * t + 1], c[:, :, g + 8, 2 * t],
+                                          c[:, :, g + 8, 2 * t + 1]], -1).transpose(1, 0, 2), np.int32)
+
+
+@pytest.mark.parametrize("nt", [1, 2, 4])
+def test_fragments_multiply_to_the_sub_block_dot_products(lib, nt):
+    """Weight rows as A (16 rows of a tile), x rows from the staged buffer as B (8 per n-tile):
+    C's (row, column) is the dot product of weight row and x row over each sub-block."""
+    rng = np.random.default_rng(11 + nt)
+    w, x = Q4KRows(rng, 16, 512), X8(rng, 8 * nt - 3, 512)      # x rows past m repeat the last
+    for sb in range(2):
+        lanes = lanes_of(lib, w.tile(0), w.row_bytes, sb)
+        a, b, _ = fragments(lib, lanes, staged(lib, x, nt, sb, 0), nt)
+        c = mma(a, b, nt)
+        for n in range(nt):
+            xrows = np.minimum(np.arange(8 * n, 8 * n + 8), x.m - 1)
+            for j in range(8):
+                xq = x.codes[xrows, sb * 256 + 32 * j:sb * 256 + 32 * j + 32].astype(np.int64)
+                np.testing.assert_array_equal(c[n, j], w.codes(np.arange(16), sb, j) @ xq.T,
+                                              err_msg=f"super-block {sb}, n-tile {n}, sub-block {j}")
+
+
+def test_headers_gather_each_rows_header(lib):
+    rng = np.random.default_rng(21)
+    w = Q4KRows(rng, 16, 768)
+    for sb in range(3):
+        lanes = lanes_of(lib, w.tile(0), w.row_bytes, sb)
+        hd = np.zeros((32, 2, 4), np.uint32)
+        lib.headers(ptr(lanes), ptr(hd))
+        for lane in range(32):
+            g = lane // 4
+            for r in range(2):
+                want = w.data[g + 8 * r, sb * 144:sb * 144 + 16].view(np.uint32)
+                np.testing.assert_array_equal(hd[lane, r], want)
+                assert lanes[lane, r] == want[lane % 4]          # each lane loaded one word of each
 
 
 def test_scales_map_codes_to_gguf_values(lib):
+    """(d * sc) * q - dmin * m from the routine's integer scale, d and dmin * m is gguf's value, bit
+    for bit; so is d * sc as the three- and four-n-tile path rounds it."""
     rng = np.random.default_rng(12)
-    k = 768
-    data = np.ascontiguousarray(random_blocks(QType.Q4_K, 3, k, rng, std=1.0))
-    want = gguf_dequantize(data, QType.Q4_K).reshape(3, k)
-    out = np.zeros(2, np.float32)
-    for n in range(3):
-        row = np.ascontiguousarray(data[n])
-        for sb in range(k // 256):
-            qs = row[sb * 144 + 16:(sb + 1) * 144].astype(np.int64)
+    w = Q4KRows(rng, 6, 768)
+    sc, dm, d = np.zeros(2, np.int32), np.zeros(2, np.float32), np.zeros(4, np.float32)
+    for n in range(0, 6, 2):
+        for sb in range(3):
+            hd = np.ascontiguousarray(w.data[[n, n + 1], sb * 144:sb * 144 + 16]).view(np.uint32)
             for j in range(8):
-                lib.scale(row.ctypes.data, sb, j, out.ctypes.data)
-                q = ((qs[32 * (j // 2):32 * (j // 2) + 32] >> (4 * (j % 2))) & 0xF).astype(np.float32)
-                got = out[0] * q - out[1]
-                np.testing.assert_array_equal(got, want[n, sb * 256 + 32 * j:sb * 256 + 32 * j + 32])
+                lib.sub_scales(ptr(hd), j, ptr(sc), ptr(dm), ptr(d))
+                for r in range(2):
+                    ds = np.float32(d[r] * np.float32(sc[r]))
+                    assert ds == d[2 + r]
+                    q = w.codes([n + r], sb, j)[0].astype(np.float32)
+                    got = ds * q - dm[r]
+                    want = gguf_dequantize(w.data[[n + r]], QType.Q4_K).reshape(-1)[sb * 256 + 32 * j:][:32]
+                    np.testing.assert_array_equal(got, want)
 
 
-def test_scaled_sums_give_the_row_dot_product(lib):
-    """The kernel's arithmetic on one (x row, weight row): sum over sub-blocks of
-    xd * (d sc) * C - (dmin m) * xs equals x_hat . w."""
-    rng = np.random.default_rng(13)
-    k = 1024
-    data = np.ascontiguousarray(random_blocks(QType.Q4_K, 8, k, rng, std=1.0))
-    w = gguf_dequantize(data, QType.Q4_K).astype(np.float64).reshape(8, k)
-    xs = rng.normal(0, 1, (16, k)).astype(np.float32)
-    codes = [q8(x) for x in xs]
-    xrows = [np.ascontiguousarray(c[0]).view(np.int32) for c in codes]
-    wrows = [np.ascontiguousarray(data[n]) for n in range(8)]
-    acc = np.zeros((16, 8))
-    sc = np.zeros(2, np.float32)
-    for sb in range(k // 256):
-        for j in range(8):
-            a, b = fragments(lib, wrows, xrows, sb, j)
-            c = a @ b
-            for n in range(8):
-                lib.scale(wrows[n].ctypes.data, sb, j, sc.ctypes.data)
-                s = sb * 8 + j
-                xd = np.array([cd[1][s] for cd in codes], np.float64)
-                xsum = np.array([cd[2][s] for cd in codes], np.float64)
-                acc[:, n] += xd * sc[0] * c[:, n] - sc[1] * xsum
-    xhat = np.stack([cd[0].astype(np.float64) * np.repeat(cd[1].astype(np.float64), 32) for cd in codes])
-    want = xhat @ w.T
-    np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+def test_small_ints_convert_exactly(lib):
+    """The routine converts sc * C by the 1.5 * 2^23 trick, exact for |v| < 2^22; |sc * C| is at most
+    63 * 32 * 15 * 127 = 3 840 480."""
+    for v in (0, 1, -1, 12345, -54321, 3_840_480, -3_840_480, 2**22 - 1, -(2**22)):
+        assert lib.small_int(v) == float(v)
+
+
+@pytest.mark.parametrize("nt,bits", [(1, 0), (2, 1), (3, 2), (4, 3)])
+def test_staging_places_codes_and_scales(lib, nt, bits):
+    """Every slice of a stage buffer: B of (n-tile, sub-block) is x row 8nt + g's codes 8t..8t+7,
+    and the lane's scales are (xd, xd', xs, xs') of x rows 8nt + 2t, 8nt + 2t + 1; slices past the
+    row are left alone."""
+    rng = np.random.default_rng(31 + nt)
+    k = 256 * ((1 << bits) + 1)                                  # the second step's last slices are past K
+    x = X8(rng, 8 * nt - 1, k)
+    for first in (0, 1 << bits):
+        buf = staged(lib, x, nt, first, bits)
+        for s in range(1 << bits):
+            stage = np.ascontiguousarray(buf[s * 2560 * nt:(s + 1) * 2560 * nt])
+            if first + s >= k // 256:
+                assert not stage.any()
+                continue
+            _, b, xs = fragments(lib, np.zeros((32, 18), np.uint32), stage, nt)
+            sb = first + s
+            for lane in range(32):
+                g, t = divmod(lane, 4)
+                for n in range(nt):
+                    row = min(8 * n + g, x.m - 1)
+                    r0, r1 = min(8 * n + 2 * t, x.m - 1), min(8 * n + 2 * t + 1, x.m - 1)
+                    for j in range(8):
+                        at = sb * 256 + 32 * j + 8 * t
+                        np.testing.assert_array_equal(s8(b[lane, n, j]), x.codes[row, at:at + 8])
+                        i = sb * 8 + j
+                        np.testing.assert_array_equal(xs[lane, n, j], [x.xd[r0, i], x.xd[r1, i], x.xs[r0, i],
+                                                                       x.xs[r1, i]])
+
+
+def kernel_on_cpu(lib, w: Q4KRows, x: X8, nt, bits):
+    """mma_kq_kernel<nt> with 1 << bits slices, block by block as the kernel runs: per step the
+    stage buffer, per warp (tile, slice) the 32 lanes' routine with C from the emulated mma, then
+    each tile's slices added in slice order in float32 and stored. Returns y (m, n), NaN where
+    nothing was stored."""
+    S, R = 1 << bits, 8 >> bits
+    nsb, tiles = w.k // 256, -(-w.n // 16)
+    steps = -(-nsb // S)
+    y = np.full((x.m, w.n), np.nan, np.float32)
+    for block in range(-(-tiles // R)):
+        acc = np.zeros((8, 32, nt, 4), np.float32)              # per warp, per lane
+        for i in range(steps):
+            buf = staged(lib, x, nt, i * S, bits)
+            for warp in range(8):
+                tile, slice_ = divmod(warp, S)
+                row0, sb = (block * R + tile) * 16, i * S + slice_
+                if row0 >= w.n or sb >= nsb:
+                    continue
+                stage = np.ascontiguousarray(buf[slice_ * 2560 * nt:(slice_ + 1) * 2560 * nt])
+                lanes = lanes_of(lib, w.tile(row0), w.row_bytes, sb)
+                a, b, _ = fragments(lib, lanes, stage, nt)
+                c = mma(a, b, nt)
+                for lane in range(32):
+                    cl = c_of_lane(c, lane)
+                    seen = np.zeros((8, nt, 6), np.uint32)
+                    assert lib.super_block(nt, ptr(lanes), lane, ptr(stage), ptr(cl), ptr(acc[warp, lane]),
+                                           ptr(seen)) == 0
+                    # the routine multiplied exactly the fragments the emulated C was made of
+                    np.testing.assert_array_equal(seen[:, :, :4], np.broadcast_to(a[lane][:, None], (8, nt, 4)))
+                    np.testing.assert_array_equal(seen[:, :, 4:], b[lane].transpose(1, 0, 2))
+        for warp in range(8):
+            tile, slice_ = divmod(warp, S)
+            row0 = (block * R + tile) * 16
+            for v in range(slice_, 4 * nt, S):
+                n, q = divmod(v, 4)
+                for lane in range(32):
+                    g, t = divmod(lane, 4)
+                    total = np.float32(0)
+                    for s in range(S):
+                        total = np.float32(total + acc[tile * S + s, lane, n, q])
+                    xr, wr = lib.out_x_row(n, q, t), row0 + lib.out_w_row(q, g)
+                    if xr < x.m and wr < w.n:
+                        assert np.isnan(y[xr, wr]), (xr, wr)            # stored once
+                        y[xr, wr] = total
+    return y
+
+
+@pytest.mark.parametrize("m,n,k,bits", [(5, 40, 768, 0), (13, 24, 512, 1), (16, 16, 1024, 2), (20, 33, 768, 2),
+                                        (32, 20, 512, 1), (1, 16, 2048, 3)])
+def test_kernel_arithmetic_gives_x_times_w(lib, m, n, k, bits):
+    """The whole kernel on the CPU (but for the loop and the sum, mirrored here) against
+    x_hat . dequant(W)^T in float64, x_hat the int8 codes times their scales: rows of W and x past
+    the tiles' ends, slices past K, and every n-tile count."""
+    rng = np.random.default_rng(m * 1000 + n)
+    w, x = Q4KRows(rng, n, k), X8(rng, m, k)
+    y = kernel_on_cpu(lib, w, x, -(-m // 8), bits)
+    assert not np.isnan(y).any()
+    want = x.values @ w.values.T
+    np.testing.assert_allclose(y, want, rtol=0, atol=2e-6 * np.abs(want).max() * np.sqrt(k / 256))

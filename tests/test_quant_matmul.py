@@ -108,11 +108,11 @@ def test_forced_buckets_agree(q):
 
 
 @gpu
-@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560)])
+@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512)])
 def test_mma_kq_matches_the_reference_and_the_gemv(n, k):
-    """The int8 tensor-core bucket (forced; not in the table yet) on Q4_K, both m-tile counts and
-    rows of x and W past the tiles' edges; on the same codes it differs from gemv_kq only in the
-    order of float additions."""
+    """The int8 tensor-core bucket (forced; not in the table yet) on Q4_K: every n-tile count of x
+    (M 1..32), K split over 1, 2, 4 and 8 warps (the shapes pick them), rows of x and W past the
+    tiles' edges; on the same codes it differs from gemv_kq only in the order of float additions."""
     import cupy
 
     from glimmer_cupy.ops.matmul import quantize_x

@@ -49,11 +49,16 @@ BUCKETS = {
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
 #   mma_kq (not in the table; force_bucket="mma_kq"): int8 tensor cores on Q4_K blocks for up to
-#     32 rows of x (mma_kq.cu); compiled and its fragments checked on the CPU, not yet measured.
+#     32 rows of x (mma_kq.cu: 16 weight rows as A, 8 rows of x per n-tile as B, K split across a
+#     block's warps). Compiled and its fragments, staging and per-lane arithmetic checked on the
+#     CPU; this layout has not been run on a GPU yet.
 BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
-MMA_KQ_ROWS = 32                    # the widest M of mma_kq (two 16-row tiles)
-MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu
+MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
+MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
+MMA_KQ_STAGE_BYTES = 2560           # MmaX<1>::kBytes in mma_kq_frag.cuh: one super-block of one n-tile of x
+MMA_KQ_MAX_SMEM = 80 << 10          # x's two stage buffers at most: two blocks per SM (228 KB), L1 the rest
+MMA_KQ_TARGET_WARPS = 132 * 16      # slice K until about two blocks per SM of an H200 are launched
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -82,9 +87,24 @@ def kq_config(m: int, n: int, k: int) -> tuple[int, int]:
     return rows, max(s for s in KQ_SPLITS if s <= min(ws, most))
 
 
+def mma_kq_config(m: int, n: int, k: int) -> tuple[int, int]:
+    """(n-tiles of x, log2 of K slices) for mma_kq: slices double while the launch has fewer warps
+    than the target, each slice still has a super-block, and the stage buffers fit the cap."""
+    nt = -(-m // 8)
+    tiles = -(-n // 16)
+    bits = 0
+    while (bits < 3 and (tiles << bits) < MMA_KQ_TARGET_WARPS and (2 << bits) <= k // 256
+           and 2 * MMA_KQ_STAGE_BYTES * nt * (2 << bits) <= MMA_KQ_MAX_SMEM):
+        bits += 1
+    return nt, bits
+
+
 @cache
-def _mma_kq_kernel(mt: int):
-    return get_kernel("mma_kq", f"mma_kq_kernel<{mt}>", name_expressions=("mma_kq_kernel<1>", "mma_kq_kernel<2>"))
+def _mma_kq_kernel(nt: int):
+    kern = get_kernel("mma_kq", f"mma_kq_kernel<{nt}>",
+                      name_expressions=tuple(f"mma_kq_kernel<{i}>" for i in range(1, MMA_KQ_ROWS // 8 + 1)))
+    kern.fn.max_dynamic_shared_size_bytes = MMA_KQ_MAX_SMEM          # above the default 48 KB
+    return kern
 
 
 @cache
@@ -206,10 +226,14 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         else:
             xq, xd, xs = quantize_x(x, t)
         if b == "mma_kq":
-            mt = -(-m // 16)
-            rows = 8 * (4 if mt == 1 else 2)          # NTiles<MT> in mma_kq.cu
-            _mma_kq_kernel(mt)(((n + rows - 1) // rows,), (32 * MMA_KQ_WARPS,),
-                               (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes))
+            # a block: 8 >> bits tiles of 16 weight rows, 1 << bits slices of K each; x's stage
+            # buffers in dynamic shared memory
+            nt, bits = mma_kq_config(m, n, k)
+            tiles = (n + 15) // 16
+            blocks = -(-tiles // (MMA_KQ_WARPS >> bits))
+            _mma_kq_kernel(nt)((blocks,), (32 * MMA_KQ_WARPS,),
+                               (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
+                                np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES * nt * (1 << bits))
             return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k)
