@@ -41,6 +41,10 @@ def serves(b: str, q: QType, m: int) -> bool:
         return q == QType.Q4_K and m <= MMA_KQ_ROWS
     if b == "gemv_kq":
         return q in KQ_TYPES and m <= 16
+    if b == "gemv_dp4a":
+        return q in DOT_TYPES and m <= 16
+    if b == "gemv":
+        return m <= 8
     return True
 
 
@@ -74,9 +78,10 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         # the other bucket at the edge Ms, to place the edge by measurement
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
-               "dequant_cublas": "mma"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
+               "dequant_cublas": "mma", "mma_kq": "gemv_kq"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
         if alt_bucket:                           # --alt: this bucket beside the table's, where it serves
-            alt = alt_bucket if alt_bucket != b and serves(alt_bucket, q, m) else None
+            alt = alt_bucket if alt_bucket != b else None
+        alt = alt if alt and serves(alt, q, m) else None
         alt_us = time_us(lambda i: ops.quant_matmul(codes[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
                                                     force_bucket=alt), sets,
                          launches, reps)[0] if alt else None

@@ -21,7 +21,7 @@ def test_host_path_ignores_q8():
 
 def test_wants_q8():
     assert wants_q8(1, 1024, True) and wants_q8(16, 32, True)
-    assert not wants_q8(17, 1024, True) and not wants_q8(4, 1000, True) and not wants_q8(4, 64, False)
+    assert wants_q8(32, 1024, True) and not wants_q8(33, 1024, True) and not wants_q8(4, 1000, True) and not wants_q8(4, 64, False)
 
 
 def _same_codes(got: Q8Rows, trait="Q8_0"):
@@ -70,10 +70,10 @@ def test_gated_make_quantize_x_codes(op, rows, f):
 
 
 @gpu
-def test_rows_a_dp4a_gemv_does_not_serve_get_plain_arrays():
+def test_rows_no_int8_bucket_serves_get_plain_arrays():
     import cupy
 
-    x = cupy.ones((17, 64), cupy.float32)
+    x = cupy.ones((33, 64), cupy.float32)
     assert isinstance(ops.rms_norm(x, cupy.ones(64, cupy.float32), 1e-6, q8=True), cupy.ndarray)
     assert isinstance(ops.silu_mul(cupy.ones((2, 100), cupy.float32), q8=True), cupy.ndarray)   # F % 32 != 0
 
@@ -130,7 +130,7 @@ def test_attention_makes_quantize_x_codes(d, splits, t):
     got = ops.attention(*args, force_splits=splits, q8=True)
     assert bool((got.x == want).all())
     _same_codes(got.reshape(t, hq * d))
-    if t == 16:                                          # 17 rows: no int8 bucket, a plain array
-        wide = (cupy.zeros((17, hq, d), np.float32), k_pool, v_pool, table, args[4], cupy.zeros(17, np.int32),
-                cupy.asarray(np.arange(length - 17, length, dtype=np.int32)), d ** -0.5)
+    if t == 16:                                          # 33 rows: no int8 bucket, a plain array
+        wide = (cupy.zeros((33, hq, d), np.float32), k_pool, v_pool, table, args[4], cupy.zeros(33, np.int32),
+                cupy.asarray(np.arange(length - 33, length, dtype=np.int32)), d ** -0.5)
         assert isinstance(ops.attention(*wide, force_splits=splits, q8=True), cupy.ndarray)

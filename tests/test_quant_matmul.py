@@ -71,8 +71,10 @@ def test_large_shapes(q, n, k):
 
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q4_K) for m in (1, 16, 17, 64)] == ["gemv_kq", "gemv_kq", "dequant_cublas",
-                                                               "dequant_cublas"]
+    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 16, 32, 33, 64)] == \
+        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas", "dequant_cublas"]
+    assert [bucket(m, QType.Q6_K) for m in (1, 16, 17)] == ["gemv_kq", "gemv_kq", "dequant_cublas"]
+    assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
 
@@ -110,7 +112,7 @@ def test_forced_buckets_agree(q):
 @gpu
 @pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512)])
 def test_mma_kq_matches_the_reference_and_the_gemv(n, k):
-    """The int8 tensor-core bucket (forced; not in the table yet) on Q4_K: every n-tile count of x
+    """The int8 tensor-core bucket (forced) on Q4_K: every n-tile count of x
     (M 1..32), K split over 1, 2, 4 and 8 warps (the shapes pick them), rows of x and W past the
     tiles' edges; on the same codes it differs from gemv_kq only in the order of float additions."""
     import cupy

@@ -26,6 +26,7 @@ DOT_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0, QType.Q4_
 # types whose small-M GEMV lays lanes along the 256-value super-blocks (gemv_kq.cu)
 KQ_TYPES = frozenset({QType.Q4_K, QType.Q6_K})
 ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
+MMA_KQ_FROM = 4                     # the fewest rows of x that run mma_kq on Q4_K (below: gemv_kq)
 
 # (largest M, bucket) per kind of type; the first row whose edge M fits wins.
 #   gemv_dp4a: int8 dot products, each weight byte read once for all M rows of x. Float decoding
@@ -43,15 +44,18 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     (Q4_K 4096x4096 M=17: 58.6 vs 39.2 us; 12288x4096: 176 vs 97 us), so eager steps use cuBLAS.
 #   gemv_kq: the int8 GEMV for Q4_K and Q6_K with eight lanes per super-block, every weight byte
 #     read once in the widest loads the layout allows, R rows of W per warp (KQ_ROWS).
+#   mma_kq: int8 tensor cores on Q4_K blocks for up to 32 rows of x (mma_kq.cu: 16 weight rows as
+#     A, 8 rows of x per n-tile as B, K split across a block's warps). Measured (H200, this table's
+#     commit, bench/results/quant_matmul.md) against gemv_kq at M = 8 / 16: 4096x4096 8.2 / 13.8 vs
+#     18.5 / 28.6 us, the 151936-row head 178.5 / 211.9 vs 365.1 / 694.9; at M = 17..32 it beats
+#     dequant_cublas (4096x4096: 14.0-18.1 vs 38.6 us) and a graph can capture it. At M = 1 the
+#     GEMV is faster (5.7 vs 8.1 us); MMA_KQ_FROM is the measured crossing.
 BUCKETS = {
+    "q4k": ((MMA_KQ_FROM - 1, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "kq": ((16, "gemv_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-#   mma_kq (not in the table; force_bucket="mma_kq"): int8 tensor cores on Q4_K blocks for up to
-#     32 rows of x (mma_kq.cu: 16 weight rows as A, 8 rows of x per n-tile as B, K split across a
-#     block's warps). Compiled and its fragments, staging and per-lane arithmetic checked on the
-#     CPU; this layout has not been run on a GPU yet.
 BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
@@ -161,7 +165,7 @@ def mma_splits(m: int, n: int, k: int, bm: int) -> int:
 
 def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
     """The table's bucket for M rows of x; with graph_safe, mma where the table says dequant_cublas."""
-    kind = "kq" if qtype in KQ_TYPES else "dot" if qtype in DOT_TYPES else "float"
+    kind = "q4k" if qtype == QType.Q4_K else "kq" if qtype in KQ_TYPES else "dot" if qtype in DOT_TYPES else "float"
     for edge, name in BUCKETS[kind]:
         if edge is None or m <= edge:
             return "mma" if graph_safe and name == "dequant_cublas" else name

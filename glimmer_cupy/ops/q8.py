@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-Q8_MAX_ROWS = 16              # the widest dp4a GEMV (ops/matmul.py DP4A_WIDTHS): more rows run other buckets
+Q8_MAX_ROWS = 32              # the widest int8 bucket (ops/matmul.py: mma_kq): more rows run other buckets
 
 
 class Q8Rows(NamedTuple):
