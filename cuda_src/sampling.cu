@@ -9,8 +9,8 @@
 // partial results (maxima, sums, histograms, prefix sums) through distributed shared memory, and
 // every block computes the same combined value in the same order. C = 1 is one block per row.
 //
-// Nothing is sorted. Every step is a pass over the row (1 MB for a 262144 vocabulary, from L2
-// after the first):
+// Nothing is sorted. Each step reads the block's chunk of the row (1 MB for a 262144 vocabulary,
+// from L2 after the first) or a shorter list of its ids (below):
 //   1. max and argmax; a row with NaN, +inf or no finite logit is flagged and gets the argmax,
 //      and so does a row with temperature <= 0 (greedy);
 //   2. top-k: the k-th largest logit by radix select over an order-preserving key of its bits
@@ -23,6 +23,11 @@
 //   6. K = sum of kept E; target = floor(u * K) with u's 24 bits, exact in 128-bit integers; the
 //      token is the first id whose inclusive prefix sum of kept E exceeds it (each block starts
 //      from the kept mass of the chunks before its own and scans its chunk in tiles, in id order).
+// Steps 2 and 4 read the chunk four times; the second pass also lists, in shared memory, the ids
+// under the first digit, and when they fit the last two passes read only them. With top-k on,
+// step 3 lists the kept set, and a block whose set fits runs steps 4-6 on its list (the draw
+// ranks a short list's entries by id pairwise instead of scanning the chunk). A list holds the
+// same values the chunk would give, so the token does not depend on which a block reads.
 // Sums are integers, so they do not depend on summation order: the result is deterministic and
 // the same in a graph replay as eagerly. e is float32 with the rounding of l - lmax and of the
 // division carried as a first-order correction, so its error is expf's own (~2 ulp); E's grain is
@@ -40,6 +45,8 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;       // 32: the warp totals fit one warp
 constexpr int kBins = 256;
 constexpr int kTile = kThreads * 4;         // ids per scan tile: four consecutive ids per thread
+constexpr int kList = 2048;                 // candidates a block keeps in shared memory
+constexpr int kListDraw = 256;              // the most list entries the draw ranks pairwise
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -237,27 +244,66 @@ struct Smem {
     u64 slot;                               // what the other blocks of the cluster read
     u64 hist[kBins];                        // this block's histogram (read by the cluster)
     u64 ghist[kBins];                       // the cluster's
+    int n;                                  // entries appended to the list (more than kList: overflowed)
+    int lid[kList];                         // the list: (id, key, weight) of a subset of the chunk,
+    u32 lkey[kList];                        // in no particular order
+    u64 lw[kList];
 };
+
+// Append (id, key, w) to the list for every lane with `in` set (every lane of the warp calls it):
+// one shared atomic per warp. Entries past kList are counted, not stored.
+__device__ __forceinline__ void list_append(Smem& sm, bool in, int id, u32 key, u64 w) {
+    const u32 m = __ballot_sync(0xffffffffu, in);
+    if (!m) return;
+    const int lane = threadIdx.x & 31, first = __ffs(m) - 1;
+    int base = 0;
+    if (lane == first) base = atomicAdd(&sm.n, __popc(m));
+    base = __shfl_sync(0xffffffffu, base, first);
+    const int at = base + __popc(m & ((1u << lane) - 1u));
+    if (in && at < kList) {
+        sm.lid[at] = id;
+        sm.lkey[at] = key;
+        sm.lw[at] = w;
+    }
+}
 
 // Radix select from the top: the largest key t such that the weight of the row's keys >= t
 // reaches `target` (which must be in [1, weight of the whole set]). kw(i, &key, &w) returns false
 // for ids outside the set; this block sees ids [lo, hi). Four passes of 8 bits, weights summed
-// per digit in shared memory, then over the cluster.
+// per digit in shared memory, then over the cluster. A pass reads the block's chunk, or the list
+// when it holds every candidate of this block: with from_list, the list is the block's whole set
+// (and is left as it is); otherwise the second pass also lists the keys under the first digit,
+// and when they fit, the last two passes read only them. Either way each block counts the same
+// keys, so the result does not depend on which source a block reads.
 template <int C, class KW>
-__device__ u32 select_from_top(const KW& kw, int lo, int hi, u64 target, Smem& sm) {
+__device__ u32 select_from_top(const KW& kw, int lo, int hi, u64 target, Smem& sm, bool from_list = false) {
     const int lane = threadIdx.x & 31;
     u32 prefix = 0;
     u64 above = 0;                          // weight of keys above the current prefix's range
+    bool listed = from_list;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = threadIdx.x; b < kBins; b += kThreads) sm.hist[b] = 0;
+        const bool fill = !listed && shift == 16;
+        if (fill && threadIdx.x == 0) sm.n = 0;
         __syncthreads();
         const u32 hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-        for (int i0 = lo; i0 < hi; i0 += kThreads) {      // the same trip count for a whole warp
-            const int i = i0 + threadIdx.x;
-            u32 k = 0;
-            u64 w = 0;
-            const bool in = i < hi && kw(i, k, w) && w && (k & hi_mask) == prefix;
-            hist_add(sm.hist, (k >> shift) & 0xffu, w, in);
+        if (listed) {
+            const int n = sm.n;
+            for (int j0 = 0; j0 < n; j0 += kThreads) {        // the same trip count for a whole warp
+                const int j = j0 + threadIdx.x;
+                const u32 k = j < n ? sm.lkey[j] : 0u;
+                const u64 w = j < n ? sm.lw[j] : 0ull;
+                hist_add(sm.hist, (k >> shift) & 0xffu, w, j < n && w && (k & hi_mask) == prefix);
+            }
+        } else {
+            for (int i0 = lo; i0 < hi; i0 += kThreads) {
+                const int i = i0 + threadIdx.x;
+                u32 k = 0;
+                u64 w = 0;
+                const bool in = i < hi && kw(i, k, w) && w && (k & hi_mask) == prefix;
+                hist_add(sm.hist, (k >> shift) & 0xffu, w, in);
+                if (fill) list_append(sm, in, i, k, w);
+            }
         }
         const u64* g = sm.hist;
         if (C > 1) {
@@ -299,6 +345,7 @@ __device__ u32 select_from_top(const KW& kw, int lo, int hi, u64 target, Smem& s
         __syncthreads();
         prefix = (u32)sm.sh[0];
         above = sm.sh[1];
+        if (fill) listed = sm.n <= kList;   // read after the barrier above: every append is in
         __syncthreads();
     }
     return prefix;
@@ -339,7 +386,9 @@ __device__ __forceinline__ void chunk(int vocab, int& lo, int& hi) {
 
 template <int C>
 __device__ __forceinline__ void argmax_body(int* __restrict__ out, const float* __restrict__ logits, int vocab) {
-    __shared__ Smem sm;
+    __shared__ float sv[kWarps];
+    __shared__ int si[kWarps];
+    __shared__ u64 slot;
     const int row = blockIdx.x / C;
     const float* x = logits + (long long)row * vocab;
     int lo, hi;
@@ -350,7 +399,7 @@ __device__ __forceinline__ void argmax_body(int* __restrict__ out, const float* 
         const float l = x[i];
         take_better(v, idx, l != l ? neg_inf() : l, i);
     }
-    cluster_argmax<C>(v, idx, sm.sv, sm.si, &sm.slot);
+    cluster_argmax<C>(v, idx, sv, si, &slot);
     if (threadIdx.x == 0 && blockIdx.x % C == 0) out[row] = idx;
 }
 
@@ -394,15 +443,24 @@ __device__ __forceinline__ void sample_rows_body(
     float kth = neg_inf();
     if (k > 0 && k < vocab) kth = key_value(select_from_top<C>(TopKKeys{x}, lo, hi, (u64)k, sm));
 
-    // 3. S = sum of E over the top-k set
+    // 3. S = sum of E over the top-k set; with top-k on, the set (E > 0) is listed as well, and a
+    // block whose set fits reads only its list in the steps below (the same values either way)
     const TopPKeys tp{x, kth, lmax, t};
+    const bool try_list = k > 0 && k < vocab;
+    if (threadIdx.x == 0) sm.n = 0;
+    __syncthreads();
     u64 s = 0;
-    for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-        u32 key;
-        u64 w;
-        if (tp(i, key, w)) s += w;
+    for (int i0 = lo; i0 < hi; i0 += kThreads) {          // the same trip count for a whole warp
+        const int i = i0 + threadIdx.x;
+        u32 key = 0;
+        u64 w = 0;
+        const bool in = i < hi && tp(i, key, w);
+        if (in) s += w;
+        if (try_list) list_append(sm, in && w, i, key, w);
     }
-    s = cluster_sum<C>(block_sum(s, sm.sh), &sm.slot, &before);
+    s = cluster_sum<C>(block_sum(s, sm.sh), &sm.slot, &before);    // block_sum's barriers order the appends
+    const int n = sm.n;
+    const bool listed = try_list && n <= kList;
 
     // 4. top-p threshold in e; 5. min-p; both as one lower bound on e, at most 1 (the top token)
     float e_min = 0.f;
@@ -410,17 +468,22 @@ __device__ __forceinline__ void sample_rows_body(
     if (p < 1.f) {
         double want = ceil((double)p * (double)s);
         want = want < 1.0 ? 1.0 : (want > (double)s ? (double)s : want);
-        e_min = __uint_as_float(select_from_top<C>(tp, lo, hi, (u64)want, sm));
+        e_min = __uint_as_float(select_from_top<C>(tp, lo, hi, (u64)want, sm, listed));
     }
     e_min = fminf(fmaxf(e_min, min_p[row]), 1.f);
 
     // 6. draw: the first id whose prefix sum of kept E exceeds floor(u * K)
     u64 kept = 0;
-    for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-        const float l = x[i];
-        if (l >= kth) {
-            const float e = exp_rel(l, lmax, t);
-            if (e >= e_min) kept += fixed(e);
+    if (listed) {
+        for (int j = threadIdx.x; j < n; j += kThreads)
+            if (__uint_as_float(sm.lkey[j]) >= e_min) kept += sm.lw[j];
+    } else {
+        for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
+            const float l = x[i];
+            if (l >= kth) {
+                const float e = exp_rel(l, lmax, t);
+                if (e >= e_min) kept += fixed(e);
+            }
         }
     }
     u64 run;                                // kept mass of the chunks before this block's
@@ -428,6 +491,17 @@ __device__ __forceinline__ void sample_rows_body(
     const u64 u24 = philox::bits24(seed[row], (u32)position[row], philox::kSample, 0u);
     const u64 target = (__umul64hi(u24, kept) << 40) | ((u24 * kept) >> 24);   // floor(u24 * K / 2^24) < K
     if (leader) flags[row] = 0;
+    if (listed && n <= kListDraw) {
+        // a short list: each entry's kept mass below it in id order, by comparing every pair
+        if (run <= target && threadIdx.x < n && __uint_as_float(sm.lkey[threadIdx.x]) >= e_min) {
+            const int id = sm.lid[threadIdx.x];
+            u64 c = run;
+            for (int j = 0; j < n; ++j)
+                if (sm.lid[j] < id && __uint_as_float(sm.lkey[j]) >= e_min) c += sm.lw[j];
+            if (c <= target && target < c + sm.lw[threadIdx.x]) tokens[row] = id;   // one entry of the cluster
+        }
+        return;
+    }
     for (int base = lo; base < hi && run <= target; base += kTile) {
         u64 w[4];
         u64 mine = 0;

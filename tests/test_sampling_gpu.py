@@ -284,6 +284,28 @@ def test_blocks_per_row_agree(vocab):
 
 
 @gpu
+@pytest.mark.parametrize("blocks", [1, 8])
+def test_candidate_lists_at_their_edges(blocks):
+    """Kept sets just under and over what a block lists in shared memory (2048 entries; 256 for
+    the pairwise draw), and ties at the k-th value that overflow it: the same tokens as the
+    reference whichever source a block reads."""
+    import cupy
+    rng = np.random.default_rng(blocks + 40)
+    vocab = 151936
+    ks = [255, 256, 257, 2047, 2048, 2049, 5000, 16000]
+    x = rng.normal(0, 3, (len(ks) + 2, vocab)).astype(np.float32)
+    x[-2:] = np.round(x[-2:] * 0.5)                        # few distinct values: huge ties at the k-th
+    ks += [100, 3000]
+    params = [SamplingParams(temperature=1.0, top_k=k, top_p=float(rng.choice([1.0, 0.9])), min_p=0.0,
+                             seed=int(rng.integers(0, 2 ** 63))) for k in ks]
+    pos = rng.integers(0, 2 ** 31, len(ks)).tolist()
+    got = cupy.asnumpy(ops.sample_rows(cupy.asarray(x), params, pos, blocks_per_row=blocks)[0])
+    want, _ = ref.sample_rows(x, params, pos)
+    for r in range(len(ks)):
+        assert got[r] == want[r] or near_boundary(x[r], params[r], pos[r]), (r, ks[r], got[r], want[r])
+
+
+@gpu
 def test_batch_composition_independence():
     import cupy
     rng = np.random.default_rng(17)
