@@ -68,6 +68,34 @@ __device__ __forceinline__ void unpack(uint4 w, float* f) {
     unpack(w.x, f); unpack(w.y, f + 2); unpack(w.z, f + 4); unpack(w.w, f + 6);
 }
 
+// V rows j0 .. j0 + N - 1 of a tile, this lane's columns (`cell`: lane i holds position i's cell);
+// hidden positions and the tile's tail load nothing (their cells may hold anything)
+template <int N, class VT>
+__device__ __forceinline__ void load_v(VT (&vv)[N], const unsigned short* vb, int cell, u32 vmask, int j0,
+                                       long long cell_stride, int lane) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const int cj = __shfl_sync(kFull, cell, j0 + j);
+        vv[j] = (vmask >> (j0 + j)) & 1u ? __ldg(reinterpret_cast<const VT*>(vb + cj * cell_stride) + lane) : VT();
+    }
+}
+
+// acc[h] += p[j0 + j][h] * V row j0 + j, for the N rows in vv
+template <int N, int C, int HEADS, class VT>
+__device__ __forceinline__ void add_v(float (&acc)[HEADS][C], const VT (&vv)[N], const float (&p)[32][HEADS], int j0) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        float vf[C];
+        unpack(vv[j], vf);
+#pragma unroll
+        for (int h = 0; h < HEADS; ++h) {
+            const float ph = p[j0 + j][h];
+#pragma unroll
+            for (int c = 0; c < C; ++c) acc[h][c] = fmaf(ph, vf[c], acc[h][c]);
+        }
+    }
+}
+
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, off));
@@ -194,14 +222,9 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
         cell_next = tile + kWarps < t1 && pn < hi ? row[pn] : 0;
         if (vmask == 0) continue;
 
-        // the V rows of the tile's first VPRE positions do not depend on the scores: in flight
-        // with K (hidden positions and the tile's tail load nothing; their cells may hold anything)
+        // the V rows of the tile's first VPRE positions do not depend on the scores: in flight with K
         VT vpre[VPRE];
-#pragma unroll
-        for (int j = 0; j < VPRE; ++j) {
-            const int cj = __shfl_sync(kFull, cell, j);
-            vpre[j] = (vmask >> j) & 1u ? __ldg(reinterpret_cast<const VT*>(vb + cj * cell_stride) + lane) : VT();
-        }
+        load_v(vpre, vb, cell, vmask, 0, cell_stride, lane);
         float s[HEADS];
 #pragma unroll
         for (int h = 0; h < HEADS; ++h) s[h] = 0.f;
@@ -244,37 +267,12 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
             for (int c = 0; c < C; ++c) acc[h][c] *= alpha;
         }
         __syncwarp();
-#pragma unroll
-        for (int j = 0; j < VPRE; ++j) {
-            float vf[C];
-            unpack(vpre[j], vf);
-#pragma unroll
-            for (int h = 0; h < HEADS; ++h) {
-                const float ph = sp[warp][j][h];
-#pragma unroll
-                for (int c = 0; c < C; ++c) acc[h][c] = fmaf(ph, vf[c], acc[h][c]);
-            }
-        }
+        add_v(acc, vpre, sp[warp], 0);
         const int ntile = end - base;
         for (int j0 = VPRE; j0 < ntile; j0 += VB) {
             VT vv[VB];
-#pragma unroll
-            for (int j = 0; j < VB; ++j) {
-                const int cj = __shfl_sync(kFull, cell, j0 + j);
-                vv[j] = (vmask >> (j0 + j)) & 1u ? __ldg(reinterpret_cast<const VT*>(vb + cj * cell_stride) + lane)
-                                                 : VT();
-            }
-#pragma unroll
-            for (int j = 0; j < VB; ++j) {
-                float vf[C];
-                unpack(vv[j], vf);
-#pragma unroll
-                for (int h = 0; h < HEADS; ++h) {
-                    const float ph = sp[warp][j0 + j][h];
-#pragma unroll
-                    for (int c = 0; c < C; ++c) acc[h][c] = fmaf(ph, vf[c], acc[h][c]);
-                }
-            }
+            load_v(vv, vb, cell, vmask, j0, cell_stride, lane);
+            add_v(acc, vv, sp[warp], j0);
         }
         __syncwarp();                                 // sp is rewritten by the next tile
     }
