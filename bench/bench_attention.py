@@ -38,7 +38,8 @@ def torch_or_none():
         return None
 
 
-def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep):
+def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
+             mma: bool = False):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -68,14 +69,20 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     # (B=8 ctx=8192 on the H200: cudaErrorInvalidAddressSpace).
     cupy.cuda.Device().synchronize()
 
-    def launch(i, force=None):
+    def launch(i, force=None, kernel="simt"):
         ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, scale,
-                      out=outs[i], workspace=work, force_splits=force)
+                      out=outs[i], workspace=work, force_splits=force, kernel=kernel)
+    mma_us = mma_nmse = None
+    if mma:                                               # the tensor-core kernel first: outs[0] ends as simt's
+        mma_us = time_us(lambda i: launch(i, kernel="mma"), sets, launches, reps)[0]
+        rows0 = sorted({0, b - 1})
+        mma_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
                torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None,
-               nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None)
+               nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
+               mma_us=mma_us, mma_nmse_vs_exact=mma_nmse)
     for s in splits_sweep:
         row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
@@ -92,7 +99,57 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
              f" NMSE {row['nmse_vs_torch']:.1e} (SDPA vs exact {row['torch_nmse_vs_exact']:.1e}, {row['torch_backend']})"
              if row["torch_us"] else "")
           + f" | kernel vs exact (seqs 0, B-1) {row['nmse_vs_exact']:.1e}, non-finite {row['nonfinite_out']}"
+          + (f" | mma: {mma_us:.1f} us, vs exact {mma_nmse:.1e}" if mma else "")
           + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
+    return row
+
+
+def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool) -> dict:
+    """Causal attention of one T-token prompt over its own T cells (scattered), Qwen3-8B heads:
+    TFLOP/s counting the causal half (2 T^2 q_heads D multiply-adds), both kernels and SDPA
+    (is_causal, contiguous bf16 copies) in the same run, and each against SDPA's output."""
+    import cupy
+    cells = t + 1
+    k_pool = cupy.asarray((rng.standard_normal((cells, HKV, D)).astype(np.float32).view(np.uint32) >> 16)
+                          .astype(np.uint16))
+    v_pool = cupy.asarray((rng.standard_normal((cells, HKV, D)).astype(np.float32).view(np.uint32) >> 16)
+                          .astype(np.uint16))
+    table = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32)[None, :])
+    seq_lens = cupy.asarray([t], np.int32)
+    tok_seq = cupy.zeros(t, np.int32)
+    tok_pos = cupy.arange(t, dtype=cupy.int32)
+    q = cupy.asarray(rng.normal(0, 1, (t, HQ, D)).astype(np.float32))
+    out = cupy.empty((t, HQ, D), np.float32)
+    scale = D ** -0.5
+    flops = 2.0 * t * t * HQ * D                          # causal half of 2 matmuls of 2 flops per MAC
+    cupy.cuda.Device().synchronize()
+    row = {"prefill": t}
+    results = {}
+    for kernel in ("simt", "mma") if mma else ("simt",):
+        us = time_us(lambda i, kernel=kernel: ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos,
+                                                            scale, out=out, kernel=kernel), 1, launches, reps)[0]
+        results[kernel] = out.copy()
+        row[f"{kernel}_us"], row[f"{kernel}_tflops"] = us, flops / us / 1e6
+    if torch is not None:
+        import torch.nn.functional as F
+        dense = [torch.from_dlpack(cupy.ascontiguousarray(pool[table[0]].transpose(1, 0, 2))).view(torch.bfloat16)
+                 [None] for pool in (k_pool, v_pool)]                  # (1, 8, T, D)
+        tq = torch.from_dlpack(q).to(torch.bfloat16).permute(1, 0, 2)[None].contiguous()   # (1, 32, T, D)
+
+        def sdpa(i):
+            with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
+                return F.scaled_dot_product_attention(tq, dense[0], dense[1], scale=scale, is_causal=True,
+                                                      enable_gqa=True)
+        torch.cuda.synchronize()
+        ref = cupy.from_dlpack(sdpa(0).float()[0].permute(1, 0, 2).contiguous())
+        us = time_us(sdpa, 1, launches, reps)[0]
+        row["torch_us"], row["torch_tflops"] = us, flops / us / 1e6
+        for kernel, got in results.items():
+            row[f"{kernel}_nmse_vs_torch"] = nmse(cupy, got, ref)
+    print(f"attention prefill T={t:<5d} | " + " | ".join(
+        f"{k}: {row[k + '_us']:9.1f} us {row[k + '_tflops']:6.1f} TFLOP/s" for k in ("simt", "mma", "torch")
+        if k + "_us" in row) + "".join(f" | {k} vs SDPA {row[k + '_nmse_vs_torch']:.1e}" for k in results
+                                        if k + "_nmse_vs_torch" in row), flush=True)
     return row
 
 
@@ -185,12 +242,19 @@ def markdown(meta, rows) -> str:
     lines = [f"# attention decode — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
              f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, scattered cells). "
              f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run.", "",
-             "| batch | context | splits | µs | K+V TB/s | of copy | torch SDPA µs | torch TB/s |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+             "| batch | context | splits | µs | K+V TB/s | of copy | torch SDPA µs | torch TB/s | mma kernel µs |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in (r for r in rows if "prefill" not in r):
         t = f"{r['torch_us']:.1f} | {r['torch_gbps'] / 1e3:.2f}" if r["torch_us"] else "– | –"
         lines.append(f"| {r['batch']} | {r['context']} | {r['splits']} | {r['us']:.1f} | {r['kv_gbps'] / 1e3:.2f} | "
-                     f"{100 * r['of_copy']:.0f}% | {t} |")
+                     f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |"))
+    pre = [r for r in rows if "prefill" in r]
+    if pre:
+        lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
+                  "| T | simt µs | TFLOP/s | mma µs | TFLOP/s | torch SDPA µs | TFLOP/s |", "|---|---|---|---|---|---|---|"]
+        for r in pre:
+            cell = lambda k: f"{r[k + '_us']:.1f} | {r[k + '_tflops']:.1f}" if k + "_us" in r else "– | –"  # noqa: E731
+            lines.append(f"| {r['prefill']} | {cell('simt')} | {cell('mma')} | {cell('torch')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -202,6 +266,8 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--mma", action="store_true", help="time the tensor-core kernel (kernel='mma') beside")
+    ap.add_argument("--prefill", default="", help="comma-separated prompt lengths for causal prefill cases")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
     import cupy
@@ -217,10 +283,13 @@ def main(argv=None) -> int:
             if not fits(b, ctx, torch):
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
-            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep))
+            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()
+    for t in (int(x) for x in args.prefill.split(",")) if args.prefill else ():
+        rows.append(prefill_case(t, rng, args.launches, args.reps, torch, args.mma))
+        cupy.get_default_memory_pool().free_all_blocks()
     if args.out:
         write_results(args.out, meta, rows, markdown(meta, rows))
     return 0

@@ -351,3 +351,165 @@ def test_bench_exact_arbiter_matches_reference_cpu():
     assert nmse(np, np.zeros_like(got), got) == 1.0
     assert math.isinf(nmse(np, got, np.zeros_like(got)))
     assert math.isnan(nmse(np, np.full_like(got, np.inf), got))
+
+
+# -- the tensor-core kernel: attention(kernel="mma"), attn_mma_kernel in attention_mma.cu --
+# It rounds q (times scale * log2 e) and the softmax weights P to bf16 before the mma. Emulated on
+# these inputs (tests/test_attention_mma_frag.py, test_bf16_rounding_error_is_inside_the_gpu_budget)
+# that costs NMSE 2e-6 .. 7e-6; the budget is ~7x the worst. A wrong cell, position, mask or
+# row gives 1e-3 or worse.
+MMA_NMSE_BUDGET = 5e-5
+
+
+def run_mma(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, softcap=0.0, visible=None,
+            force_splits=None, device_index=True):
+    """(attention(kernel="mma") with out and workspace poisoned with NaN, reference output)."""
+    import cupy
+    d = q.shape[2]
+    scale = d ** -0.5
+    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, scale,
+                        window, softcap, visible)
+    idx = [table, seq_lens, tok_seq, tok_pos]
+    if device_index:
+        idx = [cupy.asarray(a) for a in idx]
+    out = cupy.full(q.shape, np.nan, dtype=cupy.float32)
+    work = cupy.full(workspace_size(q.shape[0], q.shape[1], d), np.nan, dtype=cupy.float32)
+    vis = None if visible is None else cupy.asarray(visible)
+    ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), *idx, scale, window, softcap,
+                  vis, out=out, workspace=work, force_splits=force_splits, kernel="mma")
+    return cupy.asnumpy(out), ref
+
+
+def assert_mma_close(got, ref, what):
+    assert np.isfinite(got).all(), what
+    e = nmse(got, ref)
+    assert e < MMA_NMSE_BUDGET, (what, e)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("length", [1, 7, 511, 512, 513, 4095])
+@pytest.mark.parametrize("per_seq", [1, 16])
+def test_mma_lengths(d, length, per_seq):
+    """Decode (one token a sequence: 16-row blocks, split) and prefill-shaped steps (16 tokens a
+    sequence: 64-row blocks, causal inside the step's own tokens)."""
+    rng = np.random.default_rng(length * 1000 + d + per_seq)
+    step = make_step(rng, [length, length], 8, 2, d, per_seq=min(per_seq, length))
+    got, ref = run_mma(*step)
+    assert_mma_close(got, ref, (d, length, per_seq))
+
+
+@gpu
+def test_mma_long_context():
+    rng = np.random.default_rng(11)
+    step = make_step(rng, [32768], 32, 8, 128)
+    got, ref = run_mma(*step, device_index=False)
+    assert_mma_close(got, ref, "32k")
+    got, ref = run_mma(*step)
+    assert_mma_close(got, ref, "32k device tables")
+
+
+@gpu
+@pytest.mark.parametrize("per_seq", [1, 3])
+def test_mma_mixed_batch(per_seq):
+    """Eight sequences of mixed lengths; with three tokens each the 64-row blocks hold tokens of
+    several sequences (one pass per sequence)."""
+    rng = np.random.default_rng(12 + per_seq)
+    lens = [1, 7, 33, 511, 512, 513, 2000, 64]
+    got, ref = run_mma(*make_step(rng, lens, 32, 8, 128, per_seq=per_seq))
+    assert_mma_close(got, ref, ("mixed", per_seq))
+
+
+@gpu
+@pytest.mark.parametrize("splits", [1, 2, 3, 31, 200])
+def test_mma_forced_splits(splits):
+    rng = np.random.default_rng(20 + splits)
+    got, ref = run_mma(*make_step(rng, [1000, 37], 8, 2, 128), force_splits=splits)
+    assert_mma_close(got, ref, splits)
+
+
+@gpu
+@pytest.mark.parametrize("q_heads,kv_heads", [(4, 4), (9, 3), (20, 2), (7, 1), (32, 1), (128, 1)])
+@pytest.mark.parametrize("per_seq", [1, 8])
+def test_mma_gqa_groups(q_heads, kv_heads, per_seq):
+    """Groups 1, 3, 7, 10, 32 and 128: padded rows, several tokens a block, head chunks."""
+    rng = np.random.default_rng(q_heads * 10 + kv_heads + per_seq)
+    got, ref = run_mma(*make_step(rng, [300, 1500], q_heads, kv_heads, 64, per_seq=per_seq))
+    assert_mma_close(got, ref, (q_heads, kv_heads, per_seq))
+
+
+@gpu
+@pytest.mark.parametrize("length", [511, 512, 513, 3000])
+@pytest.mark.parametrize("d,per_seq", [(64, 4), (256, 1), (128, 70)])
+def test_mma_sliding_window(length, d, per_seq):
+    rng = np.random.default_rng(length + d + per_seq)
+    step = make_step(rng, [length, length + 1], 8, 4, d, per_seq=per_seq)
+    got, ref = run_mma(*step, window=512)
+    assert_mma_close(got, ref, ("window", length, d, per_seq))
+
+
+@gpu
+def test_mma_softcap():
+    rng = np.random.default_rng(21)
+    q, *rest = make_step(rng, [1200], 8, 2, 256, per_seq=5)
+    got, ref = run_mma(q * 8, *rest, softcap=5.0)
+    assert_mma_close(got, ref, "softcap")
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_mma_visible_mask_with_hidden_row(d):
+    rng = np.random.default_rng(22 + d)
+    step = make_step(rng, [40, 1300], 8, 2, d, per_seq=5)
+    t, width = step[0].shape[0], step[3].shape[1]
+    visible = rng.random((t, width)) < 0.3
+    visible[2] = False                                      # sees nothing: zeros, not NaN
+    visible[6, :] = False
+    visible[6, 1299] = True
+    got, ref = run_mma(*step, visible=visible.astype(np.uint8))
+    assert (got[2] == 0).all()
+    assert_mma_close(got, ref, "visible")
+
+
+@gpu
+def test_mma_all_hidden_splits_give_zeros():
+    rng = np.random.default_rng(23)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [3000, 5], 8, 2, 128)
+    seq_lens[1] = 0
+    got, ref = run_mma(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)
+    assert (got[1] == 0).all()
+    assert_mma_close(got, ref, "empty")
+
+
+@gpu
+@pytest.mark.parametrize("per_seq", [1, 4])
+def test_mma_q8_codes(per_seq):
+    """q8=True: the output is the same, and its int8 codes are those of quantize32 (gpu_rounding)
+    applied to that output, bit for bit (q8_lane in the epilogue, as in attn_kernel)."""
+    import cupy
+    from gpu_rounding import q8_blocks
+    rng = np.random.default_rng(24 + per_seq)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [700, 300], 32, 8, 128, per_seq=per_seq)
+    args = (cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(table),
+            cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), 128 ** -0.5)
+    res = ops.attention(*args, q8=True, kernel="mma")
+    plain = cupy.asnumpy(ops.attention(*args, kernel="mma"))
+    if not hasattr(res, "q"):
+        pytest.skip("no codes made for this shape (wants_q8)")
+    np.testing.assert_array_equal(cupy.asnumpy(res.x), plain)
+    codes, d, sums = q8_blocks(plain.reshape(plain.shape[0], -1))
+    np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
+    np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(d.shape), d)
+    np.testing.assert_array_equal(cupy.asnumpy(res.s).reshape(sums.shape), sums)
+
+
+def test_mma_plan_cpu():
+    """The mma route's block shapes: decode steps 16-row blocks split over positions; wider steps
+    64-row blocks of 64 // group tokens, unsplit; forced splits take one token a block."""
+    from glimmer_cupy.ops.attention import mma_plan
+    assert mma_plan(1, 1, 4, 32768, 8, 132) == (1, 1, 1, 33)
+    assert mma_plan(8, 8, 4, 32768, 8, 132) == (1, 1, 1, 4)
+    assert mma_plan(2048, 1, 4, 2048, 8, 132) == (4, 16, 1, 1)
+    assert mma_plan(1, 1, 32, 1000, 1, 132) == (1, 1, 2, 16)
+    assert mma_plan(64, 2, 128, 1000, 1, 132) == (4, 1, 2, 2)
+    assert mma_plan(64, 2, 4, 1000, 8, 132, force_splits=3) == (4, 1, 1, 3)

@@ -55,6 +55,51 @@ def _kernel(expr: str):
     return get_kernel("attention", expr, name_expressions=_EXPRS)
 
 
+# The tensor-core kernel (attention_mma.cu, attn_mma_kernel<D, MW>): a block of 4 warps takes
+# M = 16 MW query rows, (token, query head) pairs of one kv head. MW = 1 (16 rows, the group
+# padded) for steps of at most one token per sequence, split over the positions like attn_kernel
+# but in tiles of MMA_TILE; MW = 4 (64 rows: 64 // group tokens of a group) otherwise, unsplit.
+# Not yet measured on a GPU: the split rule reuses n_splits' one wave of MMA_BLOCKS_PER_SM.
+_MMA_EXPRS = tuple(f"attn_mma_kernel<{d}, {mw}>" for d in HEAD_DIMS for mw in (1, 4))
+MMA_TILE = 64                                # positions per K/V tile (kTile)
+MMA_BLOCKS_PER_SM = 2
+
+
+def mma_smem(d: int, mw: int) -> int:
+    """Dynamic shared memory of attn_mma_kernel<d, mw>: Q rows, then K and V of two stages."""
+    return (16 * mw + 4 * MMA_TILE) * (d + 8) * 2
+
+
+@cache
+def _mma_kernel(d: int, mw: int):
+    kern = get_kernel("attention_mma", f"attn_mma_kernel<{d}, {mw}>", name_expressions=_MMA_EXPRS)
+    kern.fn.max_dynamic_shared_size_bytes = mma_smem(d, mw)            # above the default 48 KB
+    return kern
+
+
+def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int, sms: int = 132,
+             force_splits: int | None = None) -> tuple[int, int, int, int]:
+    """(mw, tokens per block, head chunks, splits) of attn_mma_kernel for a step of t tokens over
+    n_seqs sequences: decode-shaped steps (t <= n_seqs) one token a block, split over positions;
+    others 64 // group tokens a block, one split (a block of tokens from several sequences runs
+    one pass per sequence, so the choice never changes the result)."""
+    mw = 1 if t <= n_seqs else 4
+    m = 16 * mw
+    hpb = min(group, m)
+    chunks = -(-group // hpb)
+    tpb = 1 if chunks > 1 or mw == 1 else m // hpb
+    if force_splits:
+        splits = int(force_splits)
+    elif tpb == 1:
+        want = MMA_BLOCKS_PER_SM * sms // max(t * units_per_token * chunks, 1)
+        splits = max(1, min(want, -(-max_len // MMA_TILE), MAX_SPLITS))
+    else:
+        splits = 1
+    if splits > 1:
+        tpb = 1
+    return mw, tpb, chunks, splits
+
+
 @cache
 def _counters(device_id: int):
     import cupy
@@ -154,7 +199,7 @@ def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window
 
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
-              force_splits: int | None = None, q8: bool = False):
+              force_splits: int | None = None, q8: bool = False, kernel: str = "simt"):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -165,7 +210,11 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_splits (benchmarks only) replaces the split rule's count.
     q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
     return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
+    kernel: "simt" (attn_kernel, CUDA cores) or "mma" (attn_mma_kernel, tensor cores: q and the
+    softmax weights rounded to bf16, NMSE ~5e-6 against the reference; not yet the default).
     """
+    if kernel not in ("simt", "mma"):
+        raise fail("attention", "kernel", '"simt" or "mma"', repr(kernel))
     if is_host(q):
         return host_result(ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
                                          window, softcap, visible), out)
@@ -191,6 +240,9 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     if t == 0:
         return out
     group = hq // hkv
+    if kernel == "mma":
+        return _attention_mma(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale, window, softcap,
+                              visible, out, workspace, force_splits, q8, host_len)
     heads = head_chunk(group)
     chunks = -(-group // heads)
     max_len = width if host_len is None else host_len
@@ -223,4 +275,51 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
          tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
          np.int32(window), np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs))
+    return with_codes(out, codes)
+
+
+def _attention_mma(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale, window, softcap, visible,
+                   out, workspace, force_splits, q8, host_len):
+    """attention(kernel="mma") after attention's checks: index arrays on the device, out allocated."""
+    import cupy
+
+    op = "attention"
+    t, hq, d = q.shape
+    hkv = k_pool.shape[1]
+    s, width = cell_table.shape
+    group = hq // hkv
+    max_len = width if host_len is None else host_len
+    if window and visible is None:
+        max_len = min(max_len, int(window))
+    mw, tpb, chunks, splits = mma_plan(t, s, group, max_len, hkv, _sm_count(), force_splits)
+    if not 1 <= splits <= 65535:
+        raise fail(op, "force_splits", "1..65535", splits)
+    blocks_z = -(-t // tpb)
+    if blocks_z > 65535:
+        raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
+    if splits > 1:
+        n_acc, need = splits * t * hq * d, workspace_size(t, hq, d, splits)
+        if workspace is None:
+            workspace = cupy.empty(need, dtype=cupy.float32)
+        check(workspace, op, "workspace", dtypes=(F32,), ndim=1, like=q)
+        if workspace.size < need:
+            raise fail(op, "workspace", f"at least {need} float32 for {splits} splits", workspace.size)
+        part_acc, part_ml = workspace[:n_acc], workspace[n_acc:need]
+        if t * hkv * chunks > COUNTERS:
+            raise fail(op, "q", f"at most {COUNTERS} (token, kv head) pairs in a step that splits",
+                       f"{t * hkv * chunks} ({t} tokens, {splits} splits)")
+    else:
+        part_acc = part_ml = out
+    q_scale = scale if softcap else scale * LOG2E
+    softcap_log2 = softcap * LOG2E if softcap else 0.0
+    inv_softcap = 1.0 / softcap if softcap else 0.0
+    vis = visible if visible is not None else np.uint64(0)
+    codes = q8_buffers(t, hq * d) if q8 and wants_q8(t, hq * d, True) else None
+    qargs = codes if codes is not None else NO_CODES
+    _mma_kernel(d, mw)(
+        (splits, hkv * chunks, blocks_z), (128,),
+        (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
+         tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
+         np.int32(window), np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs),
+        shared_mem=mma_smem(d, mw))
     return with_codes(out, codes)

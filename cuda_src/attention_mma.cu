@@ -1,0 +1,413 @@
+// attention_mma.cu — attention over the KV cell pool on tensor cores (mma.sync m16n8k16 bf16).
+//
+// The same inputs, outputs and visibility rules as attn_kernel (attention.cu; the NumPy spec is
+// glimmer_cupy/reference/attention.py), the same argument list, the same split partials and
+// "last block merges" counters, the same optional int8 codes of the output (q8.cuh).
+// NOT YET RUN ON A GPU: compiled for sm_90 (no spills) and its fragment arithmetic checked on the
+// CPU (tests/test_attention_mma_frag.py, through attention_mma_frag.cuh).
+//
+// attn_mma_kernel<D, MW>  a block of 4 warps handles M = 16 MW query rows of one kv head: the rows
+//     are (token, query head) pairs, hpb = min(group, M) heads of the GQA group (head chunk
+//     blockIdx.y % head_chunks) times the tpb = ceil(n_tok / gridDim.z) consecutive tokens from
+//     blockIdx.z * tpb (ops picks tpb so that tpb * hpb <= M; rows past that are padding, q = 0).
+//     Decode: MW = 1, one token, the group padded to 16 rows; prefill: MW = 4, 64 rows.
+//   The block walks K/V tiles of 64 positions of its tokens' sequence: 128 threads gather a
+//     tile's K and V rows from the pool through the cell table with cp.async (16-byte pieces, a
+//     row's D * 2 bytes contiguous; positions past the range are zero-filled, never read) into
+//     shared memory, two stages: tile i + 1 is in flight while tile i is multiplied.
+//   Warp w = (mw, kw): rows 16 mw .. 16 mw + 15 of the block, positions kw * NW .. of each tile,
+//     NW = 64 / KW with KW = 4 / MW warps along positions (decode: 16 positions a warp; prefill:
+//     all 64). S = Q K^T by mma (Q as bf16 in shared memory, pre-scaled; Q and K fragments by
+//     ldmatrix); masking (window / causal / visible / range), softcap, online softmax per row in
+//     registers (row max over the quad of lanes that hold the row); P as bf16 A fragments straight
+//     from S's registers; O += P V by mma (V fragments by ldmatrix.trans). A lane holds rows g and
+//     g + 8 of its warp's 16 (lane = 4 g + t), columns 2t, 2t + 1 of each 8-wide n-tile of S and O.
+//   End: the KW warps of a row group merge (m, l, O) in shared memory (the stage buffers); warp w
+//     then takes rows w, w + 4, ..., lane C = D / 32 consecutive columns (q8_lane's layout).
+//   Split-K (flash-decoding): blockIdx.x cuts the visible range into runs of whole tiles exactly as
+//     attn_kernel's Span does with tiles of 64; with more than one block of work each writes a
+//     partial, and the last block to count itself done on the (token, kv head x head chunk)
+//     counter merges the partials in split order and resets the counter. ops launches splits > 1
+//     only with one token per block.
+//   Tokens of one block from different sequences (a batch of decodes packed several to a block)
+//     are handled by one pass over the tiles per distinct sequence, the other rows masked.
+//   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128,)
+//   dynamic shared memory: attn_mma_smem(D, MW) bytes = (M + 4 * 64) rows of D + 8 bf16.
+// Scores live in the log2 domain as in attention.cu (q pre-multiplied by scale * log2 e, or by
+// scale under a softcap whose factor carries log2 e). Error against the float64 reference: q and
+// P rounded to bf16 (K and V are bf16 already); see tests/test_attention_gpu.py for the budget.
+
+#include "attention_mma_frag.cuh"
+#include "pdl.cuh"
+#include "q8.cuh"
+
+#define kNegInfM (-__int_as_float(0x7f800000))
+
+namespace amma {
+
+constexpr int kThreads = 128;
+constexpr int kTile = 64;                     // positions per K/V tile
+constexpr u32 kAll = 0xffffffffu;
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared through L2 only; n = 0 fills zeros and reads nothing
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+// c += a b (16 x 16 bf16 by 16 x 8 bf16, float accumulators)
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(kAll, x, 1));
+    return fmaxf(x, __shfl_xor_sync(kAll, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(kAll, x, 1);
+    return x + __shfl_xor_sync(kAll, x, 2);
+}
+__device__ __forceinline__ float warp_max_(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kAll, x, off));
+    return x;
+}
+__device__ __forceinline__ float warp_sum_(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kAll, x, off);
+    return x;
+}
+
+// the positions [lo, hi) a token at `pos` of a sequence of `len` may see (visible: all of them,
+// the mask decides per position)
+__device__ __forceinline__ void token_range(int len, int pos, bool masked, int window, int& lo, int& hi) {
+    lo = 0;
+    hi = len;
+    if (!masked) {
+        hi = min(len, pos + 1);
+        if (window > 0) lo = max(0, pos - window + 1);
+    }
+}
+
+}  // namespace amma
+
+// bytes of dynamic shared memory: Q (M rows), then K and V of two stages (64 rows each)
+#define ATTN_MMA_SMEM(D, MW) ((16 * (MW) + 4 * 64) * ((D) + 8) * 2)
+
+template <int D, int MW>
+__global__ void __launch_bounds__(amma::kThreads, MW == 1 ? 2 : 1)
+attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
+                const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
+                const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
+                const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
+                int head_chunks, int window, float q_scale, float softcap_log2, float inv_softcap,
+                int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+    pdl_wait();
+    using namespace amma;
+    constexpr int M = 16 * MW;                        // query rows of the block
+    constexpr int KW = 4 / MW;                        // warps along a tile's positions
+    constexpr int NW = kTile / KW;                    // positions per warp per tile
+    constexpr int NT = NW / 8;                        // n-tiles of S per warp
+    constexpr int NO = D / 8;                         // n-tiles of O per warp
+    constexpr int RS = D + kRowPad;                   // shared row stride (bf16 values)
+    constexpr int C = D / 32;                         // output columns per lane in the epilogue
+    static_assert(NT % 2 == 0 && D % 64 == 0, "whole k-steps");
+    extern __shared__ __align__(16) unsigned short smem[];
+    unsigned short* sQ = smem;
+    unsigned short* sK = smem + M * RS;               // [stage][64][RS]
+    unsigned short* sV = sK + 2 * kTile * RS;
+    __shared__ int s_seq[M], s_pos[M], s_lo[M], s_hi[M];
+    __shared__ int last;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int mw = warp / KW, kw = warp % KW;
+    const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
+    const int group = q_heads / kv_heads;
+    const int hpb = min(group, M);                    // heads of the group per block
+    const int tpb = (n_tok + (int)gridDim.z - 1) / (int)gridDim.z;
+    const int t0 = (int)blockIdx.z * tpb;
+    const int ntb = min(tpb, n_tok - t0);             // tokens of this block
+    if (ntb <= 0) return;
+    const int h0 = kvh * group + hc * hpb;            // first query head of this block's rows
+    const int nh = min(hpb, group - hc * hpb);        // heads past nh are padding
+    const bool masked = visible != nullptr;
+    const long long cell_stride = (long long)kv_heads * D;
+    const unsigned short* kb = k_pool + (long long)kvh * D;
+    const unsigned short* vb = v_pool + (long long)kvh * D;
+    const int rows = n_tok * q_heads;
+
+    for (int i = tid; i < ntb; i += kThreads) {
+        const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
+        int lo, hi;
+        token_range(seq_lens[sq], p, masked, window, lo, hi);
+        s_seq[i] = sq;
+        s_pos[i] = p;
+        s_lo[i] = lo;
+        s_hi[i] = hi;
+    }
+    // Q rows (token r / hpb, head r % hpb) scaled, as bf16
+    for (int i = tid; i < M * D / 2; i += kThreads) {
+        const int r = i / (D / 2), d = 2 * (i % (D / 2));
+        const int ti = r / hpb, hh = r % hpb;
+        float a = 0.f, b = 0.f;
+        if (ti < ntb && hh < nh) {
+            const float2 v = *reinterpret_cast<const float2*>(q + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + d);
+            a = v.x * q_scale;
+            b = v.y * q_scale;
+        }
+        *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(a, b);
+    }
+    __syncthreads();
+
+    // this lane's rows g and g + 8 of its warp: token index in the block (-1: padding)
+    int rtok[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = 16 * mw + (lane >> 2) + 8 * i;
+        rtok[i] = r / hpb < ntb && r % hpb < nh ? r / hpb : -1;
+    }
+    float o[NO][4], m[2] = {kNegInfM, kNegInfM}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    int active = 1;                                   // blocks with work (split mode: one pass)
+    for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
+        const int seq = s_seq[pi];
+        bool seen = false;
+        for (int j = 0; j < pi; ++j) seen |= s_seq[j] == seq;
+        if (seen) continue;
+        int LO = 0x7fffffff, HI = 0;
+        for (int j = pi; j < ntb; ++j)
+            if (s_seq[j] == seq && s_hi[j] > s_lo[j]) {
+                LO = min(LO, s_lo[j]);
+                HI = max(HI, s_hi[j]);
+            }
+        if (HI == 0) LO = 0;                          // nothing visible: no tiles
+        const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
+        const int per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
+        active = max(1, (tiles + per - 1) / per);
+        if ((int)blockIdx.x >= active) return;        // split mode only (one token): no partial
+        const int tb = (int)blockIdx.x * per, te = min(tiles, tb + per);
+        const int* crow = cell_table + (long long)seq * table_width;
+        // this lane's rows in this pass: their range (empty for rows of other sequences or padding)
+        int rlo[2], rhi[2];
+        const unsigned char* rvis[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const bool act = rtok[i] >= 0 && s_seq[rtok[i]] == seq;
+            rlo[i] = act ? s_lo[rtok[i]] : 0;
+            rhi[i] = act ? s_hi[rtok[i]] : 0;
+            rvis[i] = masked && act ? visible + (long long)(t0 + rtok[i]) * table_width : nullptr;
+        }
+
+        auto load = [&](int tile, int st) {
+            const int base = LO + kTile * tile;
+            const u32 dk = smem_u32(sK + st * kTile * RS), dv = smem_u32(sV + st * kTile * RS);
+#pragma unroll 4
+            for (int k = 0; k < kTile * D / 8 / kThreads; ++k) {
+                const RowCol pc = piece<D>(tid + k * kThreads);
+                const int p = base + pc.row;
+                const bool ok = p < HI;
+                const long long off = (ok ? (long long)crow[p] * cell_stride : 0) + pc.col;
+                const u32 so = 2 * at<D>(pc.row, pc.col);
+                cp_async16(dk + so, kb + off, ok ? 16 : 0);
+                cp_async16(dv + so, vb + off, ok ? 16 : 0);
+            }
+            cp_commit();
+        };
+
+        if (tb < te) load(tb, 0);
+        for (int tile = tb; tile < te; ++tile) {
+            const int st = (tile - tb) & 1;
+            if (tile + 1 < te) {
+                load(tile + 1, st ^ 1);
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            __syncthreads();
+            const int pb = LO + kTile * tile + kw * NW;   // the warp's first position
+            bool need = false;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) need |= pb < rhi[i] && pb + NW > rlo[i];
+            if (__any_sync(kAll, need)) {
+                const unsigned short* tK = sK + st * kTile * RS + kw * NW * RS;
+                const unsigned short* tV = sV + st * kTile * RS + kw * NW * RS;
+                float s[NT][4];
+#pragma unroll
+                for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+                for (int ks = 0; ks < D / 16; ++ks) {
+                    u32 a[4];
+                    const RowCol qa = q_addr(lane, ks);
+                    ldsm_x4(a, smem_u32(sQ + at<D>(16 * mw + qa.row, qa.col)));
+#pragma unroll
+                    for (int np = 0; np < NT / 2; ++np) {
+                        u32 b[4];
+                        const RowCol ka = k_addr(lane, np, ks);
+                        ldsm_x4(b, smem_u32(tK + at<D>(ka.row, ka.col)));
+                        mma_bf16(s[2 * np], a, b[0], b[1]);
+                        mma_bf16(s[2 * np + 1], a, b[2], b[3]);
+                    }
+                }
+                // mask (range, causal, window, visible), softcap
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int i = c >> 1, p = pb + 8 * n + c_col(lane, c);
+                        bool vis = p >= rlo[i] && p < rhi[i];
+                        if (vis && rvis[i] != nullptr) vis = rvis[i][p] != 0;
+                        const float v = softcap_log2 > 0.f ? softcap_log2 * tanhf(s[n][c] * inv_softcap) : s[n][c];
+                        s[n][c] = vis ? v : kNegInfM;
+                    }
+                float mx[2];
+                tile_max<NT>(s, mx);
+                mx[0] = quad_max(mx[0]);
+                mx[1] = quad_max(mx[1]);
+                u32 p[NT / 2][4];
+                update<NT, NO>(s, mx, m, l, o, p);
+#pragma unroll
+                for (int ks = 0; ks < NT / 2; ++ks)
+#pragma unroll
+                    for (int dp = 0; dp < D / 16; ++dp) {
+                        u32 b[4];
+                        const RowCol va = v_addr(lane, ks, dp);
+                        ldsm_x4_t(b, smem_u32(tV + at<D>(va.row, va.col)));
+                        mma_bf16(o[2 * dp], p[ks], b[0], b[1]);
+                        mma_bf16(o[2 * dp + 1], p[ks], b[2], b[3]);
+                    }
+            }
+            __syncthreads();                          // the stage is refilled next
+        }
+    }
+
+    // merge the KW warps of each row group in shared memory (the stage buffers are free now):
+    // so[kw][row][D] floats, sml[kw][row] = (m, l)
+    float* so = reinterpret_cast<float*>(sK);
+    float* sml = so + KW * M * D;
+    cp_wait<0>();
+    __syncthreads();
+    {
+        const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+#pragma unroll
+        for (int n = 0; n < NO; ++n)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                so[(kw * M + 16 * mw + c_row(lane, c)) * D + 8 * n + c_col(lane, c)] = o[n][c];
+        if ((lane & 3) == 0)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r = 16 * mw + (lane >> 2) + 8 * i;
+                sml[2 * (kw * M + r)] = m[i];
+                sml[2 * (kw * M + r) + 1] = lq[i];
+            }
+    }
+    __syncthreads();
+    const bool split = active > 1;
+    for (int r = warp; r < M; r += 4) {
+        const int ti = r / hpb, hh = r % hpb;
+        if (ti >= ntb || hh >= nh) continue;
+        float mx = kNegInfM;
+#pragma unroll
+        for (int w = 0; w < KW; ++w) mx = fmaxf(mx, sml[2 * (w * M + r)]);
+        const float mu = mx == kNegInfM ? 0.f : mx;
+        float total = 0.f, ov[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) ov[c] = 0.f;
+#pragma unroll
+        for (int w = 0; w < KW; ++w) {
+            const float wt = exp2f(sml[2 * (w * M + r)] - mu);   // 0 for a warp that saw nothing
+            total = fmaf(wt, sml[2 * (w * M + r) + 1], total);
+#pragma unroll
+            for (int c = 0; c < C; ++c) ov[c] = fmaf(wt, so[(w * M + r) * D + lane * C + c], ov[c]);
+        }
+        const long long gr = (long long)(t0 + ti) * q_heads + h0 + hh;
+        if (!split) {
+            const float inv = total > 0.f ? 1.f / total : 0.f;   // a token that sees nothing gets zeros
+#pragma unroll
+            for (int c = 0; c < C; ++c) out[gr * D + lane * C + c] = ov[c] = ov[c] * inv;
+            if (xq != nullptr) q8_lane<C>(ov, (int)gr * D + lane * C, xq, xd, xs);
+        } else {
+            const long long pr = (long long)blockIdx.x * rows + gr;
+#pragma unroll
+            for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = ov[c];
+            if (lane == 0) {
+                part_ml[2 * pr] = mx;
+                part_ml[2 * pr + 1] = total;
+            }
+        }
+    }
+    if (!split) return;
+
+    // the last block of this (token, kv head x head chunk) merges the partials in split order (the
+    // same sum whichever block is last) and resets the counter; partials are read from L2 (ld.cg)
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int* counter = counters + (long long)t0 * gridDim.y + blockIdx.y;
+        last = atomicAdd(counter, 1) == active - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int r = warp; r < M; r += 4) {
+        const int ti = r / hpb, hh = r % hpb;
+        if (ti >= ntb || hh >= nh) continue;
+        const long long gr = (long long)(t0 + ti) * q_heads + h0 + hh;
+        float mx = kNegInfM;
+        for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + gr)));
+        mx = warp_max_(mx);
+        const float mu = mx == kNegInfM ? 0.f : mx;
+        float total = 0.f, ov[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) ov[c] = 0.f;
+        for (int s0 = 0; s0 < active; s0 += 32) {
+            const int s = s0 + lane;
+            float wt = 0.f;
+            if (s < active) {
+                const long long pr = (long long)s * rows + gr;
+                wt = exp2f(__ldcg(part_ml + 2 * pr) - mu);
+                total = fmaf(wt, __ldcg(part_ml + 2 * pr + 1), total);
+            }
+            const int cnt = min(32, active - s0);
+#pragma unroll 8
+            for (int j = 0; j < cnt; ++j) {
+                const float wj = __shfl_sync(kAll, wt, j);
+                const float* src = part_acc + ((long long)(s0 + j) * rows + gr) * D + lane * C;
+#pragma unroll
+                for (int c = 0; c < C; ++c) ov[c] = fmaf(wj, __ldcg(src + c), ov[c]);
+            }
+        }
+        total = warp_sum_(total);
+        const float inv = total > 0.f ? 1.f / total : 0.f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) out[gr * D + lane * C + c] = ov[c] = ov[c] * inv;
+        if (xq != nullptr) q8_lane<C>(ov, (int)gr * D + lane * C, xq, xd, xs);
+    }
+}
+
+#ifdef GLIMMER_INSTANTIATE
+#define ATTN_MMA(D, MW) template __global__ void attn_mma_kernel<D, MW>(float*, float*, float*, int*,           \
+    const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
+    const unsigned char*, int, int, int, int, int, int, float, float, float, int*, float*, float*);
+ATTN_MMA(64, 1) ATTN_MMA(64, 4) ATTN_MMA(128, 1) ATTN_MMA(128, 4) ATTN_MMA(256, 1) ATTN_MMA(256, 4)
+#endif
