@@ -38,7 +38,8 @@ MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
 def serves(b: str, q: QType, m: int) -> bool:
     """Whether bucket b runs type q at M = m (what quant_matmul's force_bucket accepts)."""
     if b == "mma_kq":
-        return q == QType.Q4_K and m <= MMA_KQ_ROWS
+        from glimmer_cupy.ops.matmul import MMA_KQ_TYPES
+        return q in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
     if b == "gemv_kq":
         return q in KQ_TYPES and m <= 16
     if b == "gemv_dp4a":

@@ -110,29 +110,32 @@ def test_forced_buckets_agree(q):
 
 
 @gpu
-@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512)])
-def test_mma_kq_matches_the_reference_and_the_gemv(n, k):
-    """The int8 tensor-core bucket (forced) on Q4_K: every n-tile count of x
-    (M 1..32), K split over 1, 2, 4 and 8 warps (the shapes pick them), rows of x and W past the
-    tiles' edges; on the same codes it differs from gemv_kq only in the order of float additions."""
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512), (77, 768)])
+def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
+    """The int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32),
+    K split over 1, 2, 4 and 8 warps (the shapes pick them), rows of x and W past the tiles' edges
+    (Q6_K: with K / 256 odd, rows start at both 4-byte alignments); on the same codes it differs
+    from gemv_kq only in the order of float additions."""
     import cupy
 
-    from glimmer_cupy.ops.matmul import quantize_x
+    from glimmer_cupy.ops.matmul import mma_kq_config, quantize_x
     from glimmer_cupy.ops.q8 import Q8Rows
     rng = np.random.default_rng(n + k)
-    w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
     ref_w = w.dequantize(np.float64)
     w_dev = w.to_device()
     for m in (1, 9, 16, 17, 24, 32):
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
-        xin = Q8Rows(x, *quantize_x(x, "Q4_K"))
+        xin = Q8Rows(x, *quantize_x(x, qtype.name))
         out = cupy.full((m, n), np.nan, np.float32)
         got = cupy.asnumpy(ops.quant_matmul(xin, w_dev, out=out, force_bucket="mma_kq"))
-        assert np.isfinite(got).all(), m
-        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_kq"], m
+        what = (qtype.name, m, mma_kq_config(m, n, k, qtype))
+        assert np.isfinite(got).all(), what
+        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_kq"], what
         if m <= 16:
             gemv = cupy.asnumpy(ops.quant_matmul(xin, w_dev, force_bucket="gemv_kq"))
-            np.testing.assert_allclose(got, gemv, rtol=1e-4, atol=1e-4 * np.abs(gemv).max())
+            np.testing.assert_allclose(got, gemv, rtol=1e-4, atol=1e-4 * np.abs(gemv).max(), err_msg=str(what))
 
 
 @gpu

@@ -60,7 +60,10 @@ BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
-MMA_KQ_STAGE_BYTES = 2560           # MmaX<1>::kBytes in mma_kq_frag.cuh: one super-block of one n-tile of x
+# MmaX<QT, 1>::kBytes in mma_kq_frag.cuh: one super-block of one n-tile of x as staged for weights
+# of type QT (Q6_K: rows of codes padded by 16 bytes, xd without xs), for each type mma_kq serves
+MMA_KQ_STAGE_BYTES = {QType.Q4_K: 2560, QType.Q6_K: 2432}
+MMA_KQ_TYPES = frozenset(MMA_KQ_STAGE_BYTES)
 MMA_KQ_MAX_SMEM = 80 << 10          # x's two stage buffers at most: two blocks per SM (228 KB), L1 the rest
 MMA_KQ_TARGET_WARPS = 132 * 16      # slice K until about two blocks per SM of an H200 are launched
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
@@ -91,22 +94,24 @@ def kq_config(m: int, n: int, k: int) -> tuple[int, int]:
     return rows, max(s for s in KQ_SPLITS if s <= min(ws, most))
 
 
-def mma_kq_config(m: int, n: int, k: int) -> tuple[int, int]:
+def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[int, int]:
     """(n-tiles of x, log2 of K slices) for mma_kq: slices double while the launch has fewer warps
     than the target, each slice still has a super-block, and the stage buffers fit the cap."""
     nt = -(-m // 8)
     tiles = -(-n // 16)
     bits = 0
     while (bits < 3 and (tiles << bits) < MMA_KQ_TARGET_WARPS and (2 << bits) <= k // 256
-           and 2 * MMA_KQ_STAGE_BYTES * nt * (2 << bits) <= MMA_KQ_MAX_SMEM):
+           and 2 * MMA_KQ_STAGE_BYTES[qtype] * nt * (2 << bits) <= MMA_KQ_MAX_SMEM):
         bits += 1
     return nt, bits
 
 
 @cache
-def _mma_kq_kernel(nt: int):
-    kern = get_kernel("mma_kq", f"mma_kq_kernel<{nt}>",
-                      name_expressions=tuple(f"mma_kq_kernel<{i}>" for i in range(1, MMA_KQ_ROWS // 8 + 1)))
+def _mma_kq_kernel(trait: str, nt: int):
+    """One module per weight type, its four n-tile counts."""
+    kern = get_kernel("mma_kq", f"mma_kq_kernel<gguf::{trait}, {nt}>",
+                      name_expressions=tuple(f"mma_kq_kernel<gguf::{trait}, {i}>"
+                                             for i in range(1, MMA_KQ_ROWS // 8 + 1)))
     kern.fn.max_dynamic_shared_size_bytes = MMA_KQ_MAX_SMEM          # above the default 48 KB
     return kern
 
@@ -218,7 +223,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
             or (b == "gemv_kq" and (w.qtype not in KQ_TYPES or m > DP4A_WIDTHS[-1])) \
-            or (b == "mma_kq" and (w.qtype != QType.Q4_K or m > MMA_KQ_ROWS)) \
+            or (b == "mma_kq" and (w.qtype not in MMA_KQ_TYPES or m > MMA_KQ_ROWS)) \
             or (b == "gemv" and m > GEMV_WIDTHS[-1]):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
@@ -232,12 +237,12 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "mma_kq":
             # a block: 8 >> bits tiles of 16 weight rows, 1 << bits slices of K each; x's stage
             # buffers in dynamic shared memory
-            nt, bits = mma_kq_config(m, n, k)
+            nt, bits = mma_kq_config(m, n, k, w.qtype)
             tiles = (n + 15) // 16
             blocks = -(-tiles // (MMA_KQ_WARPS >> bits))
-            _mma_kq_kernel(nt)((blocks,), (32 * MMA_KQ_WARPS,),
-                               (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
-                                np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES * nt * (1 << bits))
+            _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
+                                  (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
+                                   np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
             return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k)
