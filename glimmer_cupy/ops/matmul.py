@@ -26,7 +26,6 @@ DOT_TYPES = frozenset({QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0, QType.Q4_
 # types whose small-M GEMV lays lanes along the 256-value super-blocks (gemv_kq.cu)
 KQ_TYPES = frozenset({QType.Q4_K, QType.Q6_K})
 ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
-MMA_KQ_FROM = 4                     # the fewest rows of x that run mma_kq on Q4_K (below: gemv_kq)
 
 # (largest M, bucket) per kind of type; the first row whose edge M fits wins.
 #   gemv_dp4a: int8 dot products, each weight byte read once for all M rows of x. Float decoding
@@ -44,15 +43,18 @@ MMA_KQ_FROM = 4                     # the fewest rows of x that run mma_kq on Q4
 #     (Q4_K 4096x4096 M=17: 58.6 vs 39.2 us; 12288x4096: 176 vs 97 us), so eager steps use cuBLAS.
 #   gemv_kq: the int8 GEMV for Q4_K and Q6_K with eight lanes per super-block, every weight byte
 #     read once in the widest loads the layout allows, R rows of W per warp (KQ_ROWS).
-#   mma_kq: int8 tensor cores on Q4_K blocks for up to 32 rows of x (mma_kq.cu: 16 weight rows as
-#     A, 8 rows of x per n-tile as B, K split across a block's warps). Measured (H200, this table's
-#     commit, bench/results/quant_matmul.md) against gemv_kq at M = 8 / 16: 4096x4096 8.2 / 13.8 vs
-#     18.5 / 28.6 us, the 151936-row head 178.5 / 211.9 vs 365.1 / 694.9; at M = 17..32 it beats
-#     dequant_cublas (4096x4096: 14.0-18.1 vs 38.6 us) and a graph can capture it. At M = 1 the
-#     GEMV is faster (5.7 vs 8.1 us); MMA_KQ_FROM is the measured crossing.
+#   mma_kq: int8 tensor cores on Q4_K and Q6_K blocks for up to 32 rows of x (mma_kq.cu: 16 weight
+#     rows as A, 8 rows of x per n-tile as B, K split across a block's warps). Measured on the H200
+#     (bench/results/quant_matmul_v5.md, Q4_K at 07301a0; quant_matmul_q6k.md, Q6_K at 98a6f7d)
+#     against gemv_kq at M = 8 / 16: Q4_K 4096x4096 8.2 / 13.8 vs 18.5 / 28.6 us, head 181.7 /
+#     213.1 vs 363.7 / 693.4; Q6_K 4096x4096 12.2 / 15.5 vs 17.4 / 36.8, head 359.1 / 390.3 vs
+#     376.0 / 851.0. At M = 17..32 it beats dequant_cublas (Q4_K 4096x4096 14.0-18.1 vs 38.6; Q6_K
+#     at 32: 23.0 vs 41.8) and a graph can capture it. The GEMV wins at few rows: Q4_K through
+#     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
+#     wins on all; 5..7 not measured, left to the GEMV).
 BUCKETS = {
-    "q4k": ((MMA_KQ_FROM - 1, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
-    "kq": ((16, "gemv_kq"), (None, "dequant_cublas")),
+    "q4k": ((3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
@@ -170,7 +172,7 @@ def mma_splits(m: int, n: int, k: int, bm: int) -> int:
 
 def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
     """The table's bucket for M rows of x; with graph_safe, mma where the table says dequant_cublas."""
-    kind = "q4k" if qtype == QType.Q4_K else "kq" if qtype in KQ_TYPES else "dot" if qtype in DOT_TYPES else "float"
+    kind = {QType.Q4_K: "q4k", QType.Q6_K: "q6k"}.get(qtype) or ("dot" if qtype in DOT_TYPES else "float")
     for edge, name in BUCKETS[kind]:
         if edge is None or m <= edge:
             return "mma" if graph_safe and name == "dequant_cublas" else name
