@@ -3,8 +3,9 @@
 // The same inputs, outputs and visibility rules as attn_kernel (attention.cu; the NumPy spec is
 // glimmer_cupy/reference/attention.py), the same argument list, the same split partials and
 // "last block merges" counters, the same optional int8 codes of the output (q8.cuh).
-// NOT YET RUN ON A GPU: compiled for sm_90 (no spills) and its fragment arithmetic checked on the
-// CPU (tests/test_attention_mma_frag.py, through attention_mma_frag.cuh).
+// Passes its GPU tests (tests/test_attention_gpu.py, the mma ones) and is measured in
+// bench/results/attention_mma.md; its fragment arithmetic is also checked on the CPU
+// (tests/test_attention_mma_frag.py, through attention_mma_frag.cuh). Not the default yet.
 //
 // attn_mma_kernel<D, MW>  a block of 4 warps handles M = 16 MW query rows of one kv head: the rows
 //     are (token, query head) pairs, hpb = min(group, M) heads of the GQA group (head chunk

@@ -42,10 +42,9 @@
 // at the end)
 // Registers: __launch_bounds__(256, 2), 128 at most, no spills (tests/test_cuda_compile.py).
 //
-// Status: Q4_K has run on the H200 (tests/test_quant_matmul.py, bench/results/quant_matmul_v5.md)
-// and is in quant_matmul's bucket table. Q6_K has not run on a GPU yet: it compiles without spills,
-// its loads, fragments, staging and arithmetic are checked on the CPU (tests/test_mma_kq_frag.py),
-// and it runs only with force_bucket="mma_kq".
+// Both types pass their GPU tests (tests/test_quant_matmul.py) and run from quant_matmul's bucket
+// table (measured: bench/results/quant_matmul_v5.md, quant_matmul_q6k.md); their loads,
+// fragments, staging and arithmetic are also checked on the CPU (tests/test_mma_kq_frag.py).
 #include "mma_kq_frag.cuh"
 #include "pdl.cuh"
 
