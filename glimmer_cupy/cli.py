@@ -197,6 +197,7 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_bench_decode(args) -> int:
     from .benchmarks.decode import bench_decode, markdown
+    from .runtime.step_planner import MAX_STEP_TOKENS
     from .benchmarks.timing import run_meta, write_results
     from .model.model import load_model
     from .runtime.device import pick_device
@@ -210,6 +211,13 @@ def cmd_bench_decode(args) -> int:
             raise GlimmerError(f"bench decode: {n} must be >= 1, got {v}")
     if args.prefill_chunk < 0:
         raise GlimmerError(f"bench decode: --prefill-chunk must be 0 (one step) or positive, got {args.prefill_chunk}")
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        raise GlimmerError(f"bench decode: --batch must be comma-separated integers, got {args.batch!r}") from None
+    if min(batches) < 1 or max(batches) > MAX_STEP_TOKENS:
+        bad = min(batches) if min(batches) < 1 else max(batches)
+        raise GlimmerError(f"bench decode: --batch sizes must be in 1..{MAX_STEP_TOKENS} (one step), got {bad}")
     bad = [s for s in args.synthetic if s not in CONFIGS]
     if bad:
         raise GlimmerError(f"bench decode: unknown synthetic model {bad[0]!r}; choose from {', '.join(CONFIGS)}")
@@ -228,13 +236,14 @@ def cmd_bench_decode(args) -> int:
             raise GlimmerError(f"bench decode: {label}: prompt {args.prompt} + {args.gen} tokens exceed the "
                                f"context of {model.cfg.context}")
         _say(f"{label}: {path}")
-        r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs, pdl=not args.no_pdl,
-                         prefill_chunk=args.prefill_chunk,
-                         profile=args.profile_step, progress=lambda m: _say(f"  {m}"))
-        _say(f"  prefill {r.prefill_tok_s:,.0f} tok/s | decode {r.decode_tok_s:,.1f} tok/s, "
-             f"{r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of copy "
-             f"({r.copy_bandwidth / 1e12:.2f} TB/s)")
-        results.append(r)
+        for b in batches:
+            r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs,
+                             pdl=not args.no_pdl, prefill_chunk=args.prefill_chunk, batch=b,
+                             profile=args.profile_step, progress=lambda m: _say(f"  {m}"))
+            _say(f"  {b} sequence{'s' if b > 1 else ''}: prefill {r.prefill_tok_s:,.0f} tok/s | decode "
+                 f"{r.decode_tok_s:,.1f} tok/s, {r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of "
+                 f"copy ({r.copy_bandwidth / 1e12:.2f} TB/s)")
+            results.append(r)
     meta = run_meta(copy_bandwidth=results[0].copy_bandwidth)
     text = markdown(results, meta)
     print(text)
@@ -266,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="measure the CUDA path")
     bench = p.add_subparsers(dest="what", required=True, parser_class=_Parser)
-    p = bench.add_parser("decode", help="single-stream prefill and decode speed against the copy bandwidth")
+    p = bench.add_parser("decode", help="prefill and decode speed against the copy bandwidth (one or a batch of sequences)")
     p.add_argument("-m", "--model", action="append", default=[], help="a GGUF path or model name (repeatable)")
     p.add_argument("--synthetic", action="append", default=[],
                    help="a synthetic model written on this machine: qwen3-0.6b, qwen3-4b, qwen3-8b, ... (repeatable)")
@@ -275,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly")
     p.add_argument("--no-pdl", action="store_true", help="launch kernels without programmatic dependent launch")
+    p.add_argument("--batch", default="1",
+                   help="sequences decoding together, comma-separated sizes to run (default 1)")
     p.add_argument("--prefill-chunk", type=int, default=0,
                    help="prefill in steps of this many tokens (64: the widest CUDA-graph step); 0: one step")
     p.add_argument("--profile-step", action="store_true",

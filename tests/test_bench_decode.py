@@ -6,9 +6,10 @@ import pytest
 from gguf_factory import tiny_model
 from test_cuda_executor import tiny_cuda_model
 
-from glimmer_cupy.benchmarks.decode import DecodeBench, decode_weight_bytes, kv_bytes, markdown
+from glimmer_cupy.benchmarks.decode import DecodeBench, _one_run, decode_weight_bytes, kv_bytes, markdown
 from glimmer_cupy.cli import main
 from glimmer_cupy.model.model import load_model
+from glimmer_cupy.runtime.host_executor import HostExecutor
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,28 @@ def test_report_fields():
     assert r.prefill_tok_s == pytest.approx(512 / 0.2) and r.decode_tok_s == pytest.approx(128 / 1.5)
     assert r.fraction_of_copy == pytest.approx(1e6 * 128 / 1.5 / 4e12)
     text = markdown([r], dict(gpu="G", date="D", commit="C"))
-    assert "| m | 2,560 | 85.3 |" in text
+    assert "| m | 1 | 2,560 | 85.3 |" in text
     json.dumps(r.summary())
+    # a batch: every sequence's tokens count; a step reads the weights once and each sequence's K/V
+    b = DecodeBench(model="m", prompt_tokens=512, gen_tokens=128, runs=1, graphs=True, pdl=True,
+                    weight_bytes_per_token=1_000_000, kv_bytes_per_token=1_000, copy_bandwidth=4e12,
+                    prefill_s=[0.4], decode_s=[2.0], batch=8)
+    assert b.decode_tok_s == pytest.approx(8 * 128 / 2.0) and b.prefill_tok_s == pytest.approx(8 * 512 / 0.4)
+    assert b.achieved_bandwidth == pytest.approx((1_000_000 + 8 * 1_000) * 128 / 2.0)
+    assert "| m | 8 | 10,240 | 512.0 |" in markdown([b], dict(gpu="G", date="D", commit="C"))
+
+
+def test_a_batch_decodes_each_sequence_as_alone(tmp_path):
+    """The batched run's steps (one token of every sequence) give each sequence the greedy tokens
+    it gets alone (NumPy executor)."""
+    model = load_model(tiny_model(tmp_path / "llama.gguf", "llama"))
+    prompt = list(range(3, 14))
+    ex = HostExecutor(model.decoder, 3 * 40)
+    *_, alone = _one_run(ex, prompt, 6)
+    *_, steps, seqs = _one_run(ex, prompt, 6, chunk=4, batch=3)
+    assert len(steps) == 5 and len(seqs) == 3
+    for s in seqs:
+        assert s.tokens == alone[0].tokens
 
 
 def test_bad_arguments_get_one_line(capsys):
@@ -52,8 +73,11 @@ def test_bad_arguments_get_one_line(capsys):
     assert main(["bench", "decode", "--synthetic", "nope"]) == 2
     assert main(["bench", "decode", "--synthetic", "tiny", "--runs", "0"]) == 2
     assert main(["bench", "decode", "--synthetic", "tiny", "--prefill-chunk", "-1"]) == 2
+    assert main(["bench", "decode", "--synthetic", "tiny", "--batch", "1,x"]) == 2
+    assert main(["bench", "decode", "--synthetic", "tiny", "--batch", "0"]) == 2
+    assert main(["bench", "decode", "--synthetic", "tiny", "--batch", "513"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and all(e.startswith("glimmer: error: bench decode:") for e in err)
+    assert len(err) == 7 and all(e.startswith("glimmer: error: bench decode:") for e in err)
 
 
 @pytest.mark.gpu
@@ -71,3 +95,8 @@ def test_bench_decode_runs_on_a_tiny_model(tmp_path, capsys):
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
     assert rows[0]["prefill_chunk"] == 16 and rows[0]["prefill_tok_s"] > 0
     assert "steps of 16 tokens" in out.with_suffix(".md").read_text()
+    # a batch of sequences decoding together (steps of 4 tokens: a captured graph each)
+    assert main(["bench", "decode", "-m", str(path), "--prompt", "20", "--gen", "4", "--runs", "1",
+                 "--batch", "1,4", "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 4] and all(r["decode_tok_s"] > 0 for r in rows)

@@ -1,13 +1,15 @@
-"""`glimmer bench decode`: single-stream prefill and decode speed of a model on the CUDA path, next to
-the device's copy bandwidth measured in the same run.
+"""`glimmer bench decode`: prefill and decode speed of a model on the CUDA path, one sequence or a
+batch of them decoding together, next to the device's copy bandwidth measured in the same run.
 
 - prefill: one step of `prompt` random tokens (the eager, cuBLAS-backed wide step), median of runs;
 - decode: `gen` greedy steps after that prompt, one token each (graph replays), timed on the host
   around each step (a step returns its token id, so the time includes the launch and the copy);
-  tok/s = tokens / summed step time, median over runs;
-- bytes per token: every weight matrix read once (the embedding table only where the head is
-  tied to it; a lookup reads one row) plus the K and V the step's attention reads; achieved
-  bandwidth = bytes / step time, and its fraction of the copy bandwidth (bytes read + written
+  tok/s = tokens / summed step time, median over runs. With a batch of B sequences (the same
+  prompt each, prefilled one after another), a step decodes one token of every sequence and tok/s
+  counts all of them;
+- bytes per step: every weight matrix read once (the embedding table only where the head is
+  tied to it; a lookup reads one row) plus the K and V the step's attention reads for each
+  sequence; achieved bandwidth = bytes / step time, and its fraction of the copy bandwidth (bytes read + written
   per second of a 1 GiB device-to-device copy);
 - profile (optional): one more decode step between cudaProfilerStart/Stop, for a per-kernel time
   breakdown under ncu (bench/decode_breakdown.sh runs it and sums the kernels by name).
@@ -42,22 +44,24 @@ class DecodeBench:
     decode_s: list[float] = field(default_factory=list)       # whole decode of gen_tokens, per run
     step_us_median: float = 0.0
     prefill_chunk: int = 0                  # 0: the prompt in one step
+    batch: int = 1                          # sequences decoding together, one token each per step
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / float(np.median(self.prefill_s))
+        return self.batch * self.prompt_tokens / float(np.median(self.prefill_s))
 
     @property
     def decode_tok_s(self) -> float:
-        return self.gen_tokens / float(np.median(self.decode_s))
+        """Tokens of all the batch's sequences per second."""
+        return self.batch * self.gen_tokens / float(np.median(self.decode_s))
 
     @property
-    def bytes_per_token(self) -> int:
-        return self.weight_bytes_per_token + self.kv_bytes_per_token
+    def bytes_per_step(self) -> int:
+        return self.weight_bytes_per_token + self.batch * self.kv_bytes_per_token
 
     @property
     def achieved_bandwidth(self) -> float:
-        return self.bytes_per_token * self.decode_tok_s
+        return self.bytes_per_step * self.decode_tok_s / self.batch
 
     @property
     def fraction_of_copy(self) -> float:
@@ -67,7 +71,7 @@ class DecodeBench:
     def summary(self) -> dict:
         d = asdict(self)
         d.update(prefill_tok_s=self.prefill_tok_s, decode_tok_s=self.decode_tok_s,
-                 bytes_per_token=self.bytes_per_token, achieved_bandwidth=self.achieved_bandwidth,
+                 bytes_per_step=self.bytes_per_step, achieved_bandwidth=self.achieved_bandwidth,
                  fraction_of_copy=self.fraction_of_copy)
         return d
 
@@ -93,53 +97,58 @@ def _prompt(model: Model, n: int, seed: int = 0) -> list[int]:
     return np.random.default_rng(seed).integers(0, model.cfg.vocab, n).tolist()
 
 
-def _one_run(ex, prompt: list[int], gen: int, chunk: int = 0) -> tuple[float, float, list[float]]:
-    """(prefill seconds, decode seconds, per-step seconds) of one prompt and gen greedy tokens;
-    the prompt in one step, or in steps of `chunk` tokens."""
+def _one_run(ex, prompt: list[int], gen: int, chunk: int = 0, batch: int = 1):
+    """(prefill seconds, decode seconds, per-step seconds, the sequences) of `batch` sequences of one
+    prompt and gen greedy tokens each: each prompt in one step (or in steps of `chunk` tokens), one
+    sequence after another; then steps of one token of every sequence."""
     pool = CellPool(ex.n_cells)
-    seq = Sequence(list(prompt), GREEDY)
+    seqs = [Sequence(list(prompt), GREEDY) for _ in range(batch)]
     t0 = time.perf_counter()
-    while chunk and seq.n_pending > chunk:
-        ex.run_step(plan_step(pool, [(seq, chunk)]), [], [])
-    tok, _ = ex.run_step(plan_step(pool, [(seq, seq.n_pending)]), [GREEDY], [len(prompt)])
+    for seq in seqs:
+        while chunk and seq.n_pending > chunk:
+            ex.run_step(plan_step(pool, [(seq, chunk)]), [], [])
+        tok, _ = ex.run_step(plan_step(pool, [(seq, seq.n_pending)]), [GREEDY], [len(prompt)])
+        seq.tokens.append(int(tok[0]))
     prefill = time.perf_counter() - t0
-    seq.tokens.append(int(tok[0]))
     steps = []
     for _ in range(gen - 1):
         t0 = time.perf_counter()
-        tok, _ = ex.run_step(plan_step(pool, [(seq, 1)]), [GREEDY], [len(seq.tokens)])
+        tok, _ = ex.run_step(plan_step(pool, [(s, 1) for s in seqs]), [GREEDY] * batch,
+                             [len(s.tokens) for s in seqs])
         steps.append(time.perf_counter() - t0)
-        seq.tokens.append(int(tok[0]))
+        for s, t in zip(seqs, tok):
+            s.tokens.append(int(t))
     # the first token came with the prompt: gen - 1 steps, scaled to gen tokens
-    return prefill, sum(steps) * gen / max(gen - 1, 1), steps
+    return prefill, sum(steps) * gen / max(gen - 1, 1), steps, seqs
 
 
 def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 5,
                  graphs: bool = True, profile: bool = False, progress=None, pdl: bool = True,
-                 prefill_chunk: int = 0) -> DecodeBench:
+                 prefill_chunk: int = 0, batch: int = 1) -> DecodeBench:
     from ..runtime.cuda_executor import CudaExecutor
     from .timing import copy_bandwidth
 
     say = progress or (lambda _msg: None)
-    need = prompt_tokens + gen_tokens + 2
+    need = batch * (prompt_tokens + gen_tokens + 2)
     ex = CudaExecutor(model.decoder, need, graphs=graphs, max_step_tokens=max(prompt_tokens, 64), pdl=pdl)
     res = DecodeBench(model=name, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens, runs=runs, graphs=graphs,
-                      pdl=ex.pdl, prefill_chunk=prefill_chunk,
+                      pdl=ex.pdl, prefill_chunk=prefill_chunk, batch=batch,
                       weight_bytes_per_token=decode_weight_bytes(model),
                       kv_bytes_per_token=kv_bytes(model, prompt_tokens + gen_tokens / 2),
                       copy_bandwidth=copy_bandwidth())
     prompt = _prompt(model, prompt_tokens)
     say("warm-up run (compiles kernels, captures graphs)")
-    _one_run(ex, prompt, min(gen_tokens, 8), prefill_chunk)
+    _one_run(ex, prompt, min(gen_tokens, 8), prefill_chunk, batch)
     if prefill_chunk:
-        _one_run(ex, prompt, 2, prefill_chunk)      # the chunks' graphs are captured on their second run
+        _one_run(ex, prompt, 2, prefill_chunk, batch)   # the chunks' graphs are captured on their second run
     steps = []
     for r in range(runs):
-        pf, dec, st = _one_run(ex, prompt, gen_tokens, prefill_chunk)
+        pf, dec, st, _ = _one_run(ex, prompt, gen_tokens, prefill_chunk, batch)
         res.prefill_s.append(pf)
         res.decode_s.append(dec)
         steps += st
-        say(f"run {r + 1}/{runs}: prefill {prompt_tokens / pf:,.0f} tok/s, decode {gen_tokens / dec:,.1f} tok/s")
+        say(f"run {r + 1}/{runs}: prefill {batch * prompt_tokens / pf:,.0f} tok/s, "
+            f"decode {batch * gen_tokens / dec:,.1f} tok/s")
     res.step_us_median = float(np.median(steps) * 1e6)
     if profile:
         profile_step(ex, prompt)
@@ -164,16 +173,18 @@ def profile_step(ex, prompt: list[int]) -> None:
 
 
 def markdown(results: list[DecodeBench], meta: dict) -> str:
-    lines = [f"# Single-stream decode, {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
+    lines = [f"# Decode, {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
              f"Copy bandwidth measured in the same run: {results[0].copy_bandwidth / 1e12:.2f} TB/s "
              "(read + written). Prefill: " + (f"steps of {results[0].prefill_chunk} tokens (CUDA graphs)"
              if results[0].prefill_chunk else "one step of the prompt") + ". Decode: greedy, one token per step, "
              "CUDA graphs " + ("on" if results[0].graphs else "off") + ", programmatic dependent launch "
-             + ("on" if results[0].pdl else "off") + ", host time per step.", "",
-             "| model | prefill tok/s | decode tok/s | step µs | MB/token (weights + KV) | achieved GB/s | of copy |",
-             "|---|---|---|---|---|---|---|"]
+             + ("on" if results[0].pdl else "off") + ", host time per step. Sequences: decoding together, one "
+             "token each per step; tok/s counts them all.", "",
+             "| model | sequences | prefill tok/s | decode tok/s | step µs | MB/step (weights + KV) | achieved GB/s "
+             "| of copy |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r.model} | {r.prefill_tok_s:,.0f} | {r.decode_tok_s:,.1f} | {r.step_us_median:.0f} | "
-                     f"{r.weight_bytes_per_token / 1e6:.1f} + {r.kv_bytes_per_token / 1e6:.1f} | "
+        lines.append(f"| {r.model} | {r.batch} | {r.prefill_tok_s:,.0f} | {r.decode_tok_s:,.1f} | {r.step_us_median:.0f} | "
+                     f"{r.weight_bytes_per_token / 1e6:.1f} + {r.batch * r.kv_bytes_per_token / 1e6:.1f} | "
                      f"{r.achieved_bandwidth / 1e9:,.0f} | {r.fraction_of_copy:.1%} |")
     return "\n".join(lines) + "\n"

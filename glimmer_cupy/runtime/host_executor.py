@@ -14,6 +14,7 @@ class HostExecutor:
     def __init__(self, decoder: Decoder, n_cells: int):
         cfg = decoder.cfg
         self.decoder = decoder
+        self.n_cells = n_cells
         shape = (n_cells, cfg.n_kv_heads, cfg.head_dim)
         self.kv = [(np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in range(cfg.n_layers)]
         # decode every matrix now, as a GPU executor uploads its weights before the first step,
