@@ -26,12 +26,9 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 
+#include "attn_split.cuh"
 #include "bf16.cuh"
 #include "pdl.cuh"
-#include "q8.cuh"
-
-// -inf without math.h (NVRTC compiles this file with no headers)
-#define kNegInf (-__int_as_float(0x7f800000))
 
 typedef unsigned int u32;
 constexpr u32 kFull = 0xffffffffu;
@@ -96,16 +93,8 @@ __device__ __forceinline__ void add_v(float (&acc)[HEADS][C], const VT (&vv)[N],
     }
 }
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, off));
-    return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kFull, x, off);
-    return x;
-}
+using attn::warp_max;
+using attn::warp_sum;
 
 constexpr int kWarps = 4;                     // warps per block of attn_kernel
 constexpr int kBlocksPerSm = 2;               // the register budget: BLOCKS_PER_SM in ops/attention.py
@@ -116,12 +105,7 @@ constexpr int kBlocksPerSm = 2;               // the register budget: BLOCKS_PER
 struct Span {
     int lo, hi, per, active;
     __device__ Span(int len, int pos, bool masked, int window, int blocks) {
-        lo = 0;
-        hi = len;
-        if (!masked) {
-            hi = min(len, pos + 1);
-            if (window > 0) lo = max(0, pos - window + 1);
-        }
+        attn::visible_range(len, pos, masked, window, lo, hi);
         const int tiles = (max(hi - lo, 0) + 31) >> 5;
         per = max(1, (tiles + blocks - 1) / blocks);
         active = max(1, (tiles + per - 1) / per);
@@ -146,7 +130,6 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
     __shared__ float sp[kWarps][32][HEADS];
     __shared__ __align__(16) float sacc[kWarps][HEADS][D];
     __shared__ float sml[kWarps][HEADS][2];
-    __shared__ int last;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tok = blockIdx.z;
@@ -305,69 +288,16 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
 #pragma unroll
             for (int c = 0; c < C; ++c) o[c] = fmaf(wt, sacc[w][h][lane * C + c], o[c]);
         }
-        const long long r = (long long)tok * q_heads + h0 + h;
-        if (!split) {
-            const float inv = total > 0.f ? 1.f / total : 0.f;   // a token that sees nothing gets zeros
-#pragma unroll
-            for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = o[c] * inv;
-            if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
-        } else {
-            const long long pr = (long long)blockIdx.x * rows + r;
-#pragma unroll
-            for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = o[c];
-            if (lane == 0) {
-                part_ml[2 * pr] = mx;
-                part_ml[2 * pr + 1] = total;
-            }
-        }
+        attn::end_row<C>(o, mx, total, split, (int)blockIdx.x, (long long)tok * q_heads + h0 + h, rows, lane, out,
+                         part_acc, part_ml, xq, xd, xs);
     }
     if (!split) return;
 
-    // The last block of this (token, kv head, head chunk) to finish merges the blocks' partials in
-    // split order (the same sum whichever block is last) and sets the counter back to 0 for the
-    // next launch; partials are read from L2 (ld.cg), where the other blocks' writes are.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* counter = counters + (long long)tok * gridDim.y + blockIdx.y;
-        last = atomicAdd(counter, 1) == span.active - 1;
-        if (last) *counter = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int h = warp; h < nh; h += kWarps) {
-        const long long r = (long long)tok * q_heads + h0 + h;
-        float mx = kNegInf;
-        for (int s = lane; s < span.active; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + r)));
-        mx = warp_max(mx);
-        const float mu = mx == kNegInf ? 0.f : mx;
-        float total = 0.f, o[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) o[c] = 0.f;
-        for (int s0 = 0; s0 < span.active; s0 += 32) {
-            const int s = s0 + lane;
-            float wt = 0.f;
-            if (s < span.active) {
-                const long long pr = (long long)s * rows + r;
-                wt = exp2f(__ldcg(part_ml + 2 * pr) - mu);
-                total = fmaf(wt, __ldcg(part_ml + 2 * pr + 1), total);
-            }
-            const int cnt = min(32, span.active - s0);
-#pragma unroll 8
-            for (int j = 0; j < cnt; ++j) {
-                const float wj = __shfl_sync(kFull, wt, j);
-                const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
-#pragma unroll
-                for (int c = 0; c < C; ++c) o[c] = fmaf(wj, __ldcg(src + c), o[c]);
-            }
-        }
-        total = warp_sum(total);
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-#pragma unroll
-        for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = o[c] * inv;
-        if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
-    }
+    // the last block of this (token, kv head, head chunk) to finish merges the blocks' partials
+    if (!attn::last_block(counters + (long long)tok * gridDim.y + blockIdx.y, span.active)) return;
+    for (int h = warp; h < nh; h += kWarps)
+        attn::merge_splits<C>(span.active, (long long)tok * q_heads + h0 + h, rows, lane, out, part_acc, part_ml,
+                              xq, xd, xs);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -39,10 +39,8 @@
 // P rounded to bf16 (K and V are bf16 already); see tests/test_attention_gpu.py for the budget.
 
 #include "attention_mma_frag.cuh"
+#include "attn_split.cuh"
 #include "pdl.cuh"
-#include "q8.cuh"
-
-#define kNegInfM (-__int_as_float(0x7f800000))
 
 namespace amma {
 
@@ -84,27 +82,6 @@ __device__ __forceinline__ float quad_sum(float x) {
     x += __shfl_xor_sync(kAll, x, 1);
     return x + __shfl_xor_sync(kAll, x, 2);
 }
-__device__ __forceinline__ float warp_max_(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kAll, x, off));
-    return x;
-}
-__device__ __forceinline__ float warp_sum_(float x) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kAll, x, off);
-    return x;
-}
-
-// the positions [lo, hi) a token at `pos` of a sequence of `len` may see (visible: all of them,
-// the mask decides per position)
-__device__ __forceinline__ void token_range(int len, int pos, bool masked, int window, int& lo, int& hi) {
-    lo = 0;
-    hi = len;
-    if (!masked) {
-        hi = min(len, pos + 1);
-        if (window > 0) lo = max(0, pos - window + 1);
-    }
-}
 
 }  // namespace amma
 
@@ -135,7 +112,6 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     unsigned short* sK = smem + M * RS;               // [stage][64][RS]
     unsigned short* sV = sK + 2 * kTile * RS;
     __shared__ int s_seq[M], s_pos[M], s_lo[M], s_hi[M];
-    __shared__ int last;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mw = warp / KW, kw = warp % KW;
@@ -157,7 +133,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     for (int i = tid; i < ntb; i += kThreads) {
         const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
         int lo, hi;
-        token_range(seq_lens[sq], p, masked, window, lo, hi);
+        attn::visible_range(seq_lens[sq], p, masked, window, lo, hi);
         s_seq[i] = sq;
         s_pos[i] = p;
         s_lo[i] = lo;
@@ -184,7 +160,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         const int r = 16 * mw + (lane >> 2) + 8 * i;
         rtok[i] = r / hpb < ntb && r % hpb < nh ? r / hpb : -1;
     }
-    float o[NO][4], m[2] = {kNegInfM, kNegInfM}, l[2] = {0.f, 0.f};
+    float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
@@ -277,7 +253,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                         bool vis = p >= rlo[i] && p < rhi[i];
                         if (vis && rvis[i] != nullptr) vis = rvis[i][p] != 0;
                         const float v = softcap_log2 > 0.f ? softcap_log2 * tanhf(s[n][c] * inv_softcap) : s[n][c];
-                        s[n][c] = vis ? v : kNegInfM;
+                        s[n][c] = vis ? v : kNegInf;
                     }
                 float mx[2];
                 tile_max<NT>(s, mx);
@@ -326,10 +302,10 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     for (int r = warp; r < M; r += 4) {
         const int ti = r / hpb, hh = r % hpb;
         if (ti >= ntb || hh >= nh) continue;
-        float mx = kNegInfM;
+        float mx = kNegInf;
 #pragma unroll
         for (int w = 0; w < KW; ++w) mx = fmaxf(mx, sml[2 * (w * M + r)]);
-        const float mu = mx == kNegInfM ? 0.f : mx;
+        const float mu = mx == kNegInf ? 0.f : mx;
         float total = 0.f, ov[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) ov[c] = 0.f;
@@ -340,69 +316,18 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 #pragma unroll
             for (int c = 0; c < C; ++c) ov[c] = fmaf(wt, so[(w * M + r) * D + lane * C + c], ov[c]);
         }
-        const long long gr = (long long)(t0 + ti) * q_heads + h0 + hh;
-        if (!split) {
-            const float inv = total > 0.f ? 1.f / total : 0.f;   // a token that sees nothing gets zeros
-#pragma unroll
-            for (int c = 0; c < C; ++c) out[gr * D + lane * C + c] = ov[c] = ov[c] * inv;
-            if (xq != nullptr) q8_lane<C>(ov, (int)gr * D + lane * C, xq, xd, xs);
-        } else {
-            const long long pr = (long long)blockIdx.x * rows + gr;
-#pragma unroll
-            for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = ov[c];
-            if (lane == 0) {
-                part_ml[2 * pr] = mx;
-                part_ml[2 * pr + 1] = total;
-            }
-        }
+        attn::end_row<C>(ov, mx, total, split, (int)blockIdx.x, (long long)(t0 + ti) * q_heads + h0 + hh, rows, lane,
+                         out, part_acc, part_ml, xq, xd, xs);
     }
     if (!split) return;
 
-    // the last block of this (token, kv head x head chunk) merges the partials in split order (the
-    // same sum whichever block is last) and resets the counter; partials are read from L2 (ld.cg)
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int* counter = counters + (long long)t0 * gridDim.y + blockIdx.y;
-        last = atomicAdd(counter, 1) == active - 1;
-        if (last) *counter = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
+    if (!attn::last_block(counters + (long long)t0 * gridDim.y + blockIdx.y, active)) return;
     for (int r = warp; r < M; r += 4) {
         const int ti = r / hpb, hh = r % hpb;
-        if (ti >= ntb || hh >= nh) continue;
-        const long long gr = (long long)(t0 + ti) * q_heads + h0 + hh;
-        float mx = kNegInfM;
-        for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + gr)));
-        mx = warp_max_(mx);
-        const float mu = mx == kNegInfM ? 0.f : mx;
-        float total = 0.f, ov[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) ov[c] = 0.f;
-        for (int s0 = 0; s0 < active; s0 += 32) {
-            const int s = s0 + lane;
-            float wt = 0.f;
-            if (s < active) {
-                const long long pr = (long long)s * rows + gr;
-                wt = exp2f(__ldcg(part_ml + 2 * pr) - mu);
-                total = fmaf(wt, __ldcg(part_ml + 2 * pr + 1), total);
-            }
-            const int cnt = min(32, active - s0);
-#pragma unroll 8
-            for (int j = 0; j < cnt; ++j) {
-                const float wj = __shfl_sync(kAll, wt, j);
-                const float* src = part_acc + ((long long)(s0 + j) * rows + gr) * D + lane * C;
-#pragma unroll
-                for (int c = 0; c < C; ++c) ov[c] = fmaf(wj, __ldcg(src + c), ov[c]);
-            }
-        }
-        total = warp_sum_(total);
-        const float inv = total > 0.f ? 1.f / total : 0.f;
-#pragma unroll
-        for (int c = 0; c < C; ++c) out[gr * D + lane * C + c] = ov[c] = ov[c] * inv;
-        if (xq != nullptr) q8_lane<C>(ov, (int)gr * D + lane * C, xq, xd, xs);
+        if (ti < ntb && hh < nh)
+            attn::merge_splits<C>(active, (long long)(t0 + ti) * q_heads + h0 + hh, rows, lane, out, part_acc,
+                                  part_ml, xq, xd, xs);
     }
 }
 

@@ -1,0 +1,117 @@
+// attn_split.cuh — what the attention kernels (attention.cu, attention_mma.cu) share: the positions
+// a token sees, and the end of split-K (flash-decoding): each block with work writes its rows'
+// output or partial, and the last block of a (token, kv head x head chunk) to finish merges the
+// partials in split order, so the sum does not depend on which block is last.
+//
+// Partials: part_acc[(s * rows + r) * D + column] (unnormalised output of split s for output row
+// r = token * q_heads + head), part_ml[2 * (s * rows + r)] = (max, sum) in the log2 domain.
+#pragma once
+#include "q8.cuh"
+
+// -inf without math.h (NVRTC compiles these files with no headers)
+#define kNegInf (-__int_as_float(0x7f800000))
+
+namespace attn {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(kFull, x, off));
+    return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kFull, x, off);
+    return x;
+}
+
+// the positions [lo, hi) a token at `pos` of a sequence of `len` may see (masked: all of them,
+// the visibility mask decides per position)
+__device__ __forceinline__ void visible_range(int len, int pos, bool masked, int window, int& lo, int& hi) {
+    lo = 0;
+    hi = len;
+    if (!masked) {
+        hi = min(len, pos + 1);
+        if (window > 0) lo = max(0, pos - window + 1);
+    }
+}
+
+// One warp ends output row r (lane holds columns lane * C ..): with one block of work, the
+// normalised output (zeros for a row that saw nothing) and its int8 codes when xq is not null;
+// otherwise split `split`'s partial (o unnormalised, with the row's max mx and sum total).
+template <int C>
+__device__ __forceinline__ void end_row(float (&o)[C], float mx, float total, bool split, int split_index,
+                                        long long r, int rows, int lane, float* __restrict__ out,
+                                        float* __restrict__ part_acc, float* __restrict__ part_ml,
+                                        int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+    constexpr int D = 32 * C;
+    if (!split) {
+        const float inv = total > 0.f ? 1.f / total : 0.f;   // a token that sees nothing gets zeros
+#pragma unroll
+        for (int c = 0; c < C; ++c) out[r * D + lane * C + c] = o[c] = o[c] * inv;
+        if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
+    } else {
+        const long long pr = (long long)split_index * rows + r;
+#pragma unroll
+        for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = o[c];
+        if (lane == 0) {
+            part_ml[2 * pr] = mx;
+            part_ml[2 * pr + 1] = total;
+        }
+    }
+}
+
+// Every thread of the block calls it after writing its partials: true in the last of `active`
+// blocks to get here for `counter`, which it sets back to 0 for the next launch (counters start
+// at 0; launches that share them must not overlap). The other blocks' partials are then in L2.
+__device__ __forceinline__ bool last_block(int* counter, int active) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == active - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    const bool mine = last;
+    if (mine) __threadfence();
+    return mine;
+}
+
+// One warp merges output row r over the `active` splits' partials, in split order, read from L2
+// (ld.cg), and writes the normalised output and its codes.
+template <int C>
+__device__ __forceinline__ void merge_splits(int active, long long r, int rows, int lane, float* __restrict__ out,
+                                             const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                             int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+    constexpr int D = 32 * C;
+    float mx = kNegInf;
+    for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + r)));
+    mx = warp_max(mx);
+    const float mu = mx == kNegInf ? 0.f : mx;
+    float total = 0.f, o[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+    for (int s0 = 0; s0 < active; s0 += 32) {
+        const int s = s0 + lane;
+        float wt = 0.f;
+        if (s < active) {
+            const long long pr = (long long)s * rows + r;
+            wt = exp2f(__ldcg(part_ml + 2 * pr) - mu);
+            total = fmaf(wt, __ldcg(part_ml + 2 * pr + 1), total);
+        }
+        const int cnt = min(32, active - s0);
+#pragma unroll 8
+        for (int j = 0; j < cnt; ++j) {
+            const float wj = __shfl_sync(kFull, wt, j);
+            const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
+#pragma unroll
+            for (int c = 0; c < C; ++c) o[c] = fmaf(wj, __ldcg(src + c), o[c]);
+        }
+    }
+    total = warp_sum(total);
+    end_row<C>(o, mx, total, false, 0, r, rows, lane, out, nullptr, nullptr, xq, xd, xs);
+}
+
+}  // namespace attn
