@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.matmul import DOT_TYPES, INT8_BUCKETS, KQ_TYPES, MMA_KQ_ROWS, TRAITS, bucket, dequantize, quantize_x  # noqa: E402
+from glimmer_cupy.ops.matmul import DOT_TYPES, INT8_BUCKETS, TRAITS, bucket, dequantize, quantize_x, serves  # noqa: E402
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
@@ -33,20 +33,6 @@ TYPES = [QType.Q4_K, QType.Q6_K]
 EXTRA = [(QType.Q4_0, (4096, 4096)), (QType.Q4_1, (4096, 4096)), (QType.Q5_0, (4096, 4096)),
          (QType.Q8_0, (4096, 4096)), (QType.F16, (4096, 4096))]
 MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
-
-
-def serves(b: str, q: QType, m: int) -> bool:
-    """Whether bucket b runs type q at M = m (what quant_matmul's force_bucket accepts)."""
-    if b == "mma_kq":
-        from glimmer_cupy.ops.matmul import MMA_KQ_TYPES
-        return q in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
-    if b == "gemv_kq":
-        return q in KQ_TYPES and m <= 16
-    if b == "gemv_dp4a":
-        return q in DOT_TYPES and m <= 16
-    if b == "gemv":
-        return m <= 8
-    return True
 
 
 def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float,
@@ -116,7 +102,7 @@ def markdown(meta, rows) -> str:
              f"cuBLAS fp16 4096³: {meta['cublas_tflops']:.0f} TFLOP/s (both measured in this run).", "",
              "Timing: CUDA graph where the work can be captured; cuBLAS cannot be (CuPy refuses cuBLAS calls"
              " during capture), so those rows queue eagerly behind a spin kernel and time the device only.", "",
-             "int8 buckets (gemv_kq, gemv_dp4a) are timed on x with its int8 codes made beforehand, as the"
+             "int8 buckets (gemv_kq, gemv_dp4a, mma_kq) are timed on x with its int8 codes made beforehand, as the"
              " model calls them; 'from float x' adds the quantize_x launch.", "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",

@@ -170,6 +170,19 @@ def mma_splits(m: int, n: int, k: int, bm: int) -> int:
     return max(1, min(want, steps, cap))
 
 
+def serves(b: str, qtype: QType, m: int) -> bool:
+    """Whether bucket b has a kernel for weights of qtype and M = m rows of x."""
+    if b == "gemv_dp4a":
+        return qtype in DOT_TYPES and m <= DP4A_WIDTHS[-1]
+    if b == "gemv_kq":
+        return qtype in KQ_TYPES and m <= DP4A_WIDTHS[-1]
+    if b == "mma_kq":
+        return qtype in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
+    if b == "gemv":
+        return m <= GEMV_WIDTHS[-1]
+    return b in BUCKET_NAMES
+
+
 def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
     """The table's bucket for M rows of x; with graph_safe, mma where the table says dequant_cublas."""
     kind = {QType.Q4_K: "q4k", QType.Q6_K: "q6k"}.get(qtype) or ("dot" if qtype in DOT_TYPES else "float")
@@ -223,10 +236,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
-    if b not in BUCKET_NAMES or (b == "gemv_dp4a" and (w.qtype not in DOT_TYPES or m > DP4A_WIDTHS[-1])) \
-            or (b == "gemv_kq" and (w.qtype not in KQ_TYPES or m > DP4A_WIDTHS[-1])) \
-            or (b == "mma_kq" and (w.qtype not in MMA_KQ_TYPES or m > MMA_KQ_ROWS)) \
-            or (b == "gemv" and m > GEMV_WIDTHS[-1]):
+    if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
         if codes is not None:
