@@ -59,12 +59,11 @@ def _kernel(expr: str):
 # M = 16 MW query rows, (token, query head) pairs of one kv head. MW = 1 (16 rows, the group
 # padded) for steps of at most one token per sequence, split over the positions like attn_kernel
 # but in tiles of MMA_TILE; MW = 4 (64 rows: 64 // group tokens of a group) otherwise, unsplit.
-# The split rule reuses n_splits' one wave of MMA_BLOCKS_PER_SM. Measured on the H200 (98a6f7d,
+# The split rule is n_splits' (one wave of BLOCKS_PER_SM blocks) in MMA_TILE tiles. Measured on the H200 (98a6f7d,
 # bench/results/attention_mma.md): decode 5-15% faster than attn_kernel (batch 1 / 32k 53.4 vs
 # 58.3 us), causal prefill 4.5-7x faster (T = 2048: 342 vs 2383 us; SDPA 82.5).
 _MMA_EXPRS = tuple(f"attn_mma_kernel<{d}, {mw}>" for d in HEAD_DIMS for mw in (1, 4))
-MMA_TILE = 64                                # positions per K/V tile (kTile)
-MMA_BLOCKS_PER_SM = 2
+MMA_TILE = 64                                # positions per K/V tile (kTile); two blocks per SM as well
 
 
 def mma_smem(d: int, mw: int) -> int:
@@ -93,8 +92,7 @@ def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int
     if force_splits:
         splits = int(force_splits)
     elif tpb == 1:
-        want = MMA_BLOCKS_PER_SM * sms // max(t * units_per_token * chunks, 1)
-        splits = max(1, min(want, -(-max_len // MMA_TILE), MAX_SPLITS))
+        splits = n_splits(t * units_per_token * chunks, max_len, sms, MMA_TILE)
     else:
         splits = 1
     if splits > 1:
@@ -121,15 +119,16 @@ def head_chunk(group: int) -> int:
     return next((h for h in HEAD_CHUNKS if h >= group), HEAD_CHUNKS[-1])
 
 
-def n_splits(units: int, max_len: int, sms: int = 132) -> int:
+def n_splits(units: int, max_len: int, sms: int = 132, tile: int = MIN_SPLIT) -> int:
     """Splits per (token, kv head, head chunk): as many as fill the SMs with one wave of blocks,
-    no split shorter than MIN_SPLIT positions, at most MAX_SPLITS.
+    no split shorter than one tile (MIN_SPLIT positions; attn_mma_kernel's are MMA_TILE), at most
+    MAX_SPLITS.
 
     units: tokens x kv heads x head chunks (one block each per split); max_len: the most positions
     one token may see. E.g. on 132 SMs with 8 kv heads: batch 1 at 32k, min(264 // 8, 1024, 256)
     = 33 splits; batch 1 at 1k, 32; batch 8 at 8k, 4; batch 32, 1; 32 positions or fewer, 1."""
     want = BLOCKS_PER_SM * sms // max(units, 1)
-    return max(1, min(want, -(-max_len // MIN_SPLIT), MAX_SPLITS))
+    return max(1, min(want, -(-max_len // tile), MAX_SPLITS))
 
 
 def workspace_size(tokens: int, q_heads: int, head_dim: int, splits: int = MAX_SPLITS) -> int:
