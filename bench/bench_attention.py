@@ -38,6 +38,16 @@ def torch_or_none():
         return None
 
 
+def random_pool(cupy, cells: int):
+    """A (cells, HKV, D) pool of bf16 bits of N(0, 1) values, made on the device."""
+    pool = cupy.empty((cells, HKV, D), dtype=cupy.uint16)
+    step = 1 << 16                                        # cells per fill: bounds the float32 temporary
+    for c in range(0, cells, step):
+        x = cupy.random.standard_normal(pool[c:c + step].shape, dtype=cupy.float32)
+        pool[c:c + step] = (x.view(cupy.uint32) >> 16).astype(cupy.uint16)
+    return pool
+
+
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
              mma: bool = False):
     import cupy
@@ -45,13 +55,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     sets = n_sets(kv_bytes)
     cells = sets * b * ctx + 1                            # cell 0: scratch
     # every set's sequences own disjoint, scattered cells of one pool
-    k_pool = cupy.empty((cells, HKV, D), dtype=cupy.uint16)
-    v_pool = cupy.empty((cells, HKV, D), dtype=cupy.uint16)
-    step = 1 << 16                                        # cells per fill: bounds the float32 temporary
-    for pool in (k_pool, v_pool):                         # bf16 of N(0, 1) values, made on the device
-        for c in range(0, cells, step):
-            x = cupy.random.standard_normal(pool[c:c + step].shape, dtype=cupy.float32)
-            pool[c:c + step] = (x.view(cupy.uint32) >> 16).astype(cupy.uint16)
+    k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
     perm = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32))
     tables = [perm[i * b * ctx:(i + 1) * b * ctx].reshape(b, ctx) for i in range(sets)]
     seq_lens = cupy.full(b, ctx, dtype=cupy.int32)
@@ -110,10 +114,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool) -> dic
     (is_causal, contiguous bf16 copies) in the same run, and each against SDPA's output."""
     import cupy
     cells = t + 1
-    k_pool = cupy.asarray((rng.standard_normal((cells, HKV, D)).astype(np.float32).view(np.uint32) >> 16)
-                          .astype(np.uint16))
-    v_pool = cupy.asarray((rng.standard_normal((cells, HKV, D)).astype(np.float32).view(np.uint32) >> 16)
-                          .astype(np.uint16))
+    k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
     table = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32)[None, :])
     seq_lens = cupy.asarray([t], np.int32)
     tok_seq = cupy.zeros(t, np.int32)

@@ -59,8 +59,9 @@ def make_step(rng, lens, q_heads, kv_heads, d, per_seq=1, share=0):
 
 
 def run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, softcap=0.0, visible=None,
-             device_index=True):
-    """(kernel output, reference output); index arrays on the device, or left on the host."""
+             device_index=True, force_splits=None, kernel="simt"):
+    """(kernel output, reference output) with out and the split workspace poisoned with NaN; index
+    arrays on the device, or left on the host."""
     import cupy
     d = q.shape[2]
     scale = d ** -0.5
@@ -71,16 +72,17 @@ def run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, sof
     if device_index:
         idx = [cupy.asarray(a) for a in idx]
     out = cupy.full(q.shape, np.nan, dtype=cupy.float32)
+    work = cupy.full(workspace_size(q.shape[0], q.shape[1], d), np.nan, dtype=cupy.float32)
     vis = None if visible is None else cupy.asarray(visible)
     ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), *idx, scale, window, softcap,
-                  vis, out=out)
+                  vis, out=out, workspace=work, force_splits=force_splits, kernel=kernel)
     return cupy.asnumpy(out), ref
 
 
-def assert_close(got, ref, what):
+def assert_close(got, ref, what, budget=None):
     assert np.isfinite(got).all(), what
     e = nmse(got, ref)
-    assert e < NMSE_BUDGET, (what, e)
+    assert e < (NMSE_BUDGET if budget is None else budget), (what, e)
 
 
 @gpu
@@ -361,29 +363,13 @@ def test_bench_exact_arbiter_matches_reference_cpu():
 MMA_NMSE_BUDGET = 5e-5
 
 
-def run_mma(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, softcap=0.0, visible=None,
-            force_splits=None, device_index=True):
-    """(attention(kernel="mma") with out and workspace poisoned with NaN, reference output)."""
-    import cupy
-    d = q.shape[2]
-    scale = d ** -0.5
-    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, scale,
-                        window, softcap, visible)
-    idx = [table, seq_lens, tok_seq, tok_pos]
-    if device_index:
-        idx = [cupy.asarray(a) for a in idx]
-    out = cupy.full(q.shape, np.nan, dtype=cupy.float32)
-    work = cupy.full(workspace_size(q.shape[0], q.shape[1], d), np.nan, dtype=cupy.float32)
-    vis = None if visible is None else cupy.asarray(visible)
-    ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), *idx, scale, window, softcap,
-                  vis, out=out, workspace=work, force_splits=force_splits, kernel="mma")
-    return cupy.asnumpy(out), ref
+def run_mma(*step, **kw):
+    """run_both on the tensor-core kernel."""
+    return run_both(*step, kernel="mma", **kw)
 
 
 def assert_mma_close(got, ref, what):
-    assert np.isfinite(got).all(), what
-    e = nmse(got, ref)
-    assert e < MMA_NMSE_BUDGET, (what, e)
+    assert_close(got, ref, what, MMA_NMSE_BUDGET)
 
 
 @gpu

@@ -434,6 +434,27 @@ def test_staging_places_codes_and_scales(lib, nt, bits):
                                                                        x.xs[r1, i]])
 
 
+def store_slice_sums(lib, acc, block, R, S, nt, y):
+    """The kernel's fixed-order slice sum and store, emulated: the S slices' accumulators of each
+    of the block's R tiles added in slice order into y (M, N), each output stored once; rows past
+    y's edges are not stored."""
+    m, n_rows = y.shape
+    for warp in range(8):
+        tile, slice_ = divmod(warp, S)
+        row0 = (block * R + tile) * 16
+        for v in range(slice_, 4 * nt, S):
+            n, q = divmod(v, 4)
+            for lane in range(32):
+                g, t = divmod(lane, 4)
+                total = np.float32(0)
+                for s in range(S):
+                    total = np.float32(total + acc[tile * S + s, lane, n, q])
+                xr, wr = lib.out_x_row(n, q, t), row0 + lib.out_w_row(q, g)
+                if xr < m and wr < n_rows:
+                    assert np.isnan(y[xr, wr]), (xr, wr)            # stored once
+                    y[xr, wr] = total
+
+
 def kernel_on_cpu(lib, w: Q4KRows, x: X8, nt, bits):
     """mma_kq_kernel<nt> with 1 << bits slices, block by block as the kernel runs: per step the
     stage buffer, per warp (tile, slice) the 32 lanes' routine with C from the emulated mma, then
@@ -465,20 +486,7 @@ def kernel_on_cpu(lib, w: Q4KRows, x: X8, nt, bits):
                     # the routine multiplied exactly the fragments the emulated C was made of
                     np.testing.assert_array_equal(seen[:, :, :4], np.broadcast_to(a[lane][:, None], (8, nt, 4)))
                     np.testing.assert_array_equal(seen[:, :, 4:], b[lane].transpose(1, 0, 2))
-        for warp in range(8):
-            tile, slice_ = divmod(warp, S)
-            row0 = (block * R + tile) * 16
-            for v in range(slice_, 4 * nt, S):
-                n, q = divmod(v, 4)
-                for lane in range(32):
-                    g, t = divmod(lane, 4)
-                    total = np.float32(0)
-                    for s in range(S):
-                        total = np.float32(total + acc[tile * S + s, lane, n, q])
-                    xr, wr = lib.out_x_row(n, q, t), row0 + lib.out_w_row(q, g)
-                    if xr < x.m and wr < w.n:
-                        assert np.isnan(y[xr, wr]), (xr, wr)            # stored once
-                        y[xr, wr] = total
+        store_slice_sums(lib, acc, block, R, S, nt, y)
     return y
 
 
@@ -746,20 +754,7 @@ def q6k_kernel_on_cpu(lib, w: Q6KRows, x: X8, nt, bits):
                     np.testing.assert_array_equal(seen[:, :2], [a[lane, G] for _, G in order])
                     np.testing.assert_array_equal(seen[:, 2], [b[lane, n, G] for n, G in order])
                     np.testing.assert_array_equal(mids, [1, 2, -1, 0])
-        for warp in range(8):
-            tile, slice_ = divmod(warp, S)
-            row0 = (block * R + tile) * 16
-            for v in range(slice_, 4 * nt, S):
-                n, q = divmod(v, 4)
-                for lane in range(32):
-                    g, t = divmod(lane, 4)
-                    total = np.float32(0)
-                    for s in range(S):
-                        total = np.float32(total + acc[tile * S + s, lane, n, q])
-                    xr, wr = lib.out_x_row(n, q, t), row0 + lib.out_w_row(q, g)
-                    if xr < x.m and wr < w.n:
-                        assert np.isnan(y[xr, wr]), (xr, wr)
-                        y[xr, wr] = total
+        store_slice_sums(lib, acc, block, R, S, nt, y)
     return y
 
 

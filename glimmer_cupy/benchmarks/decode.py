@@ -9,8 +9,8 @@ batch of them decoding together, next to the device's copy bandwidth measured in
   counts all of them;
 - bytes per step: every weight matrix read once (the embedding table only where the head is
   tied to it; a lookup reads one row) plus the K and V the step's attention reads for each
-  sequence; achieved bandwidth = bytes / step time, and its fraction of the copy bandwidth (bytes read + written
-  per second of a 1 GiB device-to-device copy);
+  sequence; achieved bandwidth = bytes / step time, and its fraction of the copy bandwidth
+  (bytes read + written per second of a 1 GiB device-to-device copy);
 - profile (optional): one more decode step between cudaProfilerStart/Stop, for a per-kernel time
   breakdown under ncu (bench/decode_breakdown.sh runs it and sums the kernels by name).
 """
