@@ -43,6 +43,7 @@ class DecodeBench:
     prefill_s: list[float] = field(default_factory=list)
     decode_s: list[float] = field(default_factory=list)       # whole decode of gen_tokens, per run
     step_us_median: float = 0.0
+    gpu_step_us: float = 0.0                # the decode step's graph replayed back to back (0: no graphs)
     prefill_chunk: int = 0                  # 0: the prompt in one step
     batch: int = 1                          # sequences decoding together, one token each per step
 
@@ -150,6 +151,8 @@ def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: 
         say(f"run {r + 1}/{runs}: prefill {batch * prompt_tokens / pf:,.0f} tok/s, "
             f"decode {batch * gen_tokens / dec:,.1f} tok/s")
     res.step_us_median = float(np.median(steps) * 1e6)
+    if graphs:
+        res.gpu_step_us = ex.replay_time_us()
     if profile:
         profile_step(ex, prompt)
     return res
@@ -178,13 +181,14 @@ def markdown(results: list[DecodeBench], meta: dict) -> str:
              "(read + written). Prefill: " + (f"steps of {results[0].prefill_chunk} tokens (CUDA graphs)"
              if results[0].prefill_chunk else "one step of the prompt") + ". Decode: greedy, one token per step, "
              "CUDA graphs " + ("on" if results[0].graphs else "off") + ", programmatic dependent launch "
-             + ("on" if results[0].pdl else "off") + ", host time per step. Sequences: decoding together, one "
+             + ("on" if results[0].pdl else "off") + ", host time per step; GPU µs: the step's graph replayed back to "
+             "back, the part of a step the device spends. Sequences: decoding together, one "
              "token each per step; tok/s counts them all.", "",
-             "| model | sequences | prefill tok/s | decode tok/s | step µs | MB/step (weights + KV) | achieved GB/s "
+             "| model | sequences | prefill tok/s | decode tok/s | step µs | GPU µs | MB/step (weights + KV) | achieved GB/s "
              "| of copy |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.model} | {r.batch} | {r.prefill_tok_s:,.0f} | {r.decode_tok_s:,.1f} | {r.step_us_median:.0f} | "
-                     f"{r.weight_bytes_per_token / 1e6:.1f} + {r.batch * r.kv_bytes_per_token / 1e6:.1f} | "
+                     f"{r.gpu_step_us:.0f} | {r.weight_bytes_per_token / 1e6:.1f} + {r.batch * r.kv_bytes_per_token / 1e6:.1f} | "
                      f"{r.achieved_bandwidth / 1e9:,.0f} | {r.fraction_of_copy:.1%} |")
     return "\n".join(lines) + "\n"
