@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.attention import _sm_count, n_splits, workspace_size  # noqa: E402
+from glimmer_cupy.ops.attention import (MMA_VARIANTS, _sm_count, mma_plan, n_splits,  # noqa: E402
+                                        workspace_size)
+from glimmer_cupy.ops.attention import mma_stages as mma_stages_rule  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -49,7 +51,7 @@ def random_pool(cupy, cells: int):
 
 
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False):
+             mma: bool = False, stages=()):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -73,20 +75,24 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     # (B=8 ctx=8192 on the H200: cudaErrorInvalidAddressSpace).
     cupy.cuda.Device().synchronize()
 
-    def launch(i, force=None, kernel="simt"):
+    def launch(i, force=None, kernel="simt", st=None):
         ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, scale,
-                      out=outs[i], workspace=work, force_splits=force, kernel=kernel)
+                      out=outs[i], workspace=work, force_splits=force, kernel=kernel, force_stages=st)
     mma_us = mma_nmse = None
+    mma_stages = {}
     if mma:                                               # the tensor-core kernel first: outs[0] ends as simt's
         mma_us = time_us(lambda i: launch(i, kernel="mma"), sets, launches, reps)[0]
         rows0 = sorted({0, b - 1})
         mma_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
+        for st in stages:                                 # the pipeline depths (the rule's is mma_us)
+            mma_stages[st] = time_us(lambda i, st=st: launch(i, kernel="mma", st=st), sets, launches, reps)[0]
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
                torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None,
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
-               mma_us=mma_us, mma_nmse_vs_exact=mma_nmse)
+               mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
+               mma_rule_stages=mma_stages_rule(D, 1) if mma else None)
     for s in splits_sweep:
         row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
@@ -103,15 +109,18 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
              f" NMSE {row['nmse_vs_torch']:.1e} (SDPA vs exact {row['torch_nmse_vs_exact']:.1e}, {row['torch_backend']})"
              if row["torch_us"] else "")
           + f" | kernel vs exact (seqs 0, B-1) {row['nmse_vs_exact']:.1e}, non-finite {row['nonfinite_out']}"
-          + (f" | mma: {mma_us:.1f} us, vs exact {mma_nmse:.1e}" if mma else "")
+          + (f" | mma: {mma_us:.1f} us ({row['mma_rule_stages']} stages), vs exact {mma_nmse:.1e}" if mma else "")
+          + "".join(f" | mma {st} stages: {t:.1f} us" for st, t in mma_stages.items())
           + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
     return row
 
 
-def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool) -> dict:
+def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages=(), rows_list=()) -> dict:
     """Causal attention of one T-token prompt over its own T cells (scattered), Qwen3-8B heads:
     TFLOP/s counting the causal half (2 T^2 q_heads D multiply-adds), both kernels and SDPA
-    (is_causal, contiguous bf16 copies) in the same run, and each against SDPA's output."""
+    (is_causal, contiguous bf16 copies) in the same run, and each against SDPA's output. stages,
+    rows_list: the tensor-core kernel also at these pipeline depths and rows per block (each
+    combination that exists; "mma" alone is mma_plan's and mma_stages' choice)."""
     import cupy
     cells = t + 1
     k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
@@ -126,9 +135,18 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool) -> dic
     cupy.cuda.Device().synchronize()
     row = {"prefill": t}
     results = {}
-    for kernel in ("simt", "mma") if mma else ("simt",):
-        us = time_us(lambda i, kernel=kernel: ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos,
-                                                            scale, out=out, kernel=kernel), 1, launches, reps)[0]
+    variants = [("simt", {})] + ([("mma", {})] if mma else [])
+    if mma:
+        for rows in rows_list or (None,):
+            for st in stages or (None,):
+                mw = mma_plan(t, 1, HQ // HKV, t, HKV, force_rows=rows)[0]
+                if (rows or st) and (D, mw, st or mma_stages_rule(D, mw)) in MMA_VARIANTS:
+                    variants.append((f"mma_r{16 * mw}_s{st or mma_stages_rule(D, mw)}",
+                                     dict(kernel="mma", force_rows=rows, force_stages=st)))
+    for kernel, kw in variants:
+        kw = kw or dict(kernel=kernel)
+        us = time_us(lambda i, kw=kw: ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos,
+                                                    scale, out=out, **kw), 1, launches, reps)[0]
         results[kernel] = out.copy()
         row[f"{kernel}_us"], row[f"{kernel}_tflops"] = us, flops / us / 1e6
     if torch is not None:
@@ -147,9 +165,12 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool) -> dic
         row["torch_us"], row["torch_tflops"] = us, flops / us / 1e6
         for kernel, got in results.items():
             row[f"{kernel}_nmse_vs_torch"] = nmse(cupy, got, ref)
+    if mma:
+        mw = mma_plan(t, 1, HQ // HKV, t, HKV)[0]
+        row["mma_rule"] = f"{16 * mw} rows, {mma_stages_rule(D, mw)} stages"
     print(f"attention prefill T={t:<5d} | " + " | ".join(
-        f"{k}: {row[k + '_us']:9.1f} us {row[k + '_tflops']:6.1f} TFLOP/s" for k in ("simt", "mma", "torch")
-        if k + "_us" in row) + "".join(f" | {k} vs SDPA {row[k + '_nmse_vs_torch']:.1e}" for k in results
+        f"{k}: {row[k + '_us']:9.1f} us {row[k + '_tflops']:6.1f} TFLOP/s" for k in [*results, "torch"]
+        if k + "_us" in row) + (f" | mma = {row['mma_rule']}" if mma else "") + "".join(f" | {k} vs SDPA {row[k + '_nmse_vs_torch']:.1e}" for k in results
                                         if k + "_nmse_vs_torch" in row), flush=True)
     return row
 
@@ -269,6 +290,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--mma", action="store_true", help="time the tensor-core kernel (kernel='mma') beside")
     ap.add_argument("--prefill", default="", help="comma-separated prompt lengths for causal prefill cases")
+    ap.add_argument("--stages", default="", help="with --mma: comma-separated pipeline depths (2,3,4) to time the "
+                    "tensor-core kernel at, beside the rule's")
+    ap.add_argument("--rows", default="", help="with --mma: comma-separated rows per prefill block (64,128) to time")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
     import cupy
@@ -278,18 +302,20 @@ def main(argv=None) -> int:
     meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
+    stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()
+    rows_list = tuple(int(s) for s in args.rows.split(",")) if args.rows else ()
     rows = []
     for ctx in (int(c) for c in args.contexts.split(",")):
         for b in (int(x) for x in args.batches.split(",")):
             if not fits(b, ctx, torch):
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
-            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma))
+            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()
     for t in (int(x) for x in args.prefill.split(",")) if args.prefill else ():
-        rows.append(prefill_case(t, rng, args.launches, args.reps, torch, args.mma))
+        rows.append(prefill_case(t, rng, args.launches, args.reps, torch, args.mma, stages, rows_list))
         cupy.get_default_memory_pool().free_all_blocks()
     if args.out:
         write_results(args.out, meta, rows, markdown(meta, rows))

@@ -3,28 +3,38 @@
 // The same inputs, outputs and visibility rules as attn_kernel (attention.cu; the NumPy spec is
 // glimmer_cupy/reference/attention.py), the same argument list, the same split partials and
 // "last block merges" counters, the same optional int8 codes of the output (q8.cuh).
-// Passes its GPU tests (tests/test_attention_gpu.py, the mma ones) and is measured in
-// bench/results/attention_mma.md; its fragment arithmetic is also checked on the CPU
-// (tests/test_attention_mma_frag.py, through attention_mma_frag.cuh). Not the default yet.
+// The default kernel of ops.attention (kernel="simt" selects attn_kernel); its GPU tests are
+// tests/test_attention_gpu.py (all of them run both kernels), timings bench/results/attention_mma.md;
+// its fragment arithmetic is also checked on the CPU (tests/test_attention_mma_frag.py, through
+// attention_mma_frag.cuh).
 //
-// attn_mma_kernel<D, MW>  a block of 4 warps handles M = 16 MW query rows of one kv head: the rows
-//     are (token, query head) pairs, hpb = min(group, M) heads of the GQA group (head chunk
-//     blockIdx.y % head_chunks) times the tpb = ceil(n_tok / gridDim.z) consecutive tokens from
-//     blockIdx.z * tpb (ops picks tpb so that tpb * hpb <= M; rows past that are padding, q = 0).
-//     Decode: MW = 1, one token, the group padded to 16 rows; prefill: MW = 4, 64 rows.
-//   The block walks K/V tiles of 64 positions of its tokens' sequence: 128 threads gather a
-//     tile's K and V rows from the pool through the cell table with cp.async (16-byte pieces, a
-//     row's D * 2 bytes contiguous; positions past the range are zero-filled, never read) into
-//     shared memory, two stages: tile i + 1 is in flight while tile i is multiplied.
+// attn_mma_kernel<D, MW, STAGES>  a block of WARPS warps (4; 8 for MW = 8) handles M = 16 MW query
+//     rows of one kv head: the rows are (token, query head) pairs, hpb = min(group, M) heads of the
+//     GQA group (head chunk blockIdx.y % head_chunks) times the tpb = ceil(n_tok / gridDim.z)
+//     consecutive tokens of token block gridDim.z - 1 - blockIdx.z (reversed: in a causal prompt
+//     the longest blocks start first) (ops picks tpb so that tpb * hpb <= M; rows past that are
+//     padding, q = 0). Decode: MW = 1, one token, the group padded to 16 rows; prefill: MW = 4
+//     (64 rows) or 8 (128 rows: each K/V tile copied once serves twice the rows).
+//   The block walks K/V tiles of 64 positions of its tokens' sequence: the threads gather a tile's
+//     K and V rows from the pool through the cell table with cp.async (16-byte pieces, a row's
+//     D * 2 bytes contiguous; positions past the range are zero-filled, never read) into shared
+//     memory, STAGES stages: tiles i + 1 .. i + STAGES - 1 are in flight while tile i is
+//     multiplied. K and V of a tile are separate commit groups (the scores start when K has
+//     landed), and each tile's cell offsets are read from the cell table STAGES tiles ahead into
+//     shared memory (s_off), so no copy waits on an index load. The depth changes where a tile
+//     lands, never the arithmetic: every STAGES gives the same output bit for bit.
 //   Warp w = (mw, kw): rows 16 mw .. 16 mw + 15 of the block, positions kw * NW .. of each tile,
-//     NW = 64 / KW with KW = 4 / MW warps along positions (decode: 16 positions a warp; prefill:
-//     all 64). S = Q K^T by mma (Q as bf16 in shared memory, pre-scaled; Q and K fragments by
-//     ldmatrix); masking (window / causal / visible / range), softcap, online softmax per row in
-//     registers (row max over the quad of lanes that hold the row); P as bf16 A fragments straight
-//     from S's registers; O += P V by mma (V fragments by ldmatrix.trans). A lane holds rows g and
-//     g + 8 of its warp's 16 (lane = 4 g + t), columns 2t, 2t + 1 of each 8-wide n-tile of S and O.
+//     NW = 64 / KW with KW = WARPS / MW warps along positions (decode: 16 positions a warp;
+//     prefill: all 64). S = Q K^T by mma (Q as bf16 in shared memory, pre-scaled; Q and K
+//     fragments by ldmatrix); softcap (a uniform branch a tile); masking (window / causal /
+//     visible / range) only where some position of the warp's slice is hidden from one of its
+//     rows (padding rows never need it: they are not written); online softmax per row in
+//     registers (row max over the quad of lanes that hold the row; exp2 by ex2.approx.ftz); P as
+//     bf16 A fragments straight from S's registers; O += P V by mma (V fragments by
+//     ldmatrix.trans). A lane holds rows g and g + 8 of its warp's 16 (lane = 4 g + t), columns
+//     2t, 2t + 1 of each 8-wide n-tile of S and O.
 //   End: the KW warps of a row group merge (m, l, O) in shared memory (the stage buffers); warp w
-//     then takes rows w, w + 4, ..., lane C = D / 32 consecutive columns (q8_lane's layout).
+//     then takes rows w, w + WARPS, ..., lane C = D / 32 consecutive columns (q8_lane's layout).
 //   Split-K (flash-decoding): blockIdx.x cuts the visible range into runs of whole tiles exactly as
 //     attn_kernel's Span does with tiles of 64; with more than one block of work each writes a
 //     partial, and the last block to count itself done on the (token, kv head x head chunk)
@@ -32,8 +42,9 @@
 //     only with one token per block.
 //   Tokens of one block from different sequences (a batch of decodes packed several to a block)
 //     are handled by one pass over the tiles per distinct sequence, the other rows masked.
-//   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128,)
-//   dynamic shared memory: attn_mma_smem(D, MW) bytes = (M + 4 * 64) rows of D + 8 bf16.
+//   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(32 * WARPS,)
+//   dynamic shared memory: ATTN_MMA_SMEM(D, MW, STAGES) bytes = (M + 2 * STAGES * 64) rows of
+//   D + 8 bf16 (ops/attention.py: mma_smem; which depths fit how many blocks: mma_blocks_per_sm).
 // Scores live in the log2 domain as in attention.cu (q pre-multiplied by scale * log2 e, or by
 // scale under a softcap whose factor carries log2 e). Error against the float64 reference: q and
 // P rounded to bf16 (K and V are bf16 already); see tests/test_attention_gpu.py for the budget.
@@ -44,7 +55,6 @@
 
 namespace amma {
 
-constexpr int kThreads = 128;
 constexpr int kTile = 64;                     // positions per K/V tile
 constexpr u32 kAll = 0xffffffffu;
 
@@ -85,11 +95,13 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace amma
 
-// bytes of dynamic shared memory: Q (M rows), then K and V of two stages (64 rows each)
-#define ATTN_MMA_SMEM(D, MW) ((16 * (MW) + 4 * 64) * ((D) + 8) * 2)
+// Warps of a block: 8 for the 128-row prefill blocks, else 4
+#define ATTN_MMA_WARPS(MW) ((MW) == 8 ? 8 : 4)
+// bytes of dynamic shared memory: Q (M rows), then K and V of STAGES stages (64 rows each)
+#define ATTN_MMA_SMEM(D, MW, STAGES) ((16 * (MW) + 2 * (STAGES) * 64) * ((D) + 8) * 2)
 
-template <int D, int MW>
-__global__ void __launch_bounds__(amma::kThreads, MW == 1 ? 2 : 1)
+template <int D, int MW, int STAGES>
+__global__ void __launch_bounds__(32 * ATTN_MMA_WARPS(MW), MW == 1 ? 2 : 1)
 attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
                 int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
                 const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
@@ -99,19 +111,25 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                 int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
     pdl_wait();
     using namespace amma;
+    constexpr int WARPS = ATTN_MMA_WARPS(MW);
+    constexpr int THREADS = 32 * WARPS;
     constexpr int M = 16 * MW;                        // query rows of the block
-    constexpr int KW = 4 / MW;                        // warps along a tile's positions
+    constexpr int KW = WARPS / MW;                    // warps along a tile's positions
     constexpr int NW = kTile / KW;                    // positions per warp per tile
     constexpr int NT = NW / 8;                        // n-tiles of S per warp
     constexpr int NO = D / 8;                         // n-tiles of O per warp
     constexpr int RS = D + kRowPad;                   // shared row stride (bf16 values)
     constexpr int C = D / 32;                         // output columns per lane in the epilogue
-    static_assert(NT % 2 == 0 && D % 64 == 0, "whole k-steps");
+    constexpr int PIECES = kTile * D / 8 / THREADS;   // 16-byte pieces of a tile's K (or V) per thread
+    static_assert(NT % 2 == 0 && D % 64 == 0 && WARPS % MW == 0, "whole k-steps");
+    static_assert(STAGES >= 2 && PIECES * THREADS == kTile * D / 8 && THREADS % (D / 8) == 0 && THREADS >= kTile, "tile copy");
+    static_assert((KW * M * D + 2 * KW * M) * 4 <= 2 * STAGES * kTile * RS * 2, "the merge fits the stages");
     extern __shared__ __align__(16) unsigned short smem[];
     unsigned short* sQ = smem;
     unsigned short* sK = smem + M * RS;               // [stage][64][RS]
-    unsigned short* sV = sK + 2 * kTile * RS;
+    unsigned short* sV = sK + STAGES * kTile * RS;
     __shared__ int s_seq[M], s_pos[M], s_lo[M], s_hi[M];
+    __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mw = warp / KW, kw = warp % KW;
@@ -119,18 +137,20 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     const int group = q_heads / kv_heads;
     const int hpb = min(group, M);                    // heads of the group per block
     const int tpb = (n_tok + (int)gridDim.z - 1) / (int)gridDim.z;
-    const int t0 = (int)blockIdx.z * tpb;
+    // token blocks in reverse: in a causal prompt the last tokens see the most positions, so the
+    // longest blocks start first and the short ones fill the tail (any order gives the same result)
+    const int t0 = ((int)gridDim.z - 1 - (int)blockIdx.z) * tpb;
     const int ntb = min(tpb, n_tok - t0);             // tokens of this block
     if (ntb <= 0) return;
     const int h0 = kvh * group + hc * hpb;            // first query head of this block's rows
     const int nh = min(hpb, group - hc * hpb);        // heads past nh are padding
     const bool masked = visible != nullptr;
-    const long long cell_stride = (long long)kv_heads * D;
+    const long long row_bytes = 2ll * kv_heads * D;   // a cell of a pool
     const unsigned short* kb = k_pool + (long long)kvh * D;
     const unsigned short* vb = v_pool + (long long)kvh * D;
     const int rows = n_tok * q_heads;
 
-    for (int i = tid; i < ntb; i += kThreads) {
+    for (int i = tid; i < ntb; i += THREADS) {
         const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
         int lo, hi;
         attn::visible_range(seq_lens[sq], p, masked, window, lo, hi);
@@ -140,7 +160,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         s_hi[i] = hi;
     }
     // Q rows (token r / hpb, head r % hpb) scaled, as bf16
-    for (int i = tid; i < M * D / 2; i += kThreads) {
+    for (int i = tid; i < M * D / 2; i += THREADS) {
         const int r = i / (D / 2), d = 2 * (i % (D / 2));
         const int ti = r / hpb, hh = r % hpb;
         float a = 0.f, b = 0.f;
@@ -183,51 +203,73 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         if ((int)blockIdx.x >= active) return;        // split mode only (one token): no partial
         const int tb = (int)blockIdx.x * per, te = min(tiles, tb + per);
         const int* crow = cell_table + (long long)seq * table_width;
-        // this lane's rows in this pass: their range (empty for rows of other sequences or padding)
+        // this lane's rows in this pass: their range (empty for rows of another sequence), and
+        // whether the row is padding (never written out: its scores need no mask)
         int rlo[2], rhi[2];
+        bool pad[2];
         const unsigned char* rvis[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const bool act = rtok[i] >= 0 && s_seq[rtok[i]] == seq;
+            pad[i] = rtok[i] < 0;
             rlo[i] = act ? s_lo[rtok[i]] : 0;
             rhi[i] = act ? s_hi[rtok[i]] : 0;
             rvis[i] = masked && act ? visible + (long long)(t0 + rtok[i]) * table_width : nullptr;
         }
 
-        auto load = [&](int tile, int st) {
-            const int base = LO + kTile * tile;
-            const u32 dk = smem_u32(sK + st * kTile * RS), dv = smem_u32(sV + st * kTile * RS);
-#pragma unroll 4
-            for (int k = 0; k < kTile * D / 8 / kThreads; ++k) {
-                const RowCol pc = piece<D>(tid + k * kThreads);
-                const int p = base + pc.row;
-                const bool ok = p < HI;
-                const long long off = (ok ? (long long)crow[p] * cell_stride : 0) + pc.col;
-                const u32 so = 2 * at<D>(pc.row, pc.col);
-                cp_async16(dk + so, kb + off, ok ? 16 : 0);
-                cp_async16(dv + so, vb + off, ok ? 16 : 0);
+        // The pipeline. A tile's cells are read from the cell table STAGES tiles ahead of its copy
+        // (a register load in flight over one tile's math, stored to s_off at its end), so the
+        // copy's addresses never wait on a global load. Tile j's K and V are two commit groups,
+        // issued STAGES - 1 tiles ahead; past the last tile the groups are empty, so the wait
+        // counts stay the same: with tiles tile .. tile + STAGES - 1 issued, K of `tile` is done
+        // once at most 2 STAGES - 1 groups are pending, its V at 2 STAGES - 2.
+        // byte offset of position j of `tile` in a pool (0 past the range: such pieces read nothing)
+        auto offset_of = [&](int tile, int j) {
+            const int p = LO + kTile * tile + j;
+            return tile < te && p < HI ? (long long)crow[p] * row_bytes : 0ll;
+        };
+        // thread tid copies column piece tid % (D / 8) of rows tid / (D / 8) + k * (THREADS / (D / 8))
+        constexpr int ROW_STEP = THREADS / (D / 8);
+        const int row0 = tid / (D / 8), col0 = 8 * (tid % (D / 8));
+        auto issue = [&](int tile, int st, const unsigned short* base, unsigned short* dst) {
+            if (tile < te) {
+                const u32 d0 = smem_u32(dst + st * kTile * RS + at<D>(row0, col0));
+                const char* src0 = reinterpret_cast<const char*>(base + col0);
+                const long long* offs = &s_off[st][row0];
+                const int left = HI - (LO + kTile * tile + row0);     // rows row0 + i with i < left exist
+#pragma unroll
+                for (int k = 0; k < PIECES; ++k)
+                    cp_async16(d0 + 2 * k * ROW_STEP * RS, src0 + offs[k * ROW_STEP], k * ROW_STEP < left ? 16 : 0);
             }
             cp_commit();
         };
-
-        if (tb < te) load(tb, 0);
+        for (int i = tid; i < STAGES * kTile; i += THREADS) s_off[i / kTile][i % kTile] = offset_of(tb + i / kTile, i % kTile);
+        __syncthreads();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            issue(tb + s, s, kb, sK);
+            issue(tb + s, s, vb, sV);
+        }
+        int st = 0;                                   // stage of `tile`
         for (int tile = tb; tile < te; ++tile) {
-            const int st = (tile - tb) & 1;
-            if (tile + 1 < te) {
-                load(tile + 1, st ^ 1);
-                cp_wait<1>();
-            } else {
-                cp_wait<0>();
-            }
+            const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
+            issue(tile + STAGES - 1, refill, kb, sK);
+            issue(tile + STAGES - 1, refill, vb, sV);
+            const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;   // stage st's next tile
+            cp_wait<2 * STAGES - 1>();                // K of this tile
             __syncthreads();
             const int pb = LO + kTile * tile + kw * NW;   // the warp's first position
-            bool need = false;
+            bool need = false, full = !masked;
 #pragma unroll
-            for (int i = 0; i < 2; ++i) need |= pb < rhi[i] && pb + NW > rlo[i];
-            if (__any_sync(kAll, need)) {
+            for (int i = 0; i < 2; ++i) {
+                need |= pb < rhi[i] && pb + NW > rlo[i];
+                full &= pad[i] || (pb >= rlo[i] && pb + NW <= rhi[i]);
+            }
+            need = __any_sync(kAll, need);
+            full = __all_sync(kAll, full);            // no position of the warp's slice hidden from any row
+            float s[NT][4];
+            if (need) {
                 const unsigned short* tK = sK + st * kTile * RS + kw * NW * RS;
-                const unsigned short* tV = sV + st * kTile * RS + kw * NW * RS;
-                float s[NT][4];
 #pragma unroll
                 for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
@@ -244,23 +286,34 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                         mma_bf16(s[2 * np + 1], a, b[2], b[3]);
                     }
                 }
-                // mask (range, causal, window, visible), softcap
+                if (softcap_log2 > 0.f)               // uniform: one branch a tile, not one an element
 #pragma unroll
-                for (int n = 0; n < NT; ++n)
+                    for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int c = 0; c < 4; ++c) {
-                        const int i = c >> 1, p = pb + 8 * n + c_col(lane, c);
-                        bool vis = p >= rlo[i] && p < rhi[i];
-                        if (vis && rvis[i] != nullptr) vis = rvis[i][p] != 0;
-                        const float v = softcap_log2 > 0.f ? softcap_log2 * tanhf(s[n][c] * inv_softcap) : s[n][c];
-                        s[n][c] = vis ? v : kNegInf;
-                    }
+                        for (int c = 0; c < 4; ++c) s[n][c] = softcap_log2 * tanhf(s[n][c] * inv_softcap);
+                if (!full)                            // mask: range (causal, window), visible
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) {
+                            const int i = c >> 1, p = pb + 8 * n + c_col(lane, c);
+                            bool vis = p >= rlo[i] && p < rhi[i];
+                            if (vis && rvis[i] != nullptr) vis = rvis[i][p] != 0;
+                            s[n][c] = vis ? s[n][c] : kNegInf;
+                        }
+            }
+            u32 p[NT / 2][4];                         // P as bf16 A fragments
+            if (need) {
                 float mx[2];
                 tile_max<NT>(s, mx);
                 mx[0] = quad_max(mx[0]);
                 mx[1] = quad_max(mx[1]);
-                u32 p[NT / 2][4];
                 update<NT, NO>(s, mx, m, l, o, p);
+            }
+            cp_wait<2 * STAGES - 2>();                // V of this tile
+            __syncthreads();
+            if (need) {
+                const unsigned short* tV = sV + st * kTile * RS + kw * NW * RS;
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ++ks)
 #pragma unroll
@@ -272,7 +325,9 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                         mma_bf16(o[2 * dp + 1], p[ks], b[2], b[3]);
                     }
             }
-            __syncthreads();                          // the stage is refilled next
+            if (tid < kTile) s_off[st][tid] = next_off;
+            __syncthreads();                          // stage st is refilled next
+            st = st == STAGES - 1 ? 0 : st + 1;
         }
     }
 
@@ -299,7 +354,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     }
     __syncthreads();
     const bool split = active > 1;
-    for (int r = warp; r < M; r += 4) {
+    for (int r = warp; r < M; r += WARPS) {
         const int ti = r / hpb, hh = r % hpb;
         if (ti >= ntb || hh >= nh) continue;
         float mx = kNegInf;
@@ -323,7 +378,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
     if (!attn::last_block(counters + (long long)t0 * gridDim.y + blockIdx.y, active)) return;
-    for (int r = warp; r < M; r += 4) {
+    for (int r = warp; r < M; r += WARPS) {
         const int ti = r / hpb, hh = r % hpb;
         if (ti < ntb && hh < nh)
             attn::merge_splits<C>(active, (long long)(t0 + ti) * q_heads + h0 + hh, rows, lane, out, part_acc,
@@ -332,8 +387,17 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define ATTN_MMA(D, MW) template __global__ void attn_mma_kernel<D, MW>(float*, float*, float*, int*,           \
+#define ATTN_MMA(D, MW, S) template __global__ void attn_mma_kernel<D, MW, S>(float*, float*, float*, int*,     \
     const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
     const unsigned char*, int, int, int, int, int, int, float, float, float, int*, float*, float*);
-ATTN_MMA(64, 1) ATTN_MMA(64, 4) ATTN_MMA(128, 1) ATTN_MMA(128, 4) ATTN_MMA(256, 1) ATTN_MMA(256, 4)
+// every (D, MW, STAGES) whose shared memory fits a block (227 KB): ops/attention.py's MMA_VARIANTS
+ATTN_MMA(64, 1, 2) ATTN_MMA(64, 1, 3) ATTN_MMA(64, 1, 4)
+ATTN_MMA(64, 4, 2) ATTN_MMA(64, 4, 3) ATTN_MMA(64, 4, 4)
+ATTN_MMA(64, 8, 2) ATTN_MMA(64, 8, 3) ATTN_MMA(64, 8, 4)
+ATTN_MMA(128, 1, 2) ATTN_MMA(128, 1, 3) ATTN_MMA(128, 1, 4)
+ATTN_MMA(128, 4, 2) ATTN_MMA(128, 4, 3) ATTN_MMA(128, 4, 4)
+ATTN_MMA(128, 8, 2) ATTN_MMA(128, 8, 3) ATTN_MMA(128, 8, 4)
+ATTN_MMA(256, 1, 2) ATTN_MMA(256, 1, 3)
+ATTN_MMA(256, 4, 2)
+ATTN_MMA(256, 8, 2)
 #endif

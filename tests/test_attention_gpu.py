@@ -1,9 +1,11 @@
 """attention and kv_write_ on the GPU against the NumPy reference (reference/attention.py).
 
-The pools hold bf16; the reference reads the same bf16 values widened to float32, so only the
-kernel's own error counts: float32 scores and sums with exp2f, NMSE ~1e-12 on these inputs.
-Budget NMSE = mse(out, ref) / mse(ref, 0) < 1e-5; one wrong cell, position or head gives 1e-3
-or worse. Cells no token may read (cell 0 the scratch, cells past seq_lens, the free ones) hold
+Every GPU test of attention runs both kernels (the `kernel` fixture): "mma" (attention_mma.cu, the
+default) and "simt" (attention.cu). The pools hold bf16; the reference reads the same bf16 values
+widened to float32, so only the kernel's own error counts: for simt float32 scores and sums with
+exp2f, NMSE ~1e-12 on these inputs, budget NMSE = mse(out, ref) / mse(ref, 0) < 1e-5; for mma
+also q and P rounded to bf16, budget MMA_NMSE_BUDGET (below). One wrong cell, position or head
+gives 1e-3 or worse. Cells no token may read (cell 0 the scratch, cells past seq_lens, the free ones) hold
 bf16 NaN, and outputs are filled with NaN before each call, so a stray read or a missing write
 shows. The reference loops over tokens in Python: long contexts run with few tokens and heads.
 """
@@ -17,8 +19,20 @@ from glimmer_cupy.ops.attention import check_args, n_splits, workspace_size
 from glimmer_cupy.reference.attention import attention as ref_attention
 
 NMSE_BUDGET = 1e-5
+# The tensor-core kernel rounds q (times scale * log2 e) and the softmax weights P to bf16 before
+# the mma. Emulated on these inputs (tests/test_attention_mma_frag.py,
+# test_bf16_rounding_error_is_inside_the_gpu_budget) that costs NMSE 2e-6 .. 7e-6; the budget is
+# ~7x the worst. A wrong cell, position, mask or row gives 1e-3 or worse.
+MMA_NMSE_BUDGET = 5e-5
+BUDGETS = {"simt": NMSE_BUDGET, "mma": MMA_NMSE_BUDGET}
 BF16_NAN = 0x7FC0
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
+
+
+@pytest.fixture(params=["mma", "simt"])
+def kernel(request):
+    """Both attention kernels for every GPU test that takes it."""
+    return request.param
 
 
 def bf16_bits(x):
@@ -59,7 +73,7 @@ def make_step(rng, lens, q_heads, kv_heads, d, per_seq=1, share=0):
 
 
 def run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, softcap=0.0, visible=None,
-             device_index=True, force_splits=None, kernel="simt"):
+             device_index=True, force_splits=None, kernel="mma", **kw):
     """(kernel output, reference output) with out and the split workspace poisoned with NaN; index
     arrays on the device, or left on the host."""
     import cupy
@@ -75,40 +89,40 @@ def run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, sof
     work = cupy.full(workspace_size(q.shape[0], q.shape[1], d), np.nan, dtype=cupy.float32)
     vis = None if visible is None else cupy.asarray(visible)
     ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), *idx, scale, window, softcap,
-                  vis, out=out, workspace=work, force_splits=force_splits, kernel=kernel)
+                  vis, out=out, workspace=work, force_splits=force_splits, kernel=kernel, **kw)
     return cupy.asnumpy(out), ref
 
 
-def assert_close(got, ref, what, budget=None):
+def assert_close(got, ref, what, kernel="mma"):
     assert np.isfinite(got).all(), what
     e = nmse(got, ref)
-    assert e < (NMSE_BUDGET if budget is None else budget), (what, e)
+    assert e < BUDGETS[kernel], (what, kernel, e)
 
 
 @gpu
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("length", [1, 7, 511, 512, 513, 4095])
-def test_decode_lengths(d, length):
+def test_decode_lengths(d, length, kernel):
     rng = np.random.default_rng(length * 1000 + d)
     step = make_step(rng, [length, length], 8, 2, d)
-    got, ref = run_both(*step)
-    assert_close(got, ref, (d, length))
+    got, ref = run_both(*step, kernel=kernel)
+    assert_close(got, ref, (d, length), kernel)
 
 
 @gpu
-def test_long_context():
+def test_long_context(kernel):
     """32768 positions, one KV head and four query heads: many splits and the combine pass."""
     rng = np.random.default_rng(1)
     step = make_step(rng, [32768], 4, 1, 128)
-    got, ref = run_both(*step, device_index=False)         # host seq_lens: the split count from 32768
-    assert_close(got, ref, "32k")
-    got, ref = run_both(*step)                              # device tables: from the table width
-    assert_close(got, ref, "32k device tables")
+    got, ref = run_both(*step, device_index=False, kernel=kernel)   # host seq_lens: the split count from 32768
+    assert_close(got, ref, "32k", kernel)
+    got, ref = run_both(*step, kernel=kernel)                       # device tables: from the table width
+    assert_close(got, ref, "32k device tables", kernel)
 
 
 @gpu
 @pytest.mark.parametrize("splits", [1, 2, 3, 31, 200])
-def test_forced_splits_agree(splits):
+def test_forced_splits_agree(splits, kernel):
     """Any split count gives the same attention (the rule is a speed choice), empty splits included."""
     import cupy
     rng = np.random.default_rng(splits)
@@ -117,56 +131,56 @@ def test_forced_splits_agree(splits):
     out = cupy.full(q.shape, np.nan, dtype=cupy.float32)
     work = cupy.full(workspace_size(q.shape[0], 8, 128, splits), np.nan, dtype=cupy.float32)   # poisoned too
     ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), table, seq_lens, tok_seq, tok_pos,
-                  0.1, out=out, workspace=work, force_splits=splits)
-    assert_close(cupy.asnumpy(out), ref, splits)
+                  0.1, out=out, workspace=work, force_splits=splits, kernel=kernel)
+    assert_close(cupy.asnumpy(out), ref, splits, kernel)
 
 
 @gpu
-def test_mixed_lengths_one_batch():
+def test_mixed_lengths_one_batch(kernel):
     rng = np.random.default_rng(2)
     lens = [1, 7, 33, 511, 512, 513, 2000, 64]
-    got, ref = run_both(*make_step(rng, lens, 32, 8, 128))
-    assert_close(got, ref, "mixed")
+    got, ref = run_both(*make_step(rng, lens, 32, 8, 128), kernel=kernel)
+    assert_close(got, ref, "mixed", kernel)
 
 
 @gpu
 @pytest.mark.parametrize("q_heads,kv_heads", [(4, 4), (6, 2), (9, 3), (16, 2), (20, 2), (7, 1), (32, 1)])
-def test_gqa_groups(q_heads, kv_heads):
+def test_gqa_groups(q_heads, kv_heads, kernel):
     """Group sizes 1, 3, 7, 8, 10 and 32: padded head chunks and groups over several chunks."""
     rng = np.random.default_rng(q_heads * 10 + kv_heads)
-    got, ref = run_both(*make_step(rng, [300, 1500], q_heads, kv_heads, 64))
-    assert_close(got, ref, (q_heads, kv_heads))
+    got, ref = run_both(*make_step(rng, [300, 1500], q_heads, kv_heads, 64), kernel=kernel)
+    assert_close(got, ref, (q_heads, kv_heads), kernel)
 
 
 @gpu
-def test_verify_blocks_shared_prefix():
+def test_verify_blocks_shared_prefix(kernel):
     """16 tokens per sequence (a speculative block), two sequences sharing their first 400 cells."""
     rng = np.random.default_rng(3)
-    got, ref = run_both(*make_step(rng, [900, 700], 16, 4, 128, per_seq=16, share=400))
-    assert_close(got, ref, "verify")
+    got, ref = run_both(*make_step(rng, [900, 700], 16, 4, 128, per_seq=16, share=400), kernel=kernel)
+    assert_close(got, ref, "verify", kernel)
 
 
 @gpu
 @pytest.mark.parametrize("length", [511, 512, 513, 3000])
 @pytest.mark.parametrize("d", [64, 256])
-def test_sliding_window(length, d):
+def test_sliding_window(length, d, kernel):
     rng = np.random.default_rng(length + d)
     step = make_step(rng, [length, length + 1], 8, 4, d, per_seq=4)
-    got, ref = run_both(*step, window=512)
-    assert_close(got, ref, ("window", length, d))
+    got, ref = run_both(*step, window=512, kernel=kernel)
+    assert_close(got, ref, ("window", length, d), kernel)
 
 
 @gpu
-def test_softcap():
+def test_softcap(kernel):
     rng = np.random.default_rng(4)
     q, *rest = make_step(rng, [1200], 8, 2, 256)
-    got, ref = run_both(q * 8, *rest, softcap=5.0)          # large scores so the cap bites
-    assert_close(got, ref, "softcap")
+    got, ref = run_both(q * 8, *rest, softcap=5.0, kernel=kernel)   # large scores so the cap bites
+    assert_close(got, ref, "softcap", kernel)
 
 
 @gpu
 @pytest.mark.parametrize("d", [64, 128])
-def test_visible_mask_with_hidden_row(d):
+def test_visible_mask_with_hidden_row(d, kernel):
     rng = np.random.default_rng(5 + d)
     step = make_step(rng, [40, 1300], 8, 2, d, per_seq=5)
     t, width = step[0].shape[0], step[3].shape[1]
@@ -174,22 +188,22 @@ def test_visible_mask_with_hidden_row(d):
     visible[2] = False                                      # sees nothing: zeros, not NaN
     visible[6, :] = False
     visible[6, 1299] = True                                 # one position, the last
-    got, ref = run_both(*step, visible=visible.astype(np.uint8))
+    got, ref = run_both(*step, visible=visible.astype(np.uint8), kernel=kernel)
     assert (got[2] == 0).all()
-    assert_close(got, ref, "visible")
-    got_b, _ = run_both(*step, visible=visible)             # bool masks read the same
+    assert_close(got, ref, "visible", kernel)
+    got_b, _ = run_both(*step, visible=visible, kernel=kernel)      # bool masks read the same
     np.testing.assert_array_equal(got_b, got)
 
 
 @gpu
-def test_all_hidden_splits_give_zeros():
+def test_all_hidden_splits_give_zeros(kernel):
     """A zero-length sequence beside a long one: its token sees nothing, and every one of its splits is empty."""
     rng = np.random.default_rng(6)
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [3000, 5], 8, 2, 128)
     seq_lens[1] = 0
-    got, ref = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)
+    got, ref = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, kernel=kernel)
     assert (got[1] == 0).all()
-    assert_close(got, ref, "empty")
+    assert_close(got, ref, "empty", kernel)
 
 
 @gpu
@@ -355,12 +369,7 @@ def test_bench_exact_arbiter_matches_reference_cpu():
     assert math.isnan(nmse(np, np.full_like(got, np.inf), got))
 
 
-# -- the tensor-core kernel: attention(kernel="mma"), attn_mma_kernel in attention_mma.cu --
-# It rounds q (times scale * log2 e) and the softmax weights P to bf16 before the mma. Emulated on
-# these inputs (tests/test_attention_mma_frag.py, test_bf16_rounding_error_is_inside_the_gpu_budget)
-# that costs NMSE 2e-6 .. 7e-6; the budget is ~7x the worst. A wrong cell, position, mask or
-# row gives 1e-3 or worse.
-MMA_NMSE_BUDGET = 5e-5
+# -- the tensor-core kernel's own shapes: prefill-shaped blocks (64 and 128 rows), pipeline depths --
 
 
 def run_mma(*step, **kw):
@@ -369,82 +378,105 @@ def run_mma(*step, **kw):
 
 
 def assert_mma_close(got, ref, what):
-    assert_close(got, ref, what, MMA_NMSE_BUDGET)
+    assert_close(got, ref, what, "mma")
 
 
 @gpu
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("length", [1, 7, 511, 512, 513, 4095])
 @pytest.mark.parametrize("per_seq", [1, 16])
-def test_mma_lengths(d, length, per_seq):
+@pytest.mark.parametrize("rows", [None, 128])
+def test_mma_lengths(d, length, per_seq, rows):
     """Decode (one token a sequence: 16-row blocks, split) and prefill-shaped steps (16 tokens a
-    sequence: 64-row blocks, causal inside the step's own tokens)."""
+    sequence: 64-row blocks, causal inside the step's own tokens); and both in 128-row blocks of
+    8 warps (rows=128: decode tokens of both sequences in one block, one pass each)."""
     rng = np.random.default_rng(length * 1000 + d + per_seq)
     step = make_step(rng, [length, length], 8, 2, d, per_seq=min(per_seq, length))
-    got, ref = run_mma(*step)
-    assert_mma_close(got, ref, (d, length, per_seq))
+    got, ref = run_mma(*step, force_rows=rows)
+    assert_mma_close(got, ref, (d, length, per_seq, rows))
 
 
 @gpu
-def test_mma_long_context():
-    rng = np.random.default_rng(11)
-    step = make_step(rng, [32768], 32, 8, 128)
-    got, ref = run_mma(*step, device_index=False)
-    assert_mma_close(got, ref, "32k")
-    got, ref = run_mma(*step)
-    assert_mma_close(got, ref, "32k device tables")
+@pytest.mark.parametrize("rows", [None, 64, 128])
+def test_mma_causal_prompt(rows):
+    """A whole 700-token prompt of Qwen3-8B's heads (32 q / 8 kv, D 128), causal from position 0,
+    as a prefill step runs it: diagonal tiles masked, the others on the unmasked path, token
+    blocks launched in reverse."""
+    rng = np.random.default_rng(30)
+    got, ref = run_mma(*make_step(rng, [700], 32, 8, 128, per_seq=700), force_rows=rows)
+    assert_mma_close(got, ref, ("prompt", rows))
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("per_seq,rows", [(1, None), (1, 16), (40, 64), (40, 128)])
+def test_mma_stages_are_bit_identical(d, per_seq, rows):
+    """Every pipeline depth gives the same output bit for bit (the depth changes which buffer a
+    tile lands in, never the arithmetic): a split decode step and a prefill-shaped one, 64 and
+    128 rows; each depth also against the reference."""
+    from glimmer_cupy.ops.attention import MMA_STAGES, MMA_VARIANTS, mma_plan
+    rng = np.random.default_rng(31 + d + per_seq)
+    step = make_step(rng, [3000, 300], 8, 2, d, per_seq=per_seq)
+    t = step[0].shape[0]
+    mw = mma_plan(t, 2, 4, 3000, 2, force_rows=rows)[0]
+    depths = [st for st in MMA_STAGES if (d, mw, st) in MMA_VARIANTS]
+    assert len(depths) >= 1 + (d < 256 or mw == 1)
+    outs = []
+    for st in depths:
+        got, ref = run_mma(*step, force_rows=rows, force_stages=st)
+        assert_mma_close(got, ref, (d, per_seq, rows, st))
+        outs.append(got)
+    for st, got in zip(depths[1:], outs[1:]):
+        np.testing.assert_array_equal(got, outs[0], err_msg=f"{st} stages vs {depths[0]}")
 
 
 @gpu
 @pytest.mark.parametrize("per_seq", [1, 3])
-def test_mma_mixed_batch(per_seq):
-    """Eight sequences of mixed lengths; with three tokens each the 64-row blocks hold tokens of
-    several sequences (one pass per sequence)."""
+@pytest.mark.parametrize("rows", [None, 64, 128])
+def test_mma_mixed_batch(per_seq, rows):
+    """Eight sequences of mixed lengths; with three tokens each the 64- and 128-row blocks hold
+    tokens of several sequences (one pass per sequence)."""
     rng = np.random.default_rng(12 + per_seq)
     lens = [1, 7, 33, 511, 512, 513, 2000, 64]
-    got, ref = run_mma(*make_step(rng, lens, 32, 8, 128, per_seq=per_seq))
-    assert_mma_close(got, ref, ("mixed", per_seq))
-
-
-@gpu
-@pytest.mark.parametrize("splits", [1, 2, 3, 31, 200])
-def test_mma_forced_splits(splits):
-    rng = np.random.default_rng(20 + splits)
-    got, ref = run_mma(*make_step(rng, [1000, 37], 8, 2, 128), force_splits=splits)
-    assert_mma_close(got, ref, splits)
+    got, ref = run_mma(*make_step(rng, lens, 32, 8, 128, per_seq=per_seq), force_rows=rows)
+    assert_mma_close(got, ref, ("mixed", per_seq, rows))
 
 
 @gpu
 @pytest.mark.parametrize("q_heads,kv_heads", [(4, 4), (9, 3), (20, 2), (7, 1), (32, 1), (128, 1)])
 @pytest.mark.parametrize("per_seq", [1, 8])
-def test_mma_gqa_groups(q_heads, kv_heads, per_seq):
+@pytest.mark.parametrize("rows", [None, 128])
+def test_mma_gqa_groups(q_heads, kv_heads, per_seq, rows):
     """Groups 1, 3, 7, 10, 32 and 128: padded rows, several tokens a block, head chunks."""
     rng = np.random.default_rng(q_heads * 10 + kv_heads + per_seq)
-    got, ref = run_mma(*make_step(rng, [300, 1500], q_heads, kv_heads, 64, per_seq=per_seq))
-    assert_mma_close(got, ref, (q_heads, kv_heads, per_seq))
+    got, ref = run_mma(*make_step(rng, [300, 1500], q_heads, kv_heads, 64, per_seq=per_seq), force_rows=rows)
+    assert_mma_close(got, ref, (q_heads, kv_heads, per_seq, rows))
 
 
 @gpu
 @pytest.mark.parametrize("length", [511, 512, 513, 3000])
-@pytest.mark.parametrize("d,per_seq", [(64, 4), (256, 1), (128, 70)])
-def test_mma_sliding_window(length, d, per_seq):
+@pytest.mark.parametrize("d,per_seq,rows", [(64, 4, None), (256, 1, None), (128, 70, None), (128, 70, 128),
+                                            (256, 70, 128)])
+def test_mma_sliding_window(length, d, per_seq, rows):
     rng = np.random.default_rng(length + d + per_seq)
     step = make_step(rng, [length, length + 1], 8, 4, d, per_seq=per_seq)
-    got, ref = run_mma(*step, window=512)
-    assert_mma_close(got, ref, ("window", length, d, per_seq))
+    got, ref = run_mma(*step, window=512, force_rows=rows)
+    assert_mma_close(got, ref, ("window", length, d, per_seq, rows))
 
 
 @gpu
-def test_mma_softcap():
+@pytest.mark.parametrize("rows", [None, 128])
+def test_mma_softcap(rows):
     rng = np.random.default_rng(21)
     q, *rest = make_step(rng, [1200], 8, 2, 256, per_seq=5)
-    got, ref = run_mma(q * 8, *rest, softcap=5.0)
-    assert_mma_close(got, ref, "softcap")
+    got, ref = run_mma(q * 8, *rest, softcap=5.0, force_rows=rows)
+    assert_mma_close(got, ref, ("softcap", rows))
 
 
 @gpu
 @pytest.mark.parametrize("d", [64, 128])
-def test_mma_visible_mask_with_hidden_row(d):
+@pytest.mark.parametrize("rows", [None, 128])
+def test_mma_visible_mask_with_hidden_row(d, rows):
     rng = np.random.default_rng(22 + d)
     step = make_step(rng, [40, 1300], 8, 2, d, per_seq=5)
     t, width = step[0].shape[0], step[3].shape[1]
@@ -452,19 +484,9 @@ def test_mma_visible_mask_with_hidden_row(d):
     visible[2] = False                                      # sees nothing: zeros, not NaN
     visible[6, :] = False
     visible[6, 1299] = True
-    got, ref = run_mma(*step, visible=visible.astype(np.uint8))
+    got, ref = run_mma(*step, visible=visible.astype(np.uint8), force_rows=rows)
     assert (got[2] == 0).all()
-    assert_mma_close(got, ref, "visible")
-
-
-@gpu
-def test_mma_all_hidden_splits_give_zeros():
-    rng = np.random.default_rng(23)
-    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [3000, 5], 8, 2, 128)
-    seq_lens[1] = 0
-    got, ref = run_mma(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)
-    assert (got[1] == 0).all()
-    assert_mma_close(got, ref, "empty")
+    assert_mma_close(got, ref, ("visible", rows))
 
 
 @gpu
@@ -491,11 +513,34 @@ def test_mma_q8_codes(per_seq):
 
 def test_mma_plan_cpu():
     """The mma route's block shapes: decode steps 16-row blocks split over positions; wider steps
-    64-row blocks of 64 // group tokens, unsplit; forced splits take one token a block."""
+    64-row blocks of 64 // group tokens, unsplit (128-row blocks only when forced); forced splits
+    take one token a block."""
     from glimmer_cupy.ops.attention import mma_plan
     assert mma_plan(1, 1, 4, 32768, 8, 132) == (1, 1, 1, 33)
     assert mma_plan(8, 8, 4, 32768, 8, 132) == (1, 1, 1, 4)
     assert mma_plan(2048, 1, 4, 2048, 8, 132) == (4, 16, 1, 1)
+    assert mma_plan(2048, 1, 4, 2048, 8, 132, force_rows=128) == (8, 32, 1, 1)
+    assert mma_plan(2048, 1, 4, 2048, 8, 132, force_rows=64) == (4, 16, 1, 1)
+    assert mma_plan(32, 2, 4, 900, 8, 132) == (4, 16, 1, 1)          # 16-token verify blocks: 64 rows
     assert mma_plan(1, 1, 32, 1000, 1, 132) == (1, 1, 2, 16)
     assert mma_plan(64, 2, 128, 1000, 1, 132) == (4, 1, 2, 2)
+    assert mma_plan(64, 2, 128, 1000, 1, 132, force_rows=64) == (4, 1, 2, 2)
     assert mma_plan(64, 2, 4, 1000, 8, 132, force_splits=3) == (4, 1, 1, 3)
+    with pytest.raises(OpArgumentError, match="force_rows must be one of"):
+        mma_plan(64, 2, 4, 1000, 8, 132, force_rows=32)
+
+
+def test_mma_stages_rule_cpu():
+    """The pipeline depth (2 stages, by measurement), shared memory per depth and the
+    instances: every (D, rows, depth) whose shared memory fits one block, and attention_mma.cu
+    instantiates the same list for the compile test."""
+    import re
+    from pathlib import Path
+    from glimmer_cupy.ops.attention import MMA_VARIANTS, mma_blocks_per_sm, mma_smem, mma_stages
+    assert all(mma_stages(d, mw) == 2 and mma_blocks_per_sm(d, mw, 2) > 0 for d in (64, 128, 256) for mw in (1, 4, 8))
+    assert mma_smem(128, 1, 2) == 73984 and mma_smem(128, 1, 3) == 108800
+    assert mma_blocks_per_sm(128, 1, 3) == 2 and mma_blocks_per_sm(128, 1, 4) == 1
+    assert mma_blocks_per_sm(256, 1, 4) == 0 and (256, 1, 4) not in MMA_VARIANTS
+    src = (Path(__file__).resolve().parents[1] / "cuda_src" / "attention_mma.cu").read_text()
+    listed = {tuple(map(int, m)) for m in re.findall(r"ATTN_MMA\((\d+), (\d+), (\d+)\)", src)}
+    assert listed == set(MMA_VARIANTS)

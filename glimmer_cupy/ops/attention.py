@@ -1,10 +1,12 @@
 """Attention over the KV cell pool and the KV write (see reference/attention.py for the rules;
-kernels: cuda_src/attention.cu).
+kernels: cuda_src/attention_mma.cu, the default, and cuda_src/attention.cu).
 
 On the GPU the pools hold bfloat16 bits (uint16; Gemma 3's activations overflow fp16), K and V
-are written from float32 with round to nearest even, and q and the output stay float32. One
-split-K kernel serves every step shape that decodes: one token per sequence, or a few (a
-speculative block); it reads a KV head's cells once for its whole GQA group.
+are written from float32 with round to nearest even, and q and the output stay float32. The
+default kernel runs on tensor cores (attn_mma_kernel: q and the softmax weights rounded to bf16,
+NMSE ~5e-6 against the reference) and serves every step shape, decode (split over positions) and
+prefill; kernel="simt" keeps the CUDA-core kernel (attn_kernel, float32 scores, NMSE ~1e-12).
+Both read a KV head's cells once for its whole GQA group.
 
 What is checked before a launch: dtypes, shapes, contiguity, head_dim, the GQA ratio, window and
 softcap. Index arrays given as NumPy arrays are checked on the host too (seq_lens within the table
@@ -55,36 +57,86 @@ def _kernel(expr: str):
     return get_kernel("attention", expr, name_expressions=_EXPRS)
 
 
-# The tensor-core kernel (attention_mma.cu, attn_mma_kernel<D, MW>): a block of 4 warps takes
-# M = 16 MW query rows, (token, query head) pairs of one kv head. MW = 1 (16 rows, the group
-# padded) for steps of at most one token per sequence, split over the positions like attn_kernel
-# but in tiles of MMA_TILE; MW = 4 (64 rows: 64 // group tokens of a group) otherwise, unsplit.
-# The split rule is n_splits' (one wave of BLOCKS_PER_SM blocks) in MMA_TILE tiles. Measured on the H200 (98a6f7d,
+# The tensor-core kernel (attention_mma.cu, attn_mma_kernel<D, MW, STAGES>), the default: a block
+# takes M = 16 MW query rows, (token, query head) pairs of one kv head. MW = 1 (16 rows, the group
+# padded; 4 warps) for steps of at most one token per sequence, split over the positions like
+# attn_kernel but in tiles of MMA_TILE; otherwise unsplit blocks of MW = 4 (64 rows, 4 warps) or
+# MW = 8 (128 rows, 8 warps: each K/V tile copied once serves twice the rows) of M // group tokens.
+# STAGES K/V tiles in flight (cp.async). The split rule is n_splits' (one wave of BLOCKS_PER_SM
+# blocks) in MMA_TILE tiles. Measured on the H200 (98a6f7d, two stages, 64-row prefill,
 # bench/results/attention_mma.md): decode 5-15% faster than attn_kernel (batch 1 / 32k 53.4 vs
 # 58.3 us), causal prefill 4.5-7x faster (T = 2048: 342 vs 2383 us; SDPA 82.5).
-_MMA_EXPRS = tuple(f"attn_mma_kernel<{d}, {mw}>" for d in HEAD_DIMS for mw in (1, 4))
-MMA_TILE = 64                                # positions per K/V tile (kTile); two blocks per SM as well
+MMA_TILE = 64                                # positions per K/V tile (kTile)
+MMA_ROWS = (16, 64, 128)                     # rows per block: MW = 1, 4, 8
+SMEM_PER_SM = 228 * 1024                     # H100 / H200: shared memory of an SM ...
+SMEM_PER_BLOCK = 227 * 1024                  # ... the most one block may have ...
+SMEM_RESERVED = 1024                         # ... and what the system takes per resident block
 
 
-def mma_smem(d: int, mw: int) -> int:
-    """Dynamic shared memory of attn_mma_kernel<d, mw>: Q rows, then K and V of two stages."""
-    return (16 * mw + 4 * MMA_TILE) * (d + 8) * 2
+def mma_warps(mw: int) -> int:
+    return 8 if mw == 8 else 4
+
+
+def mma_smem(d: int, mw: int, stages: int = 2) -> int:
+    """Dynamic shared memory of attn_mma_kernel<d, mw, stages>: Q rows, then K and V of each stage
+    (rows of d + 8 bf16)."""
+    return (16 * mw + 2 * stages * MMA_TILE) * (d + 8) * 2
+
+
+def mma_static_smem(mw: int, stages: int) -> int:
+    """Its static shared memory (ptxas: s_seq, s_pos, s_lo, s_hi, s_off and the last-block flag)."""
+    return 4 * 4 * 16 * mw + 8 * MMA_TILE * stages + 16
+
+
+def mma_blocks_per_sm(d: int, mw: int, stages: int) -> int:
+    """Blocks one SM holds: shared memory, and at most 2 (the launch bounds of MW = 1; the 64-row
+    blocks' ~190 registers also allow 2 of 128 threads, the 128-row blocks' only 1 of 256)."""
+    per = mma_smem(d, mw, stages) + mma_static_smem(mw, stages)
+    if per > SMEM_PER_BLOCK:
+        return 0
+    return min(1 if mw == 8 else 2, SMEM_PER_SM // (per + SMEM_RESERVED))
+
+
+MMA_STAGES = (2, 3, 4)
+# every instance that fits (attention_mma.cu instantiates the same list for the compile test)
+MMA_VARIANTS = tuple((d, mw, st) for d in HEAD_DIMS for mw in (1, 4, 8) for st in MMA_STAGES
+                     if mma_blocks_per_sm(d, mw, st) > 0)
+_MMA_EXPRS = tuple(f"attn_mma_kernel<{d}, {mw}, {st}>" for d, mw, st in MMA_VARIANTS)
+
+
+def mma_stages(d: int, mw: int) -> int:
+    """Pipeline depth: 2 stages. Measured on the H200 (bench_attention.py --stages, head dim 128):
+    decode at batch 1 / 8 and 1k / 32k the same at 2 and 3 stages (53.0 / 53.1 µs at 32k) and
+    slower at 4, which leaves one block per SM (73.8); prefill with 64-row blocks 39.1 / 276 µs at
+    T = 512 / 2048 with 2 stages against 54.6 / 440 with 3 (one block per SM). Bytes in flight are
+    not what limits these kernels; two blocks per SM is. (d, mw) kept for other head dims' rules."""
+    return 2
 
 
 @cache
-def _mma_kernel(d: int, mw: int):
-    kern = get_kernel("attention_mma", f"attn_mma_kernel<{d}, {mw}>", name_expressions=_MMA_EXPRS)
-    kern.fn.max_dynamic_shared_size_bytes = mma_smem(d, mw)            # above the default 48 KB
+def _mma_kernel(d: int, mw: int, stages: int):
+    kern = get_kernel("attention_mma", f"attn_mma_kernel<{d}, {mw}, {stages}>", name_expressions=_MMA_EXPRS)
+    kern.fn.max_dynamic_shared_size_bytes = mma_smem(d, mw, stages)      # above the default 48 KB
+    kern.fn.preferred_shared_memory_carveout = 100                        # two ~110 KB blocks need all of it
     return kern
 
 
 def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int, sms: int = 132,
-             force_splits: int | None = None) -> tuple[int, int, int, int]:
+             force_splits: int | None = None, force_rows: int | None = None) -> tuple[int, int, int, int]:
     """(mw, tokens per block, head chunks, splits) of attn_mma_kernel for a step of t tokens over
     n_seqs sequences: decode-shaped steps (t <= n_seqs) one token a block, split over positions;
-    others 64 // group tokens a block, one split (a block of tokens from several sequences runs
-    one pass per sequence, so the choice never changes the result)."""
-    mw = 1 if t <= n_seqs else 4
+    others 64 // group tokens a block (64 rows: measured faster than 128-row blocks, which hold
+    one block per SM: T = 2048 276 against 298 µs), one split (a block of tokens from several sequences runs one pass per
+    sequence, so the choice never changes the result). force_rows (benchmarks, tests): 16, 64 or
+    128 rows a block."""
+    if force_rows:
+        if force_rows not in MMA_ROWS:
+            raise fail("attention", "force_rows", f"one of {MMA_ROWS}", force_rows)
+        mw = force_rows // 16
+    elif t <= n_seqs:
+        mw = 1
+    else:
+        mw = 4
     m = 16 * mw
     hpb = min(group, m)
     chunks = -(-group // hpb)
@@ -200,7 +252,8 @@ def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window
 
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
-              force_splits: int | None = None, q8: bool = False, kernel: str = "simt"):
+              force_splits: int | None = None, q8: bool = False, kernel: str = "mma",
+              force_stages: int | None = None, force_rows: int | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -211,9 +264,11 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_splits (benchmarks only) replaces the split rule's count.
     q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
     return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
-    kernel: "simt" (attn_kernel, CUDA cores) or "mma" (attn_mma_kernel, tensor cores: q and the
-    softmax weights rounded to bf16, NMSE ~5e-6 against the reference; not the default: the models'
-    greedy goldens have not been run with it).
+    kernel: "mma" (attn_mma_kernel, tensor cores, the default: q and the softmax weights rounded
+    to bf16, NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
+    force_stages, force_rows (benchmarks and tests, "mma" only): the pipeline depth (MMA_STAGES,
+    mma_stages' rule otherwise; the same result at every depth) and the rows of a block
+    (MMA_ROWS, mma_plan's rule otherwise).
     """
     if kernel not in ("simt", "mma"):
         raise fail("attention", "kernel", '"simt" or "mma"', repr(kernel))
@@ -246,11 +301,17 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     if window and visible is None:
         max_len = min(max_len, int(window))
     if kernel == "mma":
-        mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, _sm_count(), force_splits)
+        mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, _sm_count(), force_splits,
+                                           force_rows)
+        stages = int(force_stages) if force_stages else mma_stages(d, mw)
+        if (d, mw, stages) not in MMA_VARIANTS:
+            raise fail(op, "force_stages", f"one of {[st for dd, m, st in MMA_VARIANTS if (dd, m) == (d, mw)]} "
+                       f"for head_dim {d} and {16 * mw}-row blocks", stages)
         blocks_z = -(-t // tpb)
         if blocks_z > 65535:
             raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
-        fn, grid, block, smem = _mma_kernel(d, mw), (splits, hkv * chunks, blocks_z), (128,), mma_smem(d, mw)
+        fn, grid, block = _mma_kernel(d, mw, stages), (splits, hkv * chunks, blocks_z), (32 * mma_warps(mw),)
+        smem = mma_smem(d, mw, stages)
     else:
         heads = head_chunk(group)
         chunks = -(-group // heads)
