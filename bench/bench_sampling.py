@@ -8,7 +8,15 @@ The baseline is PyTorch's usual composition, timed eagerly with torch's events o
 softmax -> topk -> cumsum mask -> multinomial, and torch.argmax. The logits read per call over
 the time gives GB/s beside the device-to-device copy bandwidth measured in this run.
 
-    PYTHONPATH=$PWD python3 bench/bench_sampling.py [--quick] [--out bench/results/sampling.json]
+Verification (ops.sample_token with drafts): 16-token blocks, n = 15 drafts plus the bonus row, so
+logits (rows, 16, vocab); rows 1, 8, 64. Greedy: drafts are the argmax for a random prefix, then
+a wrong id. Stochastic (same parameters as above) with draft_probs q = softmax(logits / T) of a
+perturbed copy of the logits, drafts = argmax(q). Floors: all logits + q bytes over the copy
+bandwidth, and the bytes of the positions the rows examine (accepted + 1) the same way. PyTorch's
+composition: softmax, gather p(d) and q(d), u < p/q, first rejection by cumprod, residual
+clamp(p - q, 0) and multinomial (all positions at once), or argmax and compare for greedy.
+
+    PYTHONPATH=$PWD python3 bench/bench_sampling.py [--quick] [--verify-only] [--out bench/results/sampling.json]
 """
 
 from __future__ import annotations
@@ -105,11 +113,78 @@ def run_case(batch: int, vocab: int, rng, launches: int, reps: int, copy_bw: flo
     return row
 
 
+VERIFY_ROWS = (1, 8, 64)
+BLOCK = 16                                  # tokens per verified block: n = 15 drafts + the bonus
+
+
+def torch_verify(x, q, d, greedy: bool, launches: int, reps: int) -> float | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    t, tq, td = torch.from_dlpack(x), torch.from_dlpack(q), torch.from_dlpack(d).long()
+
+    def run():
+        if greedy:
+            ok = (t[:, :-1].argmax(-1) == td).int()
+            return ok.cumprod(-1).sum(-1)
+        p = torch.softmax(t / PARAMS["temperature"], dim=-1)
+        pd = p[:, :-1].gather(-1, td[..., None])[..., 0]
+        qd = tq.gather(-1, td[..., None])[..., 0]
+        u = torch.rand_like(pd)
+        acc = (u < pd / qd).int().cumprod(-1).sum(-1)
+        r = (p[:, :-1] - tq).clamp_min_(0).flatten(0, 1)
+        corr = torch.multinomial(r + 1e-20, 1)
+        return acc, corr
+
+    return torch_time_us(run, max(3, launches // 10), reps)
+
+
+def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, reps: int, copy_bw: float) -> dict:
+    import cupy
+    n = BLOCK - 1
+    x = cupy.asarray(rng.normal(0, 3, (rows, BLOCK, vocab)).astype(np.float32))
+    am = cupy.argmax(x[:, :n], axis=-1).astype(cupy.int32)
+    pre = cupy.asarray(rng.integers(0, BLOCK, rows))                  # accepted prefix (greedy)
+    drafts = cupy.where(cupy.arange(n)[None] < pre[:, None], am, (am + 1) % vocab).astype(cupy.int32)
+    q = None
+    if not greedy:
+        z = (x[:, :n] + cupy.asarray(rng.normal(0, 1, (rows, n, vocab)).astype(np.float32))) / PARAMS["temperature"]
+        q = cupy.exp(z - z.max(-1, keepdims=True))
+        q /= q.sum(-1, keepdims=True)
+        drafts = cupy.argmax(q, axis=-1).astype(cupy.int32)
+    params = [ref.GREEDY if greedy else ref.SamplingParams(**PARAMS, seed=77 + r) for r in range(rows)]
+    d = DeviceSamplingParams.from_params(params, vocab)
+    positions = list(range(0, 100 * rows, 100))
+    pos = cupy.asarray(np.array(positions, np.int32))
+    out = (cupy.empty(rows, np.int32), cupy.empty((rows, BLOCK), np.int32), cupy.empty(rows, np.int32))
+    ops.sample_token(x, d, pos, drafts, q, out=out)
+    want = ops.sample_token(cupy.asnumpy(x[:2]), params[:2], positions[:2], cupy.asnumpy(drafts[:2]),
+                            None if q is None else cupy.asnumpy(q[:2]))
+    ok = all(np.array_equal(cupy.asnumpy(o)[:2], w) for o, w in zip(out, want))
+    accepted = float(cupy.asnumpy(out[0]).mean())
+    us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, q, out=out), 1, max(3, launches // 4), reps)
+    all_bytes = x.nbytes + (0 if q is None else q.nbytes)
+    seen = rows * (accepted + 1) * vocab * 4 * (1 if q is None else 2)
+    row = {"case": "verify", "mode": "greedy" if greedy else "stochastic+q", "rows": rows, "vocab": vocab,
+           "block": BLOCK, "us": us, "timing": how, "mean_accepted": accepted,
+           "floor_all_us": all_bytes / copy_bw * 1e6, "floor_examined_us": seen / copy_bw * 1e6, "check": ok}
+    tv = torch_verify(x, q if q is not None else x[:, :n], drafts, greedy, launches, reps)
+    if tv is not None:
+        row["torch_us"] = tv
+    base = f" | torch {tv:8.1f} us" if tv is not None else " | torch: not importable"
+    print(f"verify {row['mode']:<12s} rows={rows:<3d} V={vocab:<6d} n={n} | {us:8.1f} us | mean accepted "
+          f"{accepted:4.1f} | floor all {row['floor_all_us']:6.1f} us, examined {row['floor_examined_us']:6.1f} us"
+          f"{base} | check {'ok' if ok else 'FAILED'}", flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--launches", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64, vocab 151936 only")
+    ap.add_argument("--verify-only", action="store_true", help="only the speculative verification cases")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     import cupy
@@ -120,14 +195,21 @@ def main(argv=None) -> int:
           f"T={PARAMS['temperature']} top-k {PARAMS['top_k']} top-p {PARAMS['top_p']}")
     batches, vocabs = ((1, 64), (151936,)) if args.quick else (BATCHES, VOCABS)
     rows = []
-    for v in vocabs:
+    for v in vocabs if not args.verify_only else ():
         for b in batches:
             rows.append(run_case(b, v, rng, args.launches, args.reps, copy_bw))
             cupy.get_default_memory_pool().free_all_blocks()
+    vrows = []
+    for v in (151936,) if args.quick else VOCABS:
+        for b in (1, 64) if args.quick else VERIFY_ROWS:
+            for greedy in (True, False):
+                vrows.append(run_verify_case(b, v, greedy, rng, args.launches, args.reps, copy_bw))
+                cupy.get_default_memory_pool().free_all_blocks()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    return 0 if all(r["check_argmax"] and r["check_sample"] for r in rows) else 1
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows, "verify": vrows}, indent=1))
+    ok = all(r["check_argmax"] and r["check_sample"] for r in rows) and all(r["check"] for r in vrows)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Speculative verification and plain sampling behind one entry point (rules in
-reference/speculative.py). NumPy arrays run the reference; there is no CUDA kernel yet, so CuPy
-arrays raise UnsupportedError.
+reference/speculative.py; kernel: cuda_src/speculative.cu). NumPy logits run the reference; CuPy
+logits run one launch (verify_<i32|i64>_c1: one block per row walking its positions in order and
+stopping at the first rejection), or sample_rows' launch when there are no drafts.
 
     n_accepted, tokens, flags = sample_token(logits, params, positions)              # plain step
     n_accepted, tokens, flags = sample_token(logits, params, positions, drafts, q)   # verify
@@ -8,21 +9,39 @@ arrays raise UnsupportedError.
 Row r's new tokens are tokens[r, :n_accepted[r] + 1]: the accepted drafts, then the correction or
 the bonus. The runtime calls this for every row of every step; plain sampling gives exactly
 sample_rows' tokens (tokens[:, 0]).
+
+What is checked where. On the host (ValueError naming the op, the argument and the value, before
+any launch): shapes, dtypes, contiguity, the array class of every argument, params (a list of
+SamplingParams, or a DeviceSamplingParams checked for shape/dtype), and the values of every
+argument given as host data (drafts in [0, vocab), draft_probs finite and >= 0, n_drafts in
+[0, n], positions). Values inside CuPy arrays (drafts, draft_probs, n_drafts, positions, the
+DeviceSamplingParams) are not read on the host, since that would wait for the device: the kernel
+keeps every read in bounds and every token a valid id (a draft outside [0, vocab) is rejected
+unread and flagged INVALID_DRAFT = 4, n_drafts is clamped to [0, n], a NaN or negative q acts as
+0), but the law of the tokens is only the reference's for valid inputs.
+
+On the device the tokens equal the reference's except where a decision sits within float32
+rounding (~1e-6 relative) of its threshold: the kernel's p is sampling.cu's (float32 exp, integer
+weights of 2^-40 of the top token), the reference's float64. Sums are integers, so the result does
+not depend on the batch, the launch shape, or graph replay.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..kernels.build import get_kernel
 from ..reference import speculative as ref
-from ._check import F32, check, check_out, fail
+from ._check import F32, I32, check, check_out, fail
 from ._dispatch import host_result, is_host, no_kernel
-from .sampling import check_params, host_positions
+from .sampling import THREADS, DeviceSamplingParams, check_params, host_positions, sample_rows
 
-__all__ = ["sample_token"]
+__all__ = ["INVALID_DRAFT", "sample_token"]
 
 OP = "sample_token"
 INTS = (np.dtype(np.int32), np.dtype(np.int64))
+INVALID_DRAFT = 4           # flag bit (device inputs only): a draft id outside [0, vocab), rejected unread
+VERIFY_BLOCKS_PER_ROW = 1   # the C of verify_*_c<C>; only 1 is instantiated (speculative.cu says why)
 
 
 def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_drafts=None, out=None):
@@ -31,10 +50,15 @@ def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_
     params one SamplingParams per row; positions (rows,) ints, the position of each row's first
     new token; n_drafts (rows,) ints in [0, n] or None (all n); out an optional (n_accepted,
     tokens, flags) triple of int32 (rows,), (rows, n+1), (rows,).
-    -> (n_accepted, tokens, flags), tokens padded with -1 after each row's n_accepted + 1."""
-    for a in (logits, drafts, draft_probs):
+    -> (n_accepted, tokens, flags), tokens padded with -1 after each row's n_accepted + 1.
+    On CuPy logits: params a list of SamplingParams or a DeviceSamplingParams; positions, drafts
+    and n_drafts host data (checked, uploaded) or int32 (drafts: int32|int64) device arrays (used
+    as they are: graph-safe); draft_probs a CuPy array or None; out CuPy int32 arrays."""
+    if not is_host(logits):
+        return _device(logits, params, positions, drafts, draft_probs, n_drafts, out)
+    for a in (drafts, draft_probs):
         if a is not None and not is_host(a) and type(a).__module__.split(".")[0] == "cupy":
-            raise no_kernel(OP, a)
+            raise fail(OP, "drafts and draft_probs", "NumPy arrays like logits", type(a).__module__)
     if drafts is None:
         check(logits, OP, "logits", dtypes=(F32,), shape=("rows", "vocab"))
         if draft_probs is not None or n_drafts is not None:
@@ -71,3 +95,75 @@ def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_
     for o, r in zip(out, result):
         check_out(o, OP, r.shape, np.int32)
     return tuple(host_result(r, o) for r, o in zip(result, out))
+
+
+def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is None or not isinstance(logits, cupy.ndarray):
+        raise no_kernel(OP, logits)
+    if drafts is None:
+        check(logits, OP, "logits", dtypes=(F32,), shape=("rows", "vocab"))
+        if draft_probs is not None or n_drafts is not None:
+            raise fail(OP, "draft_probs and n_drafts", "None without drafts", "an argument")
+        rows = logits.shape[0]
+        if out is None:
+            out = (cupy.empty(rows, np.int32), cupy.empty((rows, 1), np.int32), cupy.empty(rows, np.int32))
+        for o, shape in zip(out, ((rows,), (rows, 1), (rows,))):
+            check_out(o, OP, shape, I32, like=logits)
+        out[0].fill(0)
+        sample_rows(logits, params, positions, out=(out[1].reshape(rows), out[2]))
+        return out
+
+    check(logits, OP, "logits", dtypes=(F32,), shape=("rows", "n+1", "vocab"))
+    rows, n1, vocab = logits.shape
+    n = n1 - 1
+    if vocab == 0:
+        raise fail(OP, "logits", "at least one column", f"{logits.shape}")
+    if isinstance(drafts, cupy.ndarray):
+        check(drafts, OP, "drafts", dtypes=INTS, shape=(rows, n), like=logits)
+    else:
+        drafts = np.asarray(drafts)
+        check(drafts, OP, "drafts", dtypes=INTS, shape=(rows, n))
+        if drafts.size and (drafts.min() < 0 or drafts.max() >= vocab):
+            raise fail(OP, "drafts", f"token ids in [0, {vocab})", int(drafts.min() if drafts.min() < 0 else drafts.max()))
+        drafts = cupy.asarray(drafts)
+    if draft_probs is not None:
+        check(draft_probs, OP, "draft_probs", dtypes=(F32,), shape=(rows, n, vocab), like=logits)
+    if n_drafts is None or isinstance(n_drafts, cupy.ndarray):
+        if n_drafts is not None:
+            check(n_drafts, OP, "n_drafts", dtypes=(I32,), shape=(rows,), like=logits)
+    else:
+        k = np.asarray(n_drafts)
+        if k.shape != (rows,) or k.dtype.kind not in "iu":
+            raise fail(OP, "n_drafts", f"{rows} integers", f"{k.dtype.name} {k.shape}")
+        if rows and (k.min() < 0 or k.max() > n):
+            raise fail(OP, "n_drafts", f"in [0, {n}]", int(k.min() if k.min() < 0 else k.max()))
+        n_drafts = cupy.asarray(k.astype(np.int32))
+    if isinstance(params, DeviceSamplingParams):
+        params.check(rows, logits, OP)
+    else:
+        params = DeviceSamplingParams.from_params(list(params), vocab)
+    if isinstance(positions, cupy.ndarray):
+        check(positions, OP, "positions", dtypes=(I32,), shape=(rows,), like=logits)
+    else:
+        pos = host_positions(positions, rows, OP)
+        if rows and int(pos.max()) + n >= 2 ** 31:
+            raise fail(OP, "positions", f"below 2^31 - {n} (the last drafted position must fit)", int(pos.max()))
+        positions = cupy.asarray(pos)
+    if out is None:
+        out = (cupy.empty(rows, np.int32), cupy.empty((rows, n + 1), np.int32), cupy.empty(rows, np.int32))
+    for o, shape in zip(out, ((rows,), (rows, n + 1), (rows,))):
+        check_out(o, OP, shape, I32, like=logits)
+    if rows:
+        c = VERIFY_BLOCKS_PER_ROW
+        kind = "i64" if drafts.dtype == np.int64 else "i32"
+        get_kernel("speculative", f"verify_{kind}_c{c}")(
+            (rows * c,), (THREADS,),
+            (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
+             positions if n_drafts is None else n_drafts, params.temperature, params.top_k, params.top_p,
+             params.min_p, params.seed, positions, np.int32(n), np.int32(vocab), np.int32(draft_probs is not None),
+             np.int32(n_drafts is not None)))
+    return tuple(out)

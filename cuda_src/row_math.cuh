@@ -1,0 +1,48 @@
+// row_math.cuh — the scalar decisions of a row's draw and of a speculative verification, on the
+// integer weights of sampling_rows.cuh (E = round(e * 2^40) per kept id, K their sum, so that
+// p(i) = E(i) / K). __host__ __device__ and free of headers: tests/test_speculative_emulation.py
+// builds it for the host (g++) and replays the reference's rules with it on machines without a GPU.
+#pragma once
+
+#if defined(__CUDACC__)
+#define ROW_HD __host__ __device__ __forceinline__
+#else
+#define ROW_HD inline
+#endif
+
+namespace rowmath {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// floor(u24 * total / 2^24), exact (a 24 x 64-bit product), < total for total > 0: the categorical
+// draw picks the first id whose inclusive prefix sum of weights exceeds it.
+ROW_HD u64 draw_target(u32 u24, u64 total) {
+    const u64 u = u24;
+#if defined(__CUDA_ARCH__)
+    const u64 hi = __umul64hi(u, total);
+#else
+    const u64 hi = (u64)(((unsigned __int128)u * total) >> 64);
+#endif
+    return (hi << 40) | ((u * total) >> 24);
+}
+
+// The stochastic acceptance test u < p(d) / q(d) in float64, p(d) = e_d / kept, u = u24 * 2^-24.
+// q(d) = 1 for a point-mass draft; q(d) <= 0 or NaN rejects (the caller flags q(d) = 0).
+ROW_HD bool accepts(u32 u24, u64 e_d, u64 kept, double q_d) {
+    if (!(q_d > 0.0)) return false;
+    const double u = (double)u24 * 5.9604644775390625e-8;     // 2^-24, exact
+    return u < ((double)e_d / (double)kept) / q_d;
+}
+
+// The residual max(0, p - q) of one id in the units of E: max(0, E - q * K), with q * K rounded
+// down (float64, ~2^-53 relative) so that the weight is an integer and sums do not depend on
+// their order. q NaN or <= 0 leaves E.
+ROW_HD u64 residual_weight(u64 e, float q, u64 kept) {
+    const double qk = (double)q * (double)kept;
+    if (!(qk > 0.0)) return e;
+    if (qk >= (double)e) return 0;
+    return e - (u64)qk;                     // (u64)qk <= qk < e
+}
+
+}  // namespace rowmath

