@@ -7,6 +7,13 @@ bandwidth measured in this run, TFLOP/s, and cuBLAS fp16 (cupy.matmul) on weight
 fp16 beforehand as the baseline beside it. Results: JSON and a markdown table.
 
     PYTHONPATH=$PWD python3 bench/bench_quant_matmul.py --out bench/results/quant_matmul
+
+--pdl times the graph with programmatic dependent launch (kernels/launch.py overlapped()), so
+consecutive calls overlap as a decode step's kernels do; --no-baselines skips cuBLAS, the other
+bucket and float x (a quicker sweep); --shapes picks NxK shapes:
+
+    PYTHONPATH=$PWD python3 bench/bench_quant_matmul.py --pdl --no-baselines --types Q4_K --ms 1 \
+        --shapes 4096x4096,151936x4096
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops.matmul import DOT_TYPES, INT8_BUCKETS, TRAITS, bucket, dequantize, quantize_x, serves  # noqa: E402
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
@@ -36,13 +44,13 @@ MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
 
 
 def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float,
-             alt_bucket: str | None = None):
+             alt_bucket: str | None = None, baselines: bool = True, pdl: bool = False):
     import cupy
     host = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.02))
     sets = n_sets(host.nbytes)
     ws = [QuantTensor("w", q, (n, k), cupy.asarray(random_blocks(q, n, k, rng, 0.02))) for _ in range(sets)]
     # the baseline: the same weights dequantized to fp16 beforehand (more copies to rotate)
-    w16 = [dequantize(ws[i % sets]).astype(np.float16) for i in range(n_sets(n * k * 2))]
+    w16 = [dequantize(ws[i % sets]).astype(np.float16) for i in range(n_sets(n * k * 2))] if baselines else []
     head = min(n, 2048)                          # rows checked against gguf's dequantizer
     w_ref = QuantTensor("w", q, (head, k), np.asarray(host.data)[:head]).dequantize(np.float64)
     host_first = QuantTensor("w", q, (n, k), cupy.asarray(host.data))
@@ -59,27 +67,30 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         # (ops/q8.py); timed that way, and again from float x (a quantize_x launch first)
         codes = [Q8Rows(x, *quantize_x(x, TRAITS[q])) for x in xs] if q in DOT_TYPES else None
         xin = codes if b in INT8_BUCKETS else xs
-        us, how = time_us(lambda i: ops.quant_matmul(xin[i], ws[i], out=outs[i]), sets, launches, reps)
-        float_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches,
-                           reps)[0] if b in INT8_BUCKETS else None
+        with overlapped(pdl):
+            us, how = time_us(lambda i: ops.quant_matmul(xin[i], ws[i], out=outs[i]), sets, launches, reps)
+            float_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches,
+                               reps)[0] if b in INT8_BUCKETS and baselines else None
         # the other bucket at the edge Ms, to place the edge by measurement
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
                "dequant_cublas": "mma", "mma_kq": "gemv_kq"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
         if alt_bucket:                           # --alt: this bucket beside the table's, where it serves
             alt = alt_bucket if alt_bucket != b else None
-        alt = alt if alt and serves(alt, q, m) else None
-        alt_us = time_us(lambda i: ops.quant_matmul(codes[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
+        alt = alt if alt and serves(alt, q, m) and baselines else None
+        with overlapped(pdl):
+            alt_us = time_us(lambda i: ops.quant_matmul(codes[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
                                                     force_bucket=alt), sets,
                          launches, reps)[0] if alt else None
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
         o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
-        us16, how16 = time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16), launches, reps)
+        us16, how16 = time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16), launches,
+                              reps) if baselines else (float("nan"), "skipped")
         wbytes = host.nbytes
         row = dict(type=q.name, n=n, k=k, m=m, bucket=b, us=us, weight_gbps=wbytes / us / 1e3,
                    of_copy=wbytes / us / 1e3 / (copy_bw / 1e9), tflops=2 * m * n * k / us / 1e6,
                    cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us, timing=how,
-                   float_x_us=float_us,
+                   float_x_us=float_us, pdl=pdl,
                    cublas_timing=how16)
         rows.append(row)
         print(f"quant_matmul {q.name:5s} M={m:<4d} N={n:<6d} K={k:<5d} | {us:8.1f} us | "
@@ -103,7 +114,9 @@ def markdown(meta, rows) -> str:
              "Timing: CUDA graph where the work can be captured; cuBLAS cannot be (CuPy refuses cuBLAS calls"
              " during capture), so those rows queue eagerly behind a spin kernel and time the device only.", "",
              "int8 buckets (gemv_kq, gemv_dp4a, mma_kq) are timed on x with its int8 codes made beforehand, as the"
-             " model calls them; 'from float x' adds the quantize_x launch.", "",
+             " model calls them; 'from float x' adds the quantize_x launch."
+             + (" Launched with programmatic dependent launch (--pdl): consecutive calls overlap as a decode"
+                " step's kernels do." if any(r.get("pdl") for r in rows) else ""), "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -125,6 +138,9 @@ def main(argv=None) -> int:
     ap.add_argument("--types", default="", help="comma-separated types to run (default: all)")
     ap.add_argument("--ms", default="", help="comma-separated M values (default: the sweep)")
     ap.add_argument("--alt", default="", help="time this bucket beside the table's at every M it serves")
+    ap.add_argument("--pdl", action="store_true", help="time with programmatic dependent launch, as decode runs")
+    ap.add_argument("--no-baselines", action="store_true", help="skip cuBLAS, the other bucket and float x")
+    ap.add_argument("--shapes", default="", help="comma-separated NxK shapes (default: the sweep)")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
@@ -136,10 +152,16 @@ def main(argv=None) -> int:
         cases = [(QType.Q4_K, s) for s in SHAPES[:3]]
     if args.types:
         cases = [(q, s) for q, s in cases if q.name in args.types.split(",")]
+    if args.shapes:
+        shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+        types = [q for q in dict.fromkeys(TYPES + [q for q, _ in EXTRA])
+                 if q.name in (args.types.split(",") if args.types else [t.name for t in TYPES])]
+        cases = [(q, s) for q in types for s in shapes]
     ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else ((1,) if args.quick else MS)
     rows = []
     for q, (n, k) in cases:
-        rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw, args.alt or None)
+        rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw, args.alt or None,
+                         not args.no_baselines, args.pdl)
     if args.out:
         write_results(args.out, meta, rows, markdown(meta, rows))
     return 0
