@@ -14,7 +14,10 @@ a wrong id. Stochastic (same parameters as above) with draft_probs q = softmax(l
 perturbed copy of the logits, drafts = argmax(q). Floors: all logits + q bytes over the copy
 bandwidth, and the bytes of the positions the rows examine (accepted + 1) the same way. PyTorch's
 composition: softmax, gather p(d) and q(d), u < p/q, first rejection by cumprod, residual
-clamp(p - q, 0) and multinomial (all positions at once), or argmax and compare for greedy.
+clamp(p - q, 0) and multinomial (all positions at once), or argmax and compare for greedy. The
+kernel examines every position of every row at once (one cluster of C blocks each, C printed)
+and skips a position whose row already ended before it, so its time follows the examined bytes
+and not the longest row's walk.
 
     PYTHONPATH=$PWD python3 bench/bench_sampling.py [--quick] [--verify-only] [--out bench/results/sampling.json]
 """
@@ -166,15 +169,18 @@ def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, rep
     us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, q, out=out), 1, max(3, launches // 4), reps)
     all_bytes = x.nbytes + (0 if q is None else q.nbytes)
     seen = rows * (accepted + 1) * vocab * 4 * (1 if q is None else 2)
+    from glimmer_cupy.ops import speculative as spec
+    c, cache = spec.verify_shape(rows, n, vocab, spec._smem_budget(x.device.id))
     row = {"case": "verify", "mode": "greedy" if greedy else "stochastic+q", "rows": rows, "vocab": vocab,
            "block": BLOCK, "us": us, "timing": how, "mean_accepted": accepted,
+           "max_accepted": int(cupy.asnumpy(out[0]).max()), "blocks_per_position": c, "cached_ids": cache,
            "floor_all_us": all_bytes / copy_bw * 1e6, "floor_examined_us": seen / copy_bw * 1e6, "check": ok}
     tv = torch_verify(x, q if q is not None else x[:, :n], drafts, greedy, launches, reps)
     if tv is not None:
         row["torch_us"] = tv
     base = f" | torch {tv:8.1f} us" if tv is not None else " | torch: not importable"
-    print(f"verify {row['mode']:<12s} rows={rows:<3d} V={vocab:<6d} n={n} | {us:8.1f} us | mean accepted "
-          f"{accepted:4.1f} | floor all {row['floor_all_us']:6.1f} us, examined {row['floor_examined_us']:6.1f} us"
+    print(f"verify {row['mode']:<12s} rows={rows:<3d} V={vocab:<6d} n={n} C={c} | {us:8.1f} us | mean accepted "
+          f"{accepted:4.1f} (max {row['max_accepted']}) | floor all {row['floor_all_us']:6.1f} us, examined {row['floor_examined_us']:6.1f} us"
           f"{base} | check {'ok' if ok else 'FAILED'}", flush=True)
     return row
 

@@ -1,6 +1,7 @@
 // row_math.cuh — the scalar decisions of a row's draw and of a speculative verification, on the
 // integer weights of sampling_rows.cuh (E = round(e * 2^40) per kept id, K their sum, so that
-// p(i) = E(i) / K). __host__ __device__ and free of headers: tests/test_speculative_emulation.py
+// p(i) = E(i) / K), and the stop word that joins a row's positions when speculative.cu examines
+// them in parallel. __host__ __device__ and free of headers: tests/test_speculative_emulation.py
 // builds it for the host (g++) and replays the reference's rules with it on machines without a GPU.
 #pragma once
 
@@ -14,6 +15,9 @@ namespace rowmath {
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
+
+// The flag bits of a verification (ops/speculative.py, reference/speculative.py).
+enum { kNonFinite = 1, kZeroQDraft = 2, kInvalidDraft = 4 };
 
 // floor(u24 * total / 2^24), exact (a 24 x 64-bit product), < total for total > 0: the categorical
 // draw picks the first id whose inclusive prefix sum of weights exceeds it.
@@ -43,6 +47,30 @@ ROW_HD u64 residual_weight(u64 e, float q, u64 kept) {
     if (!(qk > 0.0)) return e;
     if (qk >= (double)e) return 0;
     return e - (u64)qk;                     // (u64)qk <= qk < e
+}
+
+// ---------------------------------------------------------------- the stop word of a verification
+// speculative.cu examines a row's positions 0..k in parallel (one cluster each). A position that
+// ends the walk (a rejection, a non-finite row, a greedy mismatch, or k itself: the bonus) writes
+// its token to tokens[a] and folds key(a, flags) into the row's stop word with atomicMin, so the
+// word ends as the first such position with that position's flags (flags < 8, a < 2^28); the
+// positions before it all accepted. The word starts at none(k), above every key of 0..k, and a
+// cluster at a position past stop_at(word) may skip its work: it cannot be the first.
+ROW_HD int stop_key(int a, int flags) { return (a << 3) | flags; }
+ROW_HD int stop_none(int k) { return (k + 1) << 3; }
+ROW_HD int stop_at(int word) { return word >> 3; }
+ROW_HD int stop_flags(int word) { return word & 7; }
+
+// n_drafts as the kernel reads it: clamped to [0, n] (device inputs are not checked).
+ROW_HD int clamp_drafts(int k, int n) { return k < 0 ? 0 : (k > n ? n : k); }
+
+// A greedy position's decision: accepted iff it is drafted with a valid id equal to the argmax.
+// Otherwise it ends the walk with the argmax; *flags gets kInvalidDraft for a drafted id outside
+// [0, vocab) (a stochastic position uses the same flag and rejects it unread).
+ROW_HD bool greedy_accepts(bool drafted, long long d, int vocab, int amax, int* flags) {
+    const bool valid = d >= 0 && d < vocab;
+    *flags = drafted && !valid ? kInvalidDraft : 0;
+    return drafted && valid && (int)d == amax;
 }
 
 }  // namespace rowmath

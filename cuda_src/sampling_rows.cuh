@@ -367,10 +367,22 @@ struct RowDist {
     bool listed;                            // the list holds this block's whole top-k set
 };
 
+// The end of step 1: each thread's max, argmax and non-finite flag over its ids, reduced over the
+// cluster into rd. __syncthreads_or also orders any shared-memory writes made beside the reads.
+template <int C>
+__device__ __forceinline__ void finish_row_max(float lmax, int amax, int bad, Smem& sm, RowDist& rd) {
+    u64 before;
+    bad = __syncthreads_or(bad);
+    bad = cluster_sum<C>((u64)bad, &sm.slot, &before) != 0;
+    cluster_argmax<C>(lmax, amax, sm.sv, sm.si, &sm.slot);
+    rd.bad = bad | (lmax == neg_inf());     // no finite logit
+    rd.lmax = lmax;
+    rd.amax = amax;
+}
+
 // Step 1: max, argmax and the non-finite check of the row x over this block's ids [lo, hi).
 template <int C>
 __device__ __forceinline__ void row_max(const float* __restrict__ x, int lo, int hi, Smem& sm, RowDist& rd) {
-    u64 before;
     float lmax = neg_inf();
     int amax = 0x7fffffff;
     int bad = 0;
@@ -379,12 +391,7 @@ __device__ __forceinline__ void row_max(const float* __restrict__ x, int lo, int
         bad |= (l != l) | (l == pos_inf());
         take_better(lmax, amax, l != l ? neg_inf() : l, i);
     }
-    bad = __syncthreads_or(bad);
-    bad = cluster_sum<C>((u64)bad, &sm.slot, &before) != 0;
-    cluster_argmax<C>(lmax, amax, sm.sv, sm.si, &sm.slot);
-    rd.bad = bad | (lmax == neg_inf());     // no finite logit
-    rd.lmax = lmax;
-    rd.amax = amax;
+    finish_row_max<C>(lmax, amax, bad, sm, rd);
 }
 
 // Steps 2-5 for a row that row_max found finite, at temperature t > 0.

@@ -2,25 +2,41 @@
 // speculative.py), on the row machinery of sampling.cu (sampling_rows.cuh) and the scalar rules of
 // row_math.cuh, so that every p here is the distribution sample_rows draws from.
 //
-// verify_<D>_c<C>   D = i32 | i64 (the drafts' dtype), C blocks per row (a thread block cluster, as
-//                   in sampling.cu; only C = 1 is instantiated, see the end).  grid=(rows * C,) block=(kThreads,)
+// verify_init      a row's stop word (in n_accepted) and done count (in flags).  grid=(ceil(rows / 256),) block=(256,)
+// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); one cluster of C blocks per (position, row),
+//                  position-major: cluster g is position g / rows of row g % rows.
+//                  grid=((n + 1) * rows * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
 //
-// One cluster walks its row's positions a = 0, 1, ... in order and stops at the first one that
-// does not accept, so positions after a rejection are never read. Position a reads logits row
-// (row, a) once for max/argmax/non-finite (step 1 of sampling.cu); a greedy row compares the draft
-// with the argmax and goes on. A stochastic row runs steps 2-5 (top-k, top-p, min-p; lists when
-// top-k is on) and K = sum of kept E, then reads E(d) and q(d) (one float each) and accepts iff
-// u < (E(d) / K) / q(d) in float64 (u = uniform(seed, pos + a, ACCEPT)). At the end:
-//   - a non-finite row: its argmax, flag 1;
-//   - greedy: the argmax;
-//   - all k drafts accepted: the bonus, step 6 over E with uniform(seed, pos + k, SAMPLE): exactly
-//     sample_rows' draw for that row;
-//   - a rejected point-mass draft: step 6 over E without d (its weight K - E(d); before this
-//     block's chunk, `before` less E(d) if d lies there), p itself if that is empty;
-//   - a rejected draft with q: one more pass over the kept ids (their list when it holds them)
-//     summing W = max(0, E - floor(q K)) (row_math.cuh), then step 6 over W; p if W sums to 0.
-// All sums are integers, so the result does not depend on C, on the batch, or on graph replay.
-// Every decision is made from cluster-uniform values, so all blocks take the same branches.
+// Every position 0..k of a row is examined at once, each by its own cluster; a position does
+// not wait for the ones before it. What joins them is the row's stop word (row_math.cuh): a
+// position that ends the walk folds (a, flags) into it with atomicMin, so it ends as the first
+// such position, and every position before that one accepted. Nothing else is shared, and the
+// token of each position is a function of that position alone, so the result is the sequential
+// walk's (and does not depend on C, the batch, the order the clusters run in, or graph replay).
+// Clusters run in about grid order, position 0 of every row first, so a cluster usually starts
+// after the positions before it have ended; it reads the stop word first (and a stochastic row
+// again after its max pass) and skips its work when an earlier position already ended the row:
+// the bytes read are about those of the examined positions, not of all n + 1.
+//
+// A position a reads its logits row once for max/argmax/non-finite (step 1 of sampling.cu),
+// in float4 loads, 4 in flight per thread; a stochastic row keeps its chunk in shared memory
+// (`cache` floats per block, 0: the chunk does not fit and the later passes read global memory)
+// so that the filtering passes read shared memory. Then:
+//   - a non-finite row: it ends with its argmax, flag 1;
+//   - greedy: accept iff the draft is the argmax, else end with the argmax;
+//   - stochastic: steps 2-5 (top-k, top-p, min-p; lists when top-k is on; a plain temperature
+//     row skips them and sums K in the same pass as S) and K = sum of kept E, then E(d) and q(d)
+//     (one float each) and accept iff u < (E(d) / K) / q(d) in float64 (u = uniform(seed,
+//     pos + a, ACCEPT)). Ending positions draw their token:
+//       a = k: the bonus, step 6 over E with uniform(seed, pos + k, SAMPLE): sample_rows' draw;
+//       a rejected point-mass draft: step 6 over E without d (K - E(d); before this block's
+//       chunk, `before` less E(d) if d lies there), p itself if that is empty;
+//       a rejected draft with q: one more pass over the kept ids (their list when it holds them)
+//       summing W = max(0, E - floor(q K)) (row_math.cuh), then step 6 over W; p if W is 0.
+// Each cluster then counts itself done in the row's count (flags); the last of the row's k + 1
+// writes n_accepted = a and flags from the stop word and pads tokens after a. Only the ending
+// position a's token and the accepted drafts before it survive: a later position that ran
+// anyway may have written its own token, which the last one overwrites with the pad.
 //
 // Device inputs are not checked (ops/speculative.py checks host inputs): a draft outside
 // [0, vocab) is rejected without being read (flag 4, INVALID_DRAFT; the correction is then drawn
@@ -28,7 +44,8 @@
 // NaN act as 0 in the test and in the residual. Every written token is still a valid id.
 #include "sampling_rows.cuh"
 
-constexpr int kNonFinite = 1, kZeroQDraft = 2, kInvalidDraft = 4;
+using rowmath::kNonFinite;
+using rowmath::kZeroQDraft;
 constexpr int kPad = -1;
 
 // The weights of the draw that ends a verification, one functor so that the kernel has one draw:
@@ -45,124 +62,246 @@ struct EndWeights {
     }
 };
 
+extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __restrict__ flags,
+                                       const int* __restrict__ n_drafts, int rows, int n, int has_n_drafts) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
+    flags[r] = 0;
+}
+
+// This block's ids [lo, hi): chunks of a multiple of 4 ids, so that a row whose start is 16-byte
+// aligned is read in float4 (the chunking does not change any result: sums are integers).
+template <int C>
+__device__ __forceinline__ void chunk4(int vocab, int& lo, int& hi) {
+    const int per = ((vocab + C - 1) / C + 3) & ~3;
+    const int r = C == 1 ? 0 : (int)cluster_rank();
+    lo = min(vocab, r * per);
+    hi = min(vocab, lo + per);
+}
+
+// Every thread of the cluster gets thread 0 of block 0's `v` (so that all blocks branch alike).
+template <int C>
+__device__ __forceinline__ bool cluster_leader_says(bool v, Smem& sm) {
+    __shared__ int said;
+    if (threadIdx.x == 0) said = v && (C == 1 || cluster_rank() == 0);
+    __syncthreads();
+    const int s = said;
+    __syncthreads();                        // `said` is free again
+    u64 before;
+    return cluster_sum<C>((u64)s, &sm.slot, &before) != 0;
+}
+
+// The row already ended before position a (read from its stop word; a hint, any value is safe).
+template <int C>
+__device__ __forceinline__ bool ended_before(const int* stop, int a, Smem& sm) {
+    const bool v = threadIdx.x == 0 && rowmath::stop_at(__ldcg(stop)) < a;
+    return cluster_leader_says<C>(v, sm);
+}
+
+__device__ __forceinline__ void take(float l, int i, float& lmax, int& amax, int& bad) {
+    bad |= (l != l) | (l == pos_inf());
+    take_better(lmax, amax, l != l ? neg_inf() : l, i);
+}
+
+// Step 1 (row_max's result: max, lowest argmax, non-finite) over [lo, hi) of the global row x,
+// copying the chunk to cache[0, hi - lo) unless cache is null. Order does not matter: the pair
+// (value, lowest id of the maximum) and the OR are the same in any order.
+template <int C>
+__device__ __forceinline__ void max_pass(const float* __restrict__ x, int lo, int hi, float* cache, Smem& sm,
+                                         RowDist& rd) {
+    constexpr int U = 4;                    // float4 loads in flight per thread
+    float lmax = neg_inf();
+    int amax = 0x7fffffff;
+    int bad = 0;
+    if ((((size_t)(x + lo)) & 15) == 0) {
+        const int n4 = (hi - lo) >> 2;
+        const float4* x4 = reinterpret_cast<const float4*>(x + lo);
+        for (int j0 = threadIdx.x; j0 < n4; j0 += U * kThreads) {
+            float4 v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int j = j0 + u * kThreads;
+                v[u] = j < n4 ? __ldcs(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int j = j0 + u * kThreads;
+                if (j < n4) {
+                    if (cache) reinterpret_cast<float4*>(cache)[j] = v[u];
+                    const int i = lo + 4 * j;
+                    take(v[u].x, i, lmax, amax, bad);
+                    take(v[u].y, i + 1, lmax, amax, bad);
+                    take(v[u].z, i + 2, lmax, amax, bad);
+                    take(v[u].w, i + 3, lmax, amax, bad);
+                }
+            }
+        }
+        for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += kThreads) {
+            const float l = x[i];
+            if (cache) cache[i - lo] = l;
+            take(l, i, lmax, amax, bad);
+        }
+    } else {
+        for (int i0 = lo + threadIdx.x; i0 < hi; i0 += U * kThreads) {
+            float v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int i = i0 + u * kThreads;
+                v[u] = i < hi ? __ldcs(x + i) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int i = i0 + u * kThreads;
+                if (i < hi) {
+                    if (cache) cache[i - lo] = v[u];
+                    take(v[u], i, lmax, amax, bad);
+                }
+            }
+        }
+    }
+    finish_row_max<C>(lmax, amax, bad, sm, rd);   // its barrier also orders the cache's writes
+}
+
+// A plain temperature row (no top-k, top-p or min-p): kth = -inf and e_min = 0, so K is S, summed
+// in one pass of exactly the weights weight_sum<KeptE> would add.
+template <int C>
+__device__ __forceinline__ u64 plain_sum(const float* x, int lo, int hi, float t, Smem& sm, RowDist& rd, u64* before) {
+    rd.t = t;
+    rd.kth = neg_inf();
+    rd.e_min = 0.f;
+    rd.n = 0;
+    rd.listed = false;
+    u64 s = 0;
+    for (int i = lo + threadIdx.x; i < hi; i += kThreads) s += fixed(exp_rel(x[i], rd.lmax, t));
+    return cluster_sum<C>(block_sum(s, sm.sh), &sm.slot, before);
+}
+
 template <int C, class D>
 __device__ __forceinline__ void verify_body(
         int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,
         const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
         const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
-        const int* __restrict__ position, int n, int vocab, int has_q, int has_n_drafts) {
+        const int* __restrict__ position, int rows, int n, int vocab, int has_q, int has_n_drafts, int cache_cap) {
     __shared__ Smem sm;
-    const int row = blockIdx.x / C;
-    const bool leader = threadIdx.x == 0 && blockIdx.x % C == 0;
-    int lo, hi;
-    chunk<C>(vocab, lo, hi);
-    const float t = temperature[row];
-    const int k = has_n_drafts ? min(max(n_drafts[row], 0), n) : n;
-    int* out = tokens + (long long)row * (n + 1);
-    RowDist rd;
-    // How the last position ends, in shared memory (written by thread 0, read after a barrier):
-    // registers are short across the radix selects, and this is live only from the decision on
+    extern __shared__ float4 dyn_cache[];
+    // How the position ends, in shared memory (written by thread 0, read after a barrier):
+    // registers are short across the radix selects
     __shared__ struct {
         EndWeights wf;
         u64 run, total;                     // the draw's weight before this block's chunk, and in all
         u32 u24;
-        int drawn;                          // the last position ends with a draw (else its argmax)
-        int flag;                           // the row's flags so far
-        int a;                              // the position examined
+        int drawn;                          // the position ends with a draw
+        int key;                            // its stop key, -1: it accepted (or was skipped)
     } end;
+    const int g = blockIdx.x / C;
+    const int a = g / rows, row = g - a * rows;
+    const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
+    if (a > k) return;                      // not a position of this row (the same in every block)
+    const bool leader = threadIdx.x == 0 && (C == 1 || cluster_rank() == 0);
+    int* out = tokens + (long long)row * (n + 1);
+    int lo, hi;
+    chunk4<C>(vocab, lo, hi);
     if (threadIdx.x == 0) {
         end.drawn = 0;
-        end.flag = 0;
-        end.a = 0;
+        end.key = -1;
     }
-    for (;;) {
-        __syncthreads();                    // end.a is written
-        const int a = end.a;
+    if (!ended_before<C>(n_accepted + row, a, sm)) {        // its barriers order the writes above
         const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
-        row_max<C>(x, lo, hi, sm, rd);
-        if (rd.bad) {
-            if (threadIdx.x == 0) end.flag |= kNonFinite;
-            break;
-        }
-        if (!(t > 0.f)) {                   // greedy: the draft must be the argmax
-            const bool drafted = a < k;
-            const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
-            const bool valid = dl >= 0 && dl < vocab;
-            const int d = valid ? (int)dl : -1;
-            if (drafted && !valid && threadIdx.x == 0) end.flag |= kInvalidDraft;
-            if (drafted && d == rd.amax) {
-                if (leader) out[a] = d;
-                __syncthreads();            // every thread has read end.a
-                if (threadIdx.x == 0) end.a = a + 1;
-                continue;
-            }
-            break;
-        }
-        row_filter<C>(x, lo, hi, vocab, t, top_k[row], top_p[row], min_p[row], sm, rd);
-        u64 before;
-        const u64 kept = weight_sum<C>(x, lo, hi, rd, sm, KeptE{}, &before);
-        const u32 pa = (u32)position[row] + (u32)a;
+        const float t = temperature[row];
+        const bool greedy = !(t > 0.f);
+        const bool cached = !greedy && hi - lo <= cache_cap;
+        float* cache = reinterpret_cast<float*>(dyn_cache);
+        RowDist rd;
+        max_pass<C>(x, lo, hi, cached ? cache : nullptr, sm, rd);
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
-        const bool valid = dl >= 0 && dl < vocab;
-        const int d = valid ? (int)dl : -1;
-        if (drafted && !valid && threadIdx.x == 0) end.flag |= kInvalidDraft;
-        if (!drafted) {                     // every draft accepted: the bonus, as sample_rows draws it
-            if (threadIdx.x == 0) {
-                end.wf = EndWeights{EndWeights::kP, -1, nullptr, kept};
-                end.run = before;
-                end.total = kept;
-                end.u24 = philox::bits24(seed[row], pa, philox::kSample, 0u);
-                end.drawn = 1;
+        int fl;
+        const bool accept_greedy = rowmath::greedy_accepts(drafted, dl, vocab, rd.amax, &fl);
+        if (rd.bad || greedy) {
+            if (leader) {
+                out[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
+                if (rd.bad || !accept_greedy) end.key = rowmath::stop_key(a, rd.bad ? kNonFinite : fl);
             }
-            break;
-        }
-        const float* qa = q + ((long long)row * n + a) * vocab;
-        const u64 e_d = valid ? kept_weight(rd, x, d, KeptE{}) : 0;
-        const double q_d = !has_q ? 1.0 : valid ? (double)qa[d] : 0.0;
-        if (valid && rowmath::accepts(philox::bits24(seed[row], pa, philox::kAccept, 0u), e_d, kept, q_d)) {
-            if (leader) out[a] = d;
-            if (threadIdx.x == 0) end.a = a + 1;     // the barriers of weight_sum came after every read
-            continue;
-        }
-        if (has_q && valid && q_d == 0.0 && threadIdx.x == 0) end.flag |= kZeroQDraft;
-        EndWeights wf{EndWeights::kP, -1, nullptr, kept};
-        u64 run = before, total = kept;
-        if (!has_q) {                       // excluded-token correction; p itself if only d was kept
-            if (kept - e_d) {
-                wf = EndWeights{EndWeights::kExclude, d, nullptr, kept};
-                run = before - (valid && d < lo ? e_d : 0);
-                total = kept - e_d;
+        } else if (!ended_before<C>(n_accepted + row, a, sm)) {
+            const float* xs = cached ? cache - lo : x;      // ids [lo, hi) from the cache
+            const int tk = top_k[row];
+            const float tp = top_p[row], mp = min_p[row];
+            u64 before, kept;
+            if (!(tk > 0 && tk < vocab) && !(tp < 1.f) && !(mp > 0.f)) {
+                kept = plain_sum<C>(xs, lo, hi, t, sm, rd, &before);
+            } else {
+                row_filter<C>(xs, lo, hi, vocab, t, tk, tp, mp, sm, rd);
+                kept = weight_sum<C>(xs, lo, hi, rd, sm, KeptE{}, &before);
             }
-        } else {                            // residual correction; p itself if max(0, p - q) = 0
-            const EndWeights res{EndWeights::kResidual, d, qa, kept};
-            u64 rrun;
-            const u64 w = weight_sum<C>(x, lo, hi, rd, sm, res, &rrun);
-            if (w) {
-                wf = res;
-                run = rrun;
-                total = w;
+            const u32 pa = (u32)position[row] + (u32)a;
+            const bool valid = dl >= 0 && dl < vocab;
+            const int d = valid ? (int)dl : -1;
+            if (!drafted) {                 // every draft accepted: the bonus, as sample_rows draws it
+                if (threadIdx.x == 0) {
+                    end.wf = EndWeights{EndWeights::kP, -1, nullptr, kept};
+                    end.run = before;
+                    end.total = kept;
+                    end.u24 = philox::bits24(seed[row], pa, philox::kSample, 0u);
+                    end.drawn = 1;
+                    end.key = rowmath::stop_key(a, 0);
+                }
+            } else {
+                const float* qa = q + ((long long)row * n + a) * vocab;
+                const u64 e_d = valid ? kept_weight(rd, x, d, KeptE{}) : 0;     // x: d may lie in any chunk
+                const double q_d = !has_q ? 1.0 : valid ? (double)qa[d] : 0.0;
+                if (valid && rowmath::accepts(philox::bits24(seed[row], pa, philox::kAccept, 0u), e_d, kept, q_d)) {
+                    if (leader) out[a] = d;
+                } else {
+                    EndWeights wf{EndWeights::kP, -1, nullptr, kept};
+                    u64 run = before, total = kept;
+                    if (!has_q) {           // excluded-token correction; p itself if only d was kept
+                        if (kept - e_d) {
+                            wf = EndWeights{EndWeights::kExclude, d, nullptr, kept};
+                            run = before - (valid && d < lo ? e_d : 0);
+                            total = kept - e_d;
+                        }
+                    } else {                // residual correction; p itself if max(0, p - q) = 0
+                        const EndWeights res{EndWeights::kResidual, d, qa, kept};
+                        u64 rrun;
+                        const u64 w = weight_sum<C>(xs, lo, hi, rd, sm, res, &rrun);
+                        if (w) {
+                            wf = res;
+                            run = rrun;
+                            total = w;
+                        }
+                    }
+                    if (threadIdx.x == 0) {
+                        end.wf = wf;
+                        end.run = run;
+                        end.total = total;
+                        end.u24 = philox::bits24(seed[row], pa, philox::kResidual, 0u);
+                        end.drawn = 1;
+                        end.key = rowmath::stop_key(a, fl | (has_q && valid && q_d == 0.0 ? kZeroQDraft : 0));
+                    }
+                }
             }
+            __syncthreads();
+            if (end.drawn) draw<C>(xs, lo, hi, rd, sm, end.wf, end.run, draw_target(end.u24, end.total), out + a);
         }
-        if (threadIdx.x == 0) {
-            end.wf = wf;
-            end.run = run;
-            end.total = total;
-            end.u24 = philox::bits24(seed[row], pa, philox::kResidual, 0u);
-            end.drawn = 1;
-        }
-        break;
     }
+    // done: every write of this cluster (tokens, the draw's one) before the leader's atomics
+    __threadfence();
     __syncthreads();
-    const int a = end.a;
-    const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
-    if (end.drawn) draw<C>(x, lo, hi, rd, sm, end.wf, end.run, draw_target(end.u24, end.total), out + a);
-    else if (leader) out[a] = rd.amax;      // a non-finite row, or a greedy row's end
+    if (C > 1) cluster_sync();
     if (leader) {
-        n_accepted[row] = a;
-        flags[row] = end.flag;
-        for (int j = a + 1; j <= n; ++j) out[j] = kPad;
+        int* stop = n_accepted + row;
+        if (end.key >= 0) atomicMin(stop, end.key);
+        __threadfence();
+        if (atomicAdd(flags + row, 1) == k) {               // the row's last position to finish
+            __threadfence();
+            const int word = atomicOr(stop, 0);
+            const int at = rowmath::stop_at(word);
+            *stop = at;
+            flags[row] = rowmath::stop_flags(word);
+            for (int j = at + 1; j <= n; ++j) out[j] = kPad;
+        }
     }
 }
 
@@ -172,13 +311,17 @@ __device__ __forceinline__ void verify_body(
                 const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,        \
                 const int* __restrict__ n_drafts, const float* __restrict__ temperature,                           \
                 const int* __restrict__ top_k, const float* __restrict__ top_p, const float* __restrict__ min_p,    \
-                const u64* __restrict__ seed, const int* __restrict__ position, int n, int vocab, int has_q,       \
-                int has_n_drafts) {                                                                                \
+                const u64* __restrict__ seed, const int* __restrict__ position, int rows, int n, int vocab,        \
+                int has_q, int has_n_drafts, int cache) {                                                          \
         verify_body<C, D>(n_accepted, tokens, flags, logits, drafts, q, n_drafts, temperature, top_k, top_p,       \
-                          min_p, seed, position, n, vocab, has_q, has_n_drafts);                                   \
+                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache);                      \
     }
 
-// C = 1 only for now: C = 2, 4, 8 compile but spill 20-48 bytes around the radix selects at the
-// 64 registers a 1024-thread block allows (the loop's state lives across them); one line each to add.
 VERIFY_KERNEL(verify_i32, int, 1)
+VERIFY_KERNEL(verify_i32, int, 2)
+VERIFY_KERNEL(verify_i32, int, 4)
+VERIFY_KERNEL(verify_i32, int, 8)
 VERIFY_KERNEL(verify_i64, long long, 1)
+VERIFY_KERNEL(verify_i64, long long, 2)
+VERIFY_KERNEL(verify_i64, long long, 4)
+VERIFY_KERNEL(verify_i64, long long, 8)

@@ -203,3 +203,60 @@ def test_graph_replay_equals_eager():
             eager = ops.sample_token(dx, params, cupy.asnumpy(dpos).tolist(), dd, dq, n_drafts=cupy.asnumpy(dk))
             for g, e in zip(out, eager):
                 np.testing.assert_array_equal(cupy.asnumpy(g), cupy.asnumpy(e))
+
+
+@gpu
+@pytest.mark.parametrize("c,cache", [(1, None), (2, None), (4, None), (8, None), (4, 0), (8, 0)])
+def test_launch_shape_independence(monkeypatch, c, cache):
+    """Every cluster size, with the chunk cached in shared memory (cache None: the kernel's
+    chunk) or read from global memory (cache 0), gives the default launch's outputs exactly."""
+    from glimmer_cupy.ops import speculative as spec
+    rng = np.random.default_rng(17)
+    rows, n, vocab = 24, 15, 40961                         # odd vocab: unaligned rows, scalar loads; fits C = 1
+    case = make_case(rng, rows, n, vocab, True)
+    base = run_gpu(*case)
+    monkeypatch.setattr(spec, "verify_shape",
+                        lambda r, n_, v, budget: (c, spec.chunk_ids(v, c) if cache is None else cache))
+    got = run_gpu(*case)
+    for g, b in zip(got, base):
+        np.testing.assert_array_equal(g, b)
+    compare(*case)
+
+
+@gpu
+@pytest.mark.parametrize("q_full", [False, True])
+def test_plain_temperature_rows(q_full):
+    """Rows without top-k, top-p or min-p: no selects, and K is summed in the pass that sums S."""
+    rng = np.random.default_rng(19 + q_full)
+    rows, n, vocab = 16, 15, 151936
+    x, params, pos, drafts, q, k = make_case(rng, rows, n, vocab, q_full)
+    params = [SamplingParams(float(rng.choice([0.5, 1.0, 1.3])), 0, 1.0, 0.0, seed=r) for r in range(rows)]
+    _, bad = compare(x, params, pos, drafts, q, k)
+    print(f"plain temperature q {q_full}: {bad} fragile rows differ")
+
+
+@gpu
+def test_all_rejected_and_all_accepted_rows():
+    """Rows whose every position ends (each cluster may write its own token; only the first
+    survives, the rest is padding) beside rows that accept all drafts (the bonus)."""
+    rng = np.random.default_rng(23)
+    rows, n, vocab = 32, 15, 5000
+    x, params, pos, drafts, q, _ = make_case(rng, rows, n, vocab, False, accept_bias=False)
+    for r in range(rows):
+        params[r] = GREEDY if r % 2 else SamplingParams(0.7, 0, 1.0, 0.0, seed=r)
+        am = np.argmax(x[r, :n], axis=-1)
+        drafts[r] = (am + 1) % vocab if r % 4 < 2 else am
+    got, _ = compare(x, params, pos, drafts, None, None)
+    greedy_all = [r for r in range(rows) if r % 2 and r % 4 >= 2]
+    assert (got[0][greedy_all] == n).all()
+    assert (got[0][[r for r in range(rows) if r % 4 == 1]] == 0).all()
+
+
+@gpu
+def test_out_arrays_must_be_distinct():
+    import cupy
+    x = cupy.zeros((2, 3, 10), np.float32)
+    same = cupy.zeros(2, np.int32)
+    with pytest.raises(ValueError, match="distinct"):
+        ops.sample_token(x, [GREEDY] * 2, [0, 0], np.zeros((2, 2), np.int32),
+                         out=(same, cupy.zeros((2, 3), np.int32), same))

@@ -1,7 +1,9 @@
 """Speculative verification and plain sampling behind one entry point (rules in
 reference/speculative.py; kernel: cuda_src/speculative.cu). NumPy logits run the reference; CuPy
-logits run one launch (verify_<i32|i64>_c1: one block per row walking its positions in order and
-stopping at the first rejection), or sample_rows' launch when there are no drafts.
+logits run two launches (verify_init, then verify_<i32|i64>_c<C>: one cluster of C blocks per
+(position, row), every position of every row at once, joined by a per-row stop word; see
+speculative.cu), or sample_rows' launch when there are no drafts. n_accepted and flags serve as the
+rows' stop words and done counts during the launch, so they must be distinct arrays.
 
     n_accepted, tokens, flags = sample_token(logits, params, positions)              # plain step
     n_accepted, tokens, flags = sample_token(logits, params, positions, drafts, q)   # verify
@@ -28,6 +30,8 @@ not depend on the batch, the launch shape, or graph replay.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from ..kernels.build import get_kernel
@@ -41,7 +45,36 @@ __all__ = ["INVALID_DRAFT", "sample_token"]
 OP = "sample_token"
 INTS = (np.dtype(np.int32), np.dtype(np.int64))
 INVALID_DRAFT = 4           # flag bit (device inputs only): a draft id outside [0, vocab), rejected unread
-VERIFY_BLOCKS_PER_ROW = 1   # the C of verify_*_c<C>; only 1 is instantiated (speculative.cu says why)
+VERIFY_CLUSTERS = (1, 2, 4, 8)             # the C of verify_*_c<C>: blocks per (position, row)
+VERIFY_MIN_BLOCKS = 264                     # spread few rows over at least two blocks per SM (132 on an H200)
+
+
+def chunk_ids(vocab: int, c: int) -> int:
+    """The most ids a block of a C-block cluster covers (speculative.cu's chunk4)."""
+    return (-(-vocab // c) + 3) // 4 * 4
+
+
+def verify_shape(rows: int, n: int, vocab: int, smem_budget: int) -> tuple[int, int]:
+    """(C, cache) for a verification: C blocks per (position, row), the smallest C whose chunk
+    (plus 4 floats of slack) fits in smem_budget bytes of dynamic shared memory, so that a
+    stochastic row's filtering passes read it there; raised while the grid has fewer than
+    VERIFY_MIN_BLOCKS blocks. cache = the chunk in floats, or 0 when even C = 8's does not fit
+    (the passes then read global memory). No result depends on either."""
+    fits = [c for c in VERIFY_CLUSTERS if 4 * (chunk_ids(vocab, c) + 4) <= smem_budget]
+    c = fits[0] if fits else VERIFY_CLUSTERS[-1]
+    while c < VERIFY_CLUSTERS[-1] and (n + 1) * rows * c < VERIFY_MIN_BLOCKS:
+        c *= 2
+    return c, chunk_ids(vocab, c) if fits else 0
+
+
+@cache
+def _smem_budget(device_id: int) -> int:
+    """Dynamic shared memory a verify block may take: the opt-in limit per block less the
+    kernel's static shared memory (the same for every C)."""
+    import cupy
+    optin = cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
+    static = get_kernel("speculative", "verify_i32_c1").fn.shared_size_bytes
+    return optin - static
 
 
 def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_drafts=None, out=None):
@@ -157,13 +190,24 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         out = (cupy.empty(rows, np.int32), cupy.empty((rows, n + 1), np.int32), cupy.empty(rows, np.int32))
     for o, shape in zip(out, ((rows,), (rows, n + 1), (rows,))):
         check_out(o, OP, shape, I32, like=logits)
+    if rows and out[0].data.ptr == out[2].data.ptr:
+        raise fail(OP, "out", "distinct n_accepted and flags arrays", "the same array twice")
     if rows:
-        c = VERIFY_BLOCKS_PER_ROW
+        c, cache = verify_shape(rows, n, vocab, _smem_budget(logits.device.id))
         kind = "i64" if drafts.dtype == np.int64 else "i32"
-        get_kernel("speculative", f"verify_{kind}_c{c}")(
-            (rows * c,), (THREADS,),
-            (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
-             positions if n_drafts is None else n_drafts, params.temperature, params.top_k, params.top_p,
-             params.min_p, params.seed, positions, np.int32(n), np.int32(vocab), np.int32(draft_probs is not None),
+        get_kernel("speculative", "verify_init")(
+            ((rows + 255) // 256,), (256,),
+            (out[0], out[2], positions if n_drafts is None else n_drafts, np.int32(rows), np.int32(n),
              np.int32(n_drafts is not None)))
+        kern = get_kernel("speculative", f"verify_{kind}_c{c}")
+        smem = 4 * (cache + 4)
+        if kern.fn.max_dynamic_shared_size_bytes < smem:
+            kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
+            kern.fn.preferred_shared_memory_carveout = 100
+        kern(((n + 1) * rows * c,), (THREADS,),
+             (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
+              positions if n_drafts is None else n_drafts, params.temperature, params.top_k, params.top_p,
+              params.min_p, params.seed, positions, np.int32(rows), np.int32(n), np.int32(vocab),
+              np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache)),
+             shared_mem=smem)
     return tuple(out)
