@@ -25,7 +25,6 @@ and not the longest row's walk.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from glimmer_cupy.benchmarks.timing import copy_bandwidth, device_name, n_sets, time_us  # noqa: E402
+from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, time_us  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.sampling import DeviceSamplingParams  # noqa: E402
 from glimmer_cupy.reference import sampling as ref  # noqa: E402
@@ -196,7 +195,7 @@ def main(argv=None) -> int:
     import cupy
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
-    meta = {"gpu": device_name(), "date": datetime.date.today().isoformat(), "copy_tbps": copy_bw / 1e12, **PARAMS}
+    meta = run_meta(copy_tbps=copy_bw / 1e12, **PARAMS)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; logits ~ N(0, 9), "
           f"T={PARAMS['temperature']} top-k {PARAMS['top_k']} top-p {PARAMS['top_p']}")
     batches, vocabs = ((1, 64), (151936,)) if args.quick else (BATCHES, VOCABS)
