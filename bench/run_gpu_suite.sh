@@ -23,6 +23,7 @@ if [ "$quick" = "--quick" ]; then
     step quant_matmul 300 python3 bench/bench_quant_matmul.py --types Q4_K,Q6_K --ms 1,16,17,512 --out "$out/quant_matmul"
     step attention 300 python3 bench/bench_attention.py --batches 1,8 --contexts 1024,32768 --out "$out/attention"
     step sampling 300 python3 bench/bench_sampling.py --quick --out "$out/sampling.json"
+    step chain 120 python3 bench/bench_chain.py --out "$out/chain.json"
 else
     step decode 600 python3 -m glimmer_cupy.cli bench decode --synthetic qwen3-0.6b --synthetic qwen3-4b \
         --synthetic qwen3-8b --out "$out/decode_synthetic"
@@ -30,4 +31,5 @@ else
     step elementwise 300 python3 bench/bench_elementwise.py --json "$out/elementwise.json"
     step attention 600 python3 bench/bench_attention.py --out "$out/attention"
     step sampling 600 python3 bench/bench_sampling.py --out "$out/sampling.json"
+    step chain 120 python3 bench/bench_chain.py --splits 1,4,16 --out "$out/chain.json"
 fi
