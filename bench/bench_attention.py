@@ -25,7 +25,7 @@ from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, tim
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import (MMA_VARIANTS, _sm_count, mma_plan, n_splits,  # noqa: E402
                                         workspace_size)
-from glimmer_cupy.ops.attention import mma_stages as mma_stages_rule  # noqa: E402
+from glimmer_cupy.ops.attention import MMA_DEPTH  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -92,7 +92,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
                torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None,
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
-               mma_rule_stages=mma_stages_rule(D, 1) if mma else None)
+               mma_rule_stages=MMA_DEPTH if mma else None)
     for s in splits_sweep:
         row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
@@ -120,7 +120,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     TFLOP/s counting the causal half (2 T^2 q_heads D multiply-adds), both kernels and SDPA
     (is_causal, contiguous bf16 copies) in the same run, and each against SDPA's output. stages,
     rows_list: the tensor-core kernel also at these pipeline depths and rows per block (each
-    combination that exists; "mma" alone is mma_plan's and mma_stages' choice)."""
+    combination that exists; "mma" alone is mma_plan's rows and MMA_DEPTH)."""
     import cupy
     cells = t + 1
     k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
@@ -140,8 +140,8 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
         for rows in rows_list or (None,):
             for st in stages or (None,):
                 mw = mma_plan(t, 1, HQ // HKV, t, HKV, force_rows=rows)[0]
-                if (rows or st) and (D, mw, st or mma_stages_rule(D, mw)) in MMA_VARIANTS:
-                    variants.append((f"mma_r{16 * mw}_s{st or mma_stages_rule(D, mw)}",
+                if (rows or st) and (D, mw, st or MMA_DEPTH) in MMA_VARIANTS:
+                    variants.append((f"mma_r{16 * mw}_s{st or MMA_DEPTH}",
                                      dict(kernel="mma", force_rows=rows, force_stages=st)))
     for kernel, kw in variants:
         kw = kw or dict(kernel=kernel)
@@ -167,7 +167,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
             row[f"{kernel}_nmse_vs_torch"] = nmse(cupy, got, ref)
     if mma:
         mw = mma_plan(t, 1, HQ // HKV, t, HKV)[0]
-        row["mma_rule"] = f"{16 * mw} rows, {mma_stages_rule(D, mw)} stages"
+        row["mma_rule"] = f"{16 * mw} rows, {MMA_DEPTH} stages"
     print(f"attention prefill T={t:<5d} | " + " | ".join(
         f"{k}: {row[k + '_us']:9.1f} us {row[k + '_tflops']:6.1f} TFLOP/s" for k in [*results, "torch"]
         if k + "_us" in row) + (f" | mma = {row['mma_rule']}" if mma else "") + "".join(f" | {k} vs SDPA {row[k + '_nmse_vs_torch']:.1e}" for k in results

@@ -60,12 +60,12 @@ def _kernel(expr: str):
 # The tensor-core kernel (attention_mma.cu, attn_mma_kernel<D, MW, STAGES>), the default: a block
 # takes M = 16 MW query rows, (token, query head) pairs of one kv head. MW = 1 (16 rows, the group
 # padded; 4 warps) for steps of at most one token per sequence, split over the positions like
-# attn_kernel but in tiles of MMA_TILE; otherwise unsplit blocks of MW = 4 (64 rows, 4 warps) or
-# MW = 8 (128 rows, 8 warps: each K/V tile copied once serves twice the rows) of M // group tokens.
-# STAGES K/V tiles in flight (cp.async). The split rule is n_splits' (one wave of BLOCKS_PER_SM
-# blocks) in MMA_TILE tiles. Measured on the H200 (98a6f7d, two stages, 64-row prefill,
-# bench/results/attention_mma.md): decode 5-15% faster than attn_kernel (batch 1 / 32k 53.4 vs
-# 58.3 us), causal prefill 4.5-7x faster (T = 2048: 342 vs 2383 us; SDPA 82.5).
+# attn_kernel but in tiles of MMA_TILE; otherwise unsplit blocks of MW = 4 (64 rows, 4 warps) of
+# 64 // group tokens (MW = 8, 128 rows of 8 warps, only when forced: measured slower). STAGES K/V
+# tiles in flight (cp.async). The split rule is n_splits' (one wave of BLOCKS_PER_SM blocks) in
+# MMA_TILE tiles. Measured on the H200 (ea56ef0, bench/results/attention_mma_stages.md and
+# attention_mma_prefill.md): decode batch 1 / 32k 53.0 us (attn_kernel 57.6), causal prefill
+# T = 2048 276 us (attn_kernel 2372; SDPA 81.3).
 MMA_TILE = 64                                # positions per K/V tile (kTile)
 MMA_ROWS = (16, 64, 128)                     # rows per block: MW = 1, 4, 8
 SMEM_PER_SM = 228 * 1024                     # H100 / H200: shared memory of an SM ...
@@ -104,13 +104,12 @@ MMA_VARIANTS = tuple((d, mw, st) for d in HEAD_DIMS for mw in (1, 4, 8) for st i
 _MMA_EXPRS = tuple(f"attn_mma_kernel<{d}, {mw}, {st}>" for d, mw, st in MMA_VARIANTS)
 
 
-def mma_stages(d: int, mw: int) -> int:
-    """Pipeline depth: 2 stages. Measured on the H200 (bench_attention.py --stages, head dim 128):
-    decode at batch 1 / 8 and 1k / 32k the same at 2 and 3 stages (53.0 / 53.1 µs at 32k) and
-    slower at 4, which leaves one block per SM (73.8); prefill with 64-row blocks 39.1 / 276 µs at
-    T = 512 / 2048 with 2 stages against 54.6 / 440 with 3 (one block per SM). Bytes in flight are
-    not what limits these kernels; two blocks per SM is. (d, mw) kept for other head dims' rules."""
-    return 2
+# The pipeline depth of every step: 2 stages. Measured on the H200 (bench_attention.py --stages,
+# head dim 128): decode at batch 1 / 8 and 1k / 32k the same at 2 and 3 stages (53.0 / 53.1 us at
+# 32k) and slower at 4, which leaves one block per SM (73.8); prefill with 64-row blocks 39.1 / 276
+# us at T = 512 / 2048 with 2 stages against 54.6 / 440 with 3 (one block per SM). Bytes in flight
+# are not what limits these kernels; two blocks per SM is. Other depths: force_stages.
+MMA_DEPTH = 2
 
 
 @cache
@@ -267,7 +266,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     kernel: "mma" (attn_mma_kernel, tensor cores, the default: q and the softmax weights rounded
     to bf16, NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
     force_stages, force_rows (benchmarks and tests, "mma" only): the pipeline depth (MMA_STAGES,
-    mma_stages' rule otherwise; the same result at every depth) and the rows of a block
+    MMA_DEPTH otherwise; the same result at every depth) and the rows of a block
     (MMA_ROWS, mma_plan's rule otherwise).
     """
     if kernel not in ("simt", "mma"):
@@ -303,7 +302,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     if kernel == "mma":
         mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, _sm_count(), force_splits,
                                            force_rows)
-        stages = int(force_stages) if force_stages else mma_stages(d, mw)
+        stages = int(force_stages) if force_stages else MMA_DEPTH
         if (d, mw, stages) not in MMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {[st for dd, m, st in MMA_VARIANTS if (dd, m) == (d, mw)]} "
                        f"for head_dim {d} and {16 * mw}-row blocks", stages)
