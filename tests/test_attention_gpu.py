@@ -178,16 +178,23 @@ def test_softcap(kernel):
     assert_close(got, ref, "softcap", kernel)
 
 
-@gpu
-@pytest.mark.parametrize("d", [64, 128])
-def test_visible_mask_with_hidden_row(d, kernel):
-    rng = np.random.default_rng(5 + d)
+def hidden_row_step(seed: int, d: int):
+    """A packed step of two sequences (5 tokens each) with a random visibility mask in which token 2
+    sees nothing (its output must be zeros, not NaN) and token 6 only the last position."""
+    rng = np.random.default_rng(seed)
     step = make_step(rng, [40, 1300], 8, 2, d, per_seq=5)
     t, width = step[0].shape[0], step[3].shape[1]
     visible = rng.random((t, width)) < 0.3
-    visible[2] = False                                      # sees nothing: zeros, not NaN
+    visible[2] = False
     visible[6, :] = False
-    visible[6, 1299] = True                                 # one position, the last
+    visible[6, 1299] = True
+    return step, visible
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_visible_mask_with_hidden_row(d, kernel):
+    step, visible = hidden_row_step(5 + d, d)
     got, ref = run_both(*step, visible=visible.astype(np.uint8), kernel=kernel)
     assert (got[2] == 0).all()
     assert_close(got, ref, "visible", kernel)
@@ -477,13 +484,7 @@ def test_mma_softcap(rows):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("rows", [None, 128])
 def test_mma_visible_mask_with_hidden_row(d, rows):
-    rng = np.random.default_rng(22 + d)
-    step = make_step(rng, [40, 1300], 8, 2, d, per_seq=5)
-    t, width = step[0].shape[0], step[3].shape[1]
-    visible = rng.random((t, width)) < 0.3
-    visible[2] = False                                      # sees nothing: zeros, not NaN
-    visible[6, :] = False
-    visible[6, 1299] = True
+    step, visible = hidden_row_step(22 + d, d)
     got, ref = run_mma(*step, visible=visible.astype(np.uint8), force_rows=rows)
     assert (got[2] == 0).all()
     assert_mma_close(got, ref, ("visible", rows))
@@ -536,8 +537,8 @@ def test_mma_stages_rule_cpu():
     instantiates the same list for the compile test."""
     import re
     from pathlib import Path
-    from glimmer_cupy.ops.attention import MMA_VARIANTS, mma_blocks_per_sm, mma_smem, mma_stages
-    assert all(mma_stages(d, mw) == 2 and mma_blocks_per_sm(d, mw, 2) > 0 for d in (64, 128, 256) for mw in (1, 4, 8))
+    from glimmer_cupy.ops.attention import MMA_DEPTH, MMA_VARIANTS, mma_blocks_per_sm, mma_smem
+    assert MMA_DEPTH == 2 and all(mma_blocks_per_sm(d, mw, MMA_DEPTH) > 0 for d in (64, 128, 256) for mw in (1, 4, 8))
     assert mma_smem(128, 1, 2) == 73984 and mma_smem(128, 1, 3) == 108800
     assert mma_blocks_per_sm(128, 1, 3) == 2 and mma_blocks_per_sm(128, 1, 4) == 1
     assert mma_blocks_per_sm(256, 1, 4) == 0 and (256, 1, 4) not in MMA_VARIANTS

@@ -292,6 +292,13 @@ class X8:
         self.xd, self.xs = np.ascontiguousarray(d), np.ascontiguousarray(s)
         self.values = codes.astype(np.float64) * np.repeat(d.astype(np.float64), 32, axis=-1)
 
+    def lane_rows(self, lane, n):
+        """Rows of x a lane's fragments hold in n-tile n, clamped to the last row as the staging
+        repeats it: the B fragment's row (8n + lane / 4) and the scale pair's (8n + 2 (lane % 4), + 1)."""
+        g, t = divmod(lane, 4)
+        last = self.m - 1
+        return min(8 * n + g, last), min(8 * n + 2 * t, last), min(8 * n + 2 * t + 1, last)
+
 
 def staged(lib, x: X8, nt, first_sb, bits, qtype=QType.Q4_K):
     """The stage buffer of super-blocks first_sb .. + 2^bits - 1 of x, as the kernel for qtype lays it out."""
@@ -422,10 +429,9 @@ def test_staging_places_codes_and_scales(lib, nt, bits):
             _, b, xs = fragments(lib, np.zeros((32, 18), np.uint32), stage, nt)
             sb = first + s
             for lane in range(32):
-                g, t = divmod(lane, 4)
+                t = lane % 4
                 for n in range(nt):
-                    row = min(8 * n + g, x.m - 1)
-                    r0, r1 = min(8 * n + 2 * t, x.m - 1), min(8 * n + 2 * t + 1, x.m - 1)
+                    row, r0, r1 = x.lane_rows(lane, n)
                     for j in range(8):
                         at = sb * 256 + 32 * j + 8 * t
                         np.testing.assert_array_equal(s8(b[lane, n, j]), x.codes[row, at:at + 8])
@@ -710,10 +716,9 @@ def test_q6k_staging_places_codes_and_scales(lib, nt, bits):
                 continue
             _, b, xd = q6k_fragments(lib, np.zeros((32, 28), np.uint32), np.zeros((32, 2), np.int32), stage, nt)
             for lane in range(32):
-                g, t = divmod(lane, 4)
+                t = lane % 4
                 for n in range(nt):
-                    row = min(8 * n + g, x.m - 1)
-                    r0, r1 = min(8 * n + 2 * t, x.m - 1), min(8 * n + 2 * t + 1, x.m - 1)
+                    row, r0, r1 = x.lane_rows(lane, n)
                     for G in range(16):
                         at = sb * 256 + 16 * G + 4 * t
                         np.testing.assert_array_equal(s8(b[lane, n, G]), x.codes[row, at:at + 4])
