@@ -77,6 +77,29 @@ def _smem_budget(device_id: int) -> int:
     return optin - static
 
 
+def _check_draft_ids(drafts: np.ndarray, vocab: int) -> None:
+    if drafts.size and (drafts.min() < 0 or drafts.max() >= vocab):
+        raise fail(OP, "drafts", f"token ids in [0, {vocab})", int(drafts.min() if drafts.min() < 0 else drafts.max()))
+
+
+def _host_n_drafts(n_drafts, rows: int, n: int) -> np.ndarray:
+    """n_drafts given on the host, checked: (rows,) integers in [0, n]."""
+    k = np.asarray(n_drafts)
+    if k.shape != (rows,) or k.dtype.kind not in "iu":
+        raise fail(OP, "n_drafts", f"{rows} integers", f"{k.dtype.name} {k.shape}")
+    if rows and (k.min() < 0 or k.max() > n):
+        raise fail(OP, "n_drafts", f"in [0, {n}]", int(k.min() if k.min() < 0 else k.max()))
+    return k
+
+
+def _host_positions(positions, rows: int, n: int) -> np.ndarray:
+    """positions given on the host, checked, with room for the n drafted positions after them."""
+    pos = host_positions(positions, rows, OP)
+    if rows and int(pos.max()) + n >= 2 ** 31:
+        raise fail(OP, "positions", f"below 2^31 - {n} (the last drafted position must fit)", int(pos.max()))
+    return pos
+
+
 def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_drafts=None, out=None):
     """logits (rows, vocab) with drafts None, or (rows, n+1, vocab) float32 with drafts (rows, n)
     int32|int64; draft_probs None (point-mass drafts) or (rows, n, vocab) float32, finite, >= 0;
@@ -103,25 +126,17 @@ def sample_token(logits, params, positions, drafts=None, draft_probs=None, *, n_
         rows, n1, vocab = logits.shape
         n = n1 - 1
         check(drafts, OP, "drafts", dtypes=INTS, shape=(rows, n))
-        if drafts.size and (drafts.min() < 0 or drafts.max() >= vocab):
-            bad = int(drafts.min() if drafts.min() < 0 else drafts.max())
-            raise fail(OP, "drafts", f"token ids in [0, {vocab})", bad)
+        _check_draft_ids(drafts, vocab)
         if draft_probs is not None:
             check(draft_probs, OP, "draft_probs", dtypes=(F32,), shape=(rows, n, vocab))
             if not np.all(np.isfinite(draft_probs) & (draft_probs >= 0)):
                 raise fail(OP, "draft_probs", "finite and >= 0", "a negative or non-finite entry")
         if n_drafts is not None:
-            k = np.asarray(n_drafts)
-            if k.shape != (rows,) or k.dtype.kind not in "iu":
-                raise fail(OP, "n_drafts", f"{rows} integers", f"{k.dtype.name} {k.shape}")
-            if rows and (k.min() < 0 or k.max() > n):
-                raise fail(OP, "n_drafts", f"in [0, {n}]", int(k.min() if k.min() < 0 else k.max()))
+            _host_n_drafts(n_drafts, rows, n)
     if vocab == 0:
         raise fail(OP, "logits", "at least one column", f"{logits.shape}")
     check_params(params, rows, vocab, OP)
-    pos = host_positions(positions, rows, OP)
-    if rows and int(pos.max()) + n >= 2 ** 31:
-        raise fail(OP, "positions", f"below 2^31 - {n} (the last drafted position must fit)", int(pos.max()))
+    pos = _host_positions(positions, rows, n)
     result = ref.sample_token(logits, list(params), pos, drafts, draft_probs, n_drafts)
     if out is None:
         return result
@@ -160,8 +175,7 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
     else:
         drafts = np.asarray(drafts)
         check(drafts, OP, "drafts", dtypes=INTS, shape=(rows, n))
-        if drafts.size and (drafts.min() < 0 or drafts.max() >= vocab):
-            raise fail(OP, "drafts", f"token ids in [0, {vocab})", int(drafts.min() if drafts.min() < 0 else drafts.max()))
+        _check_draft_ids(drafts, vocab)
         drafts = cupy.asarray(drafts)
     if draft_probs is not None:
         check(draft_probs, OP, "draft_probs", dtypes=(F32,), shape=(rows, n, vocab), like=logits)
@@ -169,12 +183,7 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         if n_drafts is not None:
             check(n_drafts, OP, "n_drafts", dtypes=(I32,), shape=(rows,), like=logits)
     else:
-        k = np.asarray(n_drafts)
-        if k.shape != (rows,) or k.dtype.kind not in "iu":
-            raise fail(OP, "n_drafts", f"{rows} integers", f"{k.dtype.name} {k.shape}")
-        if rows and (k.min() < 0 or k.max() > n):
-            raise fail(OP, "n_drafts", f"in [0, {n}]", int(k.min() if k.min() < 0 else k.max()))
-        n_drafts = cupy.asarray(k.astype(np.int32))
+        n_drafts = cupy.asarray(_host_n_drafts(n_drafts, rows, n).astype(np.int32))
     if isinstance(params, DeviceSamplingParams):
         params.check(rows, logits, OP)
     else:
@@ -182,10 +191,7 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
     if isinstance(positions, cupy.ndarray):
         check(positions, OP, "positions", dtypes=(I32,), shape=(rows,), like=logits)
     else:
-        pos = host_positions(positions, rows, OP)
-        if rows and int(pos.max()) + n >= 2 ** 31:
-            raise fail(OP, "positions", f"below 2^31 - {n} (the last drafted position must fit)", int(pos.max()))
-        positions = cupy.asarray(pos)
+        positions = cupy.asarray(_host_positions(positions, rows, n))
     if out is None:
         out = (cupy.empty(rows, np.int32), cupy.empty((rows, n + 1), np.int32), cupy.empty(rows, np.int32))
     for o, shape in zip(out, ((rows,), (rows, n + 1), (rows,))):
