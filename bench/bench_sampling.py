@@ -103,14 +103,18 @@ def run_case(batch: int, vocab: int, rng, launches: int, reps: int, copy_bw: flo
 
     arg_us, arg_how = time_us(lambda i: ops.argmax(xs[i], out=arg_out), sets, launches, reps)
     smp_us, smp_how = time_us(lambda i: ops.sample_rows(xs[i], d, pos, out=out), sets, max(3, launches // 4), reps)
-    row = {"batch": batch, "vocab": vocab, "argmax_us": arg_us, "sample_us": smp_us, "argmax_timing": arg_how,
+    long_us, _ = time_us(lambda i: ops.sample_rows(xs[i], d, pos, out=out, short_path=False), sets,
+                         max(3, launches // 4), reps)
+    row = {"batch": batch, "vocab": vocab, "argmax_us": arg_us, "sample_us": smp_us, "sample_long_path_us": long_us,
+           "argmax_timing": arg_how,
            "sample_timing": smp_how, "argmax_gbps": nbytes / arg_us / 1e3, "sample_gbps": nbytes / smp_us / 1e3,
            "copy_gbps": copy_bw / 1e9, "check_argmax": ok_arg, "check_sample": ok_sample}
     row.update(torch_baselines(xs[0], launches, reps))
     base = (f" | torch argmax {row['torch_argmax_us']:7.1f} us | torch softmax/topk/cumsum/multinomial "
             f"{row['torch_sample_us']:7.1f} us") if "torch_sample_us" in row else " | torch: not importable"
     print(f"sampling B={batch:<3d} V={vocab:<6d} | argmax {arg_us:7.1f} us ({row['argmax_gbps']:6.0f} GB/s) | "
-          f"top-k/top-p {smp_us:7.1f} us ({row['sample_gbps']:6.0f} GB/s){base} | "
+          f"top-k/top-p {smp_us:7.1f} us ({row['sample_gbps']:6.0f} GB/s, {smp_us / arg_us:4.2f}x argmax; "
+          f"radix path {long_us:7.1f} us){base} | "
           f"check {'ok' if ok_arg and ok_sample else 'FAILED'}", flush=True)
     return row
 
@@ -184,6 +188,32 @@ def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, rep
     return row
 
 
+def markdown(meta: dict, rows: list[dict], vrows: list[dict]) -> str:
+    """The rows as markdown tables (us; 'x' columns are ratios), with the run's GPU, date and commit."""
+    def f(v, spec=".1f"):
+        return "—" if v is None else format(v, spec)
+    out = [f"# sampling — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
+           f"Copy {meta['copy_tbps']:.2f} TB/s. Logits N(0, 9) float32; temperature {PARAMS['temperature']}, "
+           f"top-k {PARAMS['top_k']}, top-p {PARAMS['top_p']}. CUDA graphs of many calls, median; PyTorch eager.", ""]
+    if rows:
+        out += ["| batch | vocab | argmax | top-k/top-p | / argmax | radix path | torch argmax | torch composition "
+                "| torch / ours |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            ts = r.get("torch_sample_us")
+            out.append(f"| {r['batch']} | {r['vocab']} | {f(r['argmax_us'])} | {f(r['sample_us'])} | "
+                       f"{f(r['sample_us'] / r['argmax_us'], '.2f')} | {f(r.get('sample_long_path_us'))} | "
+                       f"{f(r.get('torch_argmax_us'))} | {f(ts)} | {f(ts / r['sample_us'] if ts else None, '.1f')} |")
+        out.append("")
+    if vrows:
+        out += ["| verify | rows | vocab | us | mean accepted | floor all | floor examined | torch |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in vrows:
+            out.append(f"| {r['mode']} | {r['rows']} | {r['vocab']} | {f(r['us'])} | {f(r['mean_accepted'])} | "
+                       f"{f(r['floor_all_us'])} | {f(r['floor_examined_us'])} | {f(r.get('torch_us'))} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=50)
@@ -213,6 +243,7 @@ def main(argv=None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"meta": meta, "rows": rows, "verify": vrows}, indent=1))
+        args.out.with_suffix(".md").write_text(markdown(meta, rows, vrows))
     ok = all(r["check_argmax"] and r["check_sample"] for r in rows) and all(r["check"] for r in vrows)
     return 0 if ok else 1
 

@@ -40,6 +40,7 @@
 // a valid id: temperature <= 0 or NaN is greedy, top_k outside (0, vocab) and top_p >= 1 or NaN
 // disable the filter, min_p is capped at 1 so the top token always survives.
 #include "sampling_rows.cuh"          // the row machinery: reductions, radix select, steps 1-6
+#include "sampling_topk.cuh"          // the short path for rows with a small top-k
 
 // ---------------------------------------------------------------- kernels
 
@@ -54,10 +55,7 @@ __device__ __forceinline__ void argmax_body(int* __restrict__ out, const float* 
     chunk<C>(vocab, lo, hi);
     float v = neg_inf();
     int idx = 0x7fffffff;
-    for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-        const float l = x[i];
-        take_better(v, idx, l != l ? neg_inf() : l, i);
-    }
+    for_chunk(x, lo, hi, [&](int i, float l) { take_better(v, idx, l != l ? neg_inf() : l, i); });
     cluster_argmax<C>(v, idx, sv, si, &slot);
     if (threadIdx.x == 0 && blockIdx.x % C == 0) out[row] = idx;
 }
@@ -66,17 +64,20 @@ template <int C>
 __device__ __forceinline__ void sample_rows_body(
         int* __restrict__ tokens, int* __restrict__ flags, const float* __restrict__ logits,
         const float* __restrict__ temperature, const int* __restrict__ top_k, const float* __restrict__ top_p,
-        const float* __restrict__ min_p, const u64* __restrict__ seed, const int* __restrict__ position, int vocab) {
-    __shared__ Smem sm;
+        const float* __restrict__ min_p, const u64* __restrict__ seed, const int* __restrict__ position, int vocab,
+        int short_path) {
+    __shared__ SampleSmem sm;
     const int row = blockIdx.x / C;
     const bool leader = threadIdx.x == 0 && blockIdx.x % C == 0;
     const float* x = logits + (long long)row * vocab;
     int lo, hi;
     chunk<C>(vocab, lo, hi);
+    const float t = temperature[row];
+    const int k = top_k[row];
+    const bool short_k = short_path && t > 0.f && k > 0 && k < vocab && k <= kTopkFast;
 
     RowDist rd;
-    row_max<C>(x, lo, hi, sm, rd);                          // 1.
-    const float t = temperature[row];
+    row_max_groups<C>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd);     // 1.
     if (rd.bad || !(t > 0.f)) {             // the same decision in every block of the cluster
         if (leader) {
             tokens[row] = rd.amax;
@@ -84,12 +85,14 @@ __device__ __forceinline__ void sample_rows_body(
         }
         return;
     }
-    row_filter<C>(x, lo, hi, vocab, t, top_k[row], top_p[row], min_p[row], sm, rd);    // 2.-5.
-    u64 run;                                // kept mass of the chunks before this block's
-    const u64 kept = weight_sum<C>(x, lo, hi, rd, sm, KeptE{}, &run);
     const u32 u24 = philox::bits24(seed[row], (u32)position[row], philox::kSample, 0u);
+    if (short_k && topk_short_path<C>(x, lo, hi, k, t, top_p[row], min_p[row], u24, rd, sm, tokens + row, flags + row))
+        return;                                                                      // 2.-6. on a short list
+    row_filter<C>(x, lo, hi, vocab, t, k, top_p[row], min_p[row], sm.slow, rd);     // 2.-5.
+    u64 run;                                // kept mass of the chunks before this block's
+    const u64 kept = weight_sum<C>(x, lo, hi, rd, sm.slow, KeptE{}, &run);
     if (leader) flags[row] = 0;
-    draw<C>(x, lo, hi, rd, sm, KeptE{}, run, draw_target(u24, kept), tokens + row);   // 6.
+    draw<C>(x, lo, hi, rd, sm.slow, KeptE{}, run, draw_target(u24, kept), tokens + row);   // 6.
 }
 
 #define SAMPLING_KERNELS(C)                                                                                       \
@@ -101,8 +104,9 @@ __device__ __forceinline__ void sample_rows_body(
     sample_rows_c##C(int* __restrict__ tokens, int* __restrict__ flags, const float* __restrict__ logits,          \
                      const float* __restrict__ temperature, const int* __restrict__ top_k,                         \
                      const float* __restrict__ top_p, const float* __restrict__ min_p,                             \
-                     const u64* __restrict__ seed, const int* __restrict__ position, int vocab) {                  \
-        sample_rows_body<C>(tokens, flags, logits, temperature, top_k, top_p, min_p, seed, position, vocab);       \
+                     const u64* __restrict__ seed, const int* __restrict__ position, int vocab, int short_path) {  \
+        sample_rows_body<C>(tokens, flags, logits, temperature, top_k, top_p, min_p, seed, position, vocab,        \
+                            short_path);                                                                           \
     }
 
 SAMPLING_KERNELS(1)

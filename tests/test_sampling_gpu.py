@@ -306,6 +306,39 @@ def test_candidate_lists_at_their_edges(blocks):
 
 
 @gpu
+@pytest.mark.parametrize("blocks", [1, 2, 4, 8])
+def test_short_path_draws_the_long_paths_token(blocks):
+    """Rows with 0 < top-k <= 256 take the short path (sampling_topk.cuh): the same integer weights
+    and thresholds on a gathered list, so exactly the long path's token and flag. Covers ties at
+    the bound, masked ids around it, fewer finite ids than k, and lists that overflow (ties) and
+    send the row back to the long path."""
+    import cupy
+    rng = np.random.default_rng(50 + blocks)
+    for vocab in (7, 1000, 4099, 49152, 151936):
+        rows = 40
+        x = random_logits(rng, rows, vocab)
+        x[5, rng.integers(0, vocab, vocab // 2)] = -np.inf
+        x[6] = np.round(x[6] * 0.2)                          # a few distinct values: the list overflows
+        x[7] = -np.inf
+        x[7, rng.integers(0, vocab, 3)] = 1.5                # fewer finite ids than k
+        x[8] = np.sort(x[8])                                 # the largest logits all in the last chunk
+        ks = rng.choice([1, 2, 3, 20, 50, 64, 255, 256], rows)
+        params = [SamplingParams(temperature=float(rng.choice([0.5, 0.8, 1.3])), top_k=int(min(k, vocab - 1)),
+                                 top_p=float(rng.choice([1.0, 0.9, 0.5])), min_p=float(rng.choice([0.0, 0.05])),
+                                 seed=int(rng.integers(0, 2 ** 63))) for k in ks]
+        pos = rng.integers(0, 2 ** 31, rows).tolist()
+        xd = cupy.asarray(x)
+        got = []
+        for short in (True, False):
+            out = (cupy.full(rows, -7, np.int32), cupy.full(rows, -7, np.int32))      # poisoned
+            ops.sample_rows(xd, params, pos, out=out, blocks_per_row=blocks, short_path=short)
+            got.append((cupy.asnumpy(out[0]), cupy.asnumpy(out[1])))
+        np.testing.assert_array_equal(got[0][0], got[1][0], err_msg=f"vocab {vocab}")
+        np.testing.assert_array_equal(got[0][1], got[1][1], err_msg=f"vocab {vocab}")
+        assert np.all((got[0][0] >= 0) & (got[0][0] < vocab))
+
+
+@gpu
 def test_batch_composition_independence():
     import cupy
     rng = np.random.default_rng(17)

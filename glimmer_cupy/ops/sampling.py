@@ -137,11 +137,14 @@ class DeviceSamplingParams:
             check(getattr(self, name), op, f"params.{name}", dtypes=(dt,), shape=(rows,), like=like)
 
 
-def sample_rows(logits, params, positions, *, out=None, blocks_per_row: int | None = None):
+def sample_rows(logits, params, positions, *, out=None, blocks_per_row: int | None = None,
+                short_path: bool = True):
     """(rows, vocab) logits -> (tokens int32, flags int32), one set of parameters and position per
     row. On CuPy logits, params is a list of SamplingParams or a DeviceSamplingParams, positions a
     host sequence or an int32 device array, out an optional (tokens, flags) pair of int32 (rows,).
-    blocks_per_row (tests, benchmarks) overrides the CLUSTER table: 1, 2, 4 or 8."""
+    blocks_per_row (tests, benchmarks) overrides the CLUSTER table: 1, 2, 4 or 8. short_path=False
+    (tests, benchmarks) sends rows with top-k <= 256 through the radix-select path as well; the
+    tokens are the same either way (cuda_src/sampling_topk.cuh)."""
     if is_host(logits):
         tokens, flags = ref.sample_rows(logits, params, positions)
         if out is None:
@@ -174,5 +177,5 @@ def sample_rows(logits, params, positions, *, out=None, blocks_per_row: int | No
         _kernel(f"sample_rows_c{c}")(
             (rows * c,), (THREADS,),
             (tokens, flags, logits, params.temperature, params.top_k, params.top_p, params.min_p,
-             params.seed, positions, np.int32(vocab)))
+             params.seed, positions, np.int32(vocab), np.int32(bool(short_path))))
     return tokens, flags

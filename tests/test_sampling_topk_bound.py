@@ -1,0 +1,85 @@
+"""The short top-k path of sample_rows (cuda_src/sampling_topk.cuh), its bound modelled in NumPy:
+the ids of a row are split into groups the way the kernel's threads read them (chunk<C>, then
+for_chunk's single loads at the ends and 16-byte loads between, g lanes to a group), the k-th
+largest group maximum tau bounds the row's k-th largest logit from below, and the list {l >= tau}
+holds every id that top-k keeps. The GPU test (test_sampling_gpu.py) checks the kernel's tokens.
+"""
+
+import numpy as np
+import pytest
+
+THREADS = 1024
+TOPK_FAST = 256
+
+
+def group_lanes(c: int, k: int) -> int:
+    g = 32
+    while g > 1 and c * THREADS // g < 4 * k:
+        g //= 2
+    return g
+
+
+def thread_of_ids(vocab: int, c: int) -> np.ndarray:
+    """(block, thread) of each id, as chunk<C> and for_chunk assign them (row start 16-byte aligned)."""
+    owner = np.empty((vocab, 2), np.int64)
+    per = -(-vocab // c)
+    for r in range(c):
+        lo, hi = min(vocab, r * per), min(vocab, r * per + per)
+        a = min(hi, lo + (4 - lo % 4) % 4)
+        nv = (hi - a) // 4
+        b = a + 4 * nv
+        owner[lo:a] = np.stack([np.full(a - lo, r), np.arange(a - lo)], 1)
+        owner[b:hi] = np.stack([np.full(hi - b, r), np.arange(hi - b)], 1)
+        j = np.arange(4 * nv) // 4
+        owner[a:b] = np.stack([np.full(4 * nv, r), j % THREADS], 1)
+    return owner
+
+
+def short_list(row: np.ndarray, k: int, c: int) -> tuple[float, np.ndarray]:
+    g = group_lanes(c, k)
+    per_block = THREADS // g
+    owner = thread_of_ids(row.size, c)
+    group = owner[:, 0] * per_block + owner[:, 1] // g
+    gmax = np.full(c * per_block, -np.inf)
+    np.maximum.at(gmax, group, row.astype(np.float64))
+    gt = (gmax[None, :] > gmax[:, None]).sum(1)
+    tau = gmax[gt < k].min()
+    return tau, np.nonzero(row >= tau)[0]
+
+
+def rows(rng, vocab: int):
+    yield rng.normal(0, 3, vocab)
+    yield np.round(rng.normal(0, 3, vocab))                 # ties everywhere
+    yield np.sort(rng.normal(0, 3, vocab))                  # the largest all in the last chunk
+    x = rng.normal(0, 3, vocab)
+    x[rng.integers(0, vocab, vocab // 2)] = -np.inf          # masked ids
+    yield x
+    x = np.full(vocab, -np.inf)
+    x[rng.integers(0, vocab, 3)] = 2.0                      # fewer finite ids than k
+    yield x
+
+
+@pytest.mark.parametrize("c", [1, 2, 4, 8])
+def test_the_list_holds_every_id_top_k_keeps(c):
+    rng = np.random.default_rng(c)
+    for vocab in (7, 1001, 49152, 151936):
+        for row in rows(rng, vocab):
+            row = row.astype(np.float32)
+            for k in (1, 2, 50, 255, TOPK_FAST):
+                if k >= vocab:
+                    continue
+                tau, ids = short_list(row, k, c)
+                kth = np.partition(row, vocab - k)[vocab - k]
+                assert tau <= kth
+                kept = np.nonzero(row >= kth)[0]
+                assert np.isin(kept, ids).all()
+                listed = row[ids]                           # the list's own k-th largest is the row's
+                assert np.partition(listed, listed.size - k)[listed.size - k] == kth
+
+
+def test_the_list_is_short_on_iid_logits():
+    """About 1.2k entries for k = 50 over N(0, 9) logits: the list fits one block's kTopkList."""
+    rng = np.random.default_rng(9)
+    for c, vocab in ((8, 151936), (2, 151936), (1, 262144), (8, 49152)):
+        sizes = [short_list(rng.normal(0, 3, vocab).astype(np.float32), 50, c)[1].size for _ in range(4)]
+        assert max(sizes) < 200, (c, vocab, sizes)
