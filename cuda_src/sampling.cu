@@ -77,16 +77,19 @@ __device__ __forceinline__ void sample_rows_body(
     const bool short_k = short_path && t > 0.f && k > 0 && k < vocab && k <= kTopkFast;
 
     RowDist rd;
-    row_max_groups<C>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd);     // 1.
+    float tmax;
+    row_max_groups<C>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd, &tmax);     // 1.
     if (rd.bad || !(t > 0.f)) {             // the same decision in every block of the cluster
         if (leader) {
             tokens[row] = rd.amax;
             flags[row] = rd.bad;
         }
+        if (C > 1) cluster_sync();          // the others may still read this block's TopkPub
         return;
     }
     const u32 u24 = philox::bits24(seed[row], (u32)position[row], philox::kSample, 0u);
-    if (short_k && topk_short_path<C>(x, lo, hi, k, t, top_p[row], min_p[row], u24, rd, sm, tokens + row, flags + row))
+    if (short_k && topk_short_path<C>(x, lo, hi, k, t, top_p[row], min_p[row], u24, tmax, rd, sm, tokens + row,
+                                      flags + row))
         return;                                                                      // 2.-6. on a short list
     row_filter<C>(x, lo, hi, vocab, t, k, top_p[row], min_p[row], sm.slow, rd);     // 2.-5.
     u64 run;                                // kept mass of the chunks before this block's

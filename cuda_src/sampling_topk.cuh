@@ -18,6 +18,15 @@
 #pragma once
 #include "sampling_rows.cuh"
 
+// GLIMMER_TOPK_CLOCKS (bench/probe_sampling_topk.py only): thread 0 of block 0 stamps clock64()
+// at each stage boundary into topk_clocks, so one launch shows where the row's time goes.
+#ifdef GLIMMER_TOPK_CLOCKS
+__device__ long long topk_clocks[16];
+#define TOPK_CLOCK(n) do { if (threadIdx.x == 0 && blockIdx.x == 0) topk_clocks[n] = clock64(); } while (0)
+#else
+#define TOPK_CLOCK(n) do { } while (0)
+#endif
+
 constexpr int kTopkFast = 256;              // the largest k the short path serves
 constexpr int kTopkList = kThreads;         // list entries: one per thread of the last block
 
@@ -33,6 +42,13 @@ __device__ __forceinline__ u32 map_rank(u32 local, u32 rank) {
     u32 r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
     return r;
+}
+
+__device__ __forceinline__ uint4 ld_cluster_v4(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr) : "memory");
+    return v;
 }
 
 __device__ __forceinline__ u32 ld_cluster_u32(u32 addr) {
@@ -110,11 +126,14 @@ struct TopkWork {
     u64 lw[kTopkList];                      // E, then the drawn weight
     u64 sh[kWarps + 1];
     float fsh[kWarps];
+    float cv[8];                            // the cluster's blocks' (v, i, bad), read from their TopkPub
+    int ci[8];
+    int cbad[8];
     u32 tau_key;
 };
 
 struct SampleSmem {
-    TopkPub pub;
+    TopkPub __align__(16) pub;
     union {
         Smem slow;
         TopkWork fast;
@@ -142,15 +161,54 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
     return v;
 }
 
+// Pairwise work over a list of n entries in shared memory, spread over the block: entry j has the
+// s consecutive threads (s a power of two <= 32, the largest with s * n <= kThreads) of
+// j * s .. j * s + s - 1, thread q of them takes the slice q, q + s, ... of the list, and seg_sum
+// adds the s partial results (every thread of the block calls it; each of the s gets the sum).
+struct Seg {
+    int s, j, q;
+    bool on;                                // j < n
+};
+
+__device__ __forceinline__ Seg segment(int n) {
+    Seg g;
+    g.s = 32;
+    while (g.s > 1 && g.s * n > kThreads) g.s >>= 1;
+    g.j = threadIdx.x / g.s;
+    g.q = threadIdx.x & (g.s - 1);
+    g.on = g.j < n;
+    return g;
+}
+
+template <class T>
+__device__ __forceinline__ T seg_sum(T v, int s) {
+    for (int o = s >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// How many of the n4 (a multiple of 4) floats at a4 exceed m, over the slice q of s (float4 steps).
+__device__ __forceinline__ int count_above(const float4* a4, int n4, float m, int q, int s) {
+    int gt = 0;
+#pragma unroll 4
+    for (int i = q; i < n4 / 4; i += s) {
+        const float4 a = a4[i];
+        gt += (a.x > m) + (a.y > m) + (a.z > m) + (a.w > m);
+    }
+    return gt;
+}
+
 // ---------------------------------------------------------------- step 1, with the group maxima
 
 // Max, lowest argmax and the non-finite check over this block's ids [lo, hi), combined over the
 // cluster into rd (the results of row_max); with g > 0 also the cluster's group maxima of g lanes
-// each into w.all (G = C * kThreads / g of them, padded with -inf to a multiple of 4). Two cluster
-// barriers: after the first every block reads the others' TopkPub, after the second it may be reused.
+// each into w.all (G = C * kThreads / g of them, padded with -inf to kThreads), and the thread's
+// own max into *tmax. One cluster barrier, after which every block reads the others' TopkPub
+// (which nothing overwrites). A block must not exit before the cluster's next barrier: the others
+// may still be reading its TopkPub.
 template <int C>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
-                                               RowDist& rd) {
+                                               RowDist& rd, float* tmax) {
+    TOPK_CLOCK(0);
     float lmax = neg_inf(), mine = neg_inf();
     int amax = 0x7fffffff;
     int bad = 0;
@@ -160,6 +218,8 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
         take_better(lmax, amax, m, i);
         mine = fmaxf(mine, m);
     });
+    TOPK_CLOCK(1);
+    *tmax = mine;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (g > 0) {
         for (int o = g >> 1; o > 0; o >>= 1) mine = fmaxf(mine, __shfl_xor_sync(0xffffffffu, mine, o));
@@ -169,15 +229,15 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         take_better(lmax, amax, __shfl_xor_sync(0xffffffffu, lmax, o), __shfl_xor_sync(0xffffffffu, amax, o));
-    float* sv = sm.fast.fsh;
-    int* si = reinterpret_cast<int*>(sm.fast.sh);
+    TopkWork& w = sm.fast;
     if (lane == 0) {
-        sv[warp] = lmax;
-        si[warp] = amax;
+        w.fsh[warp] = lmax;
+        reinterpret_cast<int*>(w.sh)[warp] = amax;
     }
     bad = __syncthreads_or(bad);
-    lmax = sv[lane];
-    amax = si[lane];
+    TOPK_CLOCK(2);
+    lmax = w.fsh[lane];
+    amax = reinterpret_cast<int*>(w.sh)[lane];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
         take_better(lmax, amax, __shfl_xor_sync(0xffffffffu, lmax, o), __shfl_xor_sync(0xffffffffu, amax, o));
@@ -191,24 +251,31 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
     const int groups = C * per_block;
     if (C == 1) {
         __syncthreads();
-        if (g > 0) sm.fast.all[threadIdx.x] = threadIdx.x < groups ? sm.pub.gmax[threadIdx.x] : neg_inf();
+        if (g > 0) w.all[threadIdx.x] = threadIdx.x < groups ? sm.pub.gmax[threadIdx.x] : neg_inf();
     } else {
         cluster_sync();
-        for (u32 r = 0; r < (u32)C; ++r) {
-            const u32 base = map_rank(smem_addr(&sm.pub.v), r);
-            const float v2 = __uint_as_float(ld_cluster_u32(base));
-            const int i2 = (int)ld_cluster_u32(base + 4);
-            bad |= (int)ld_cluster_u32(base + 8);
-            take_better(lmax, amax, v2, i2);
+        const int j = threadIdx.x;
+        if (j < C) {                        // one 16-byte read of each block's (v, i, bad, n)
+            const uint4 q = ld_cluster_v4(map_rank(smem_addr(&sm.pub.v), (u32)j));
+            w.cv[j] = __uint_as_float(q.x);
+            w.ci[j] = (int)q.y;
+            w.cbad[j] = (int)q.z;
         }
         if (g > 0) {
-            const int j = threadIdx.x;
             float m = neg_inf();
-            if (j < groups) m = __uint_as_float(ld_cluster_u32(map_rank(smem_addr(&sm.pub.gmax[j % per_block]), j / per_block)));
-            sm.fast.all[j] = m;
+            if (j < groups)
+                m = __uint_as_float(ld_cluster_u32(map_rank(smem_addr(&sm.pub.gmax[j % per_block]), j / per_block)));
+            w.all[j] = m;
         }
-        cluster_sync();
+        __syncthreads();
+        TOPK_CLOCK(3);
+#pragma unroll
+        for (int r = 0; r < C; ++r) {       // the same order in every block
+            take_better(lmax, amax, w.cv[r], w.ci[r]);
+            bad |= w.cbad[r];
+        }
     }
+    TOPK_CLOCK(4);
     rd.bad = bad | (lmax == neg_inf());
     rd.lmax = lmax;
     rd.amax = amax;
@@ -217,81 +284,78 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
 // ---------------------------------------------------------------- steps 2-6 on a gathered list
 
 // The token of a finite row at temperature t > 0 with 0 < k <= kTopkFast, k < vocab, after
-// row_max_groups<C>(..., topk_group_lanes<C>(k), ...). Returns false (in every block of the
-// cluster alike) when the list overflowed: the caller then runs the long path, which rewrites
+// row_max_groups<C>(..., topk_group_lanes<C>(k), ..., &tmax). Returns false (in every block of
+// the cluster alike) when the list overflowed: the caller then runs the long path, which rewrites
 // all of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
 template <int C>
 __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                float top_p, float min_p, u32 u24, const RowDist& rd, SampleSmem& sm,
-                                                int* token, int* flag) {
+                                                float top_p, float min_p, u32 u24, float tmax, const RowDist& rd,
+                                                SampleSmem& sm, int* token, int* flag) {
     TopkWork& w = sm.fast;
     const int tid = threadIdx.x;
-    const int groups = C * (kThreads / topk_group_lanes<C>(k));
-    // tau: the k-th largest group maximum (ties: the smallest value whose count of larger ones is < k)
+    const int groups = C * (kThreads / topk_group_lanes<C>(k));      // a multiple of 32
+    // tau: the k-th largest group maximum (the smallest value with fewer than k larger ones)
     if (tid == 0) w.tau_key = 0xffffffffu;
     __syncthreads();
-    if (tid < groups) {
-        const float m = w.all[tid];
-        int gt = 0;
-        const float4* a4 = reinterpret_cast<const float4*>(w.all);
-        for (int q = 0; q < (groups + 3) / 4; ++q) {
-            const float4 a = a4[q];
-            gt += (a.x > m) + (a.y > m) + (a.z > m) + (a.w > m);
-        }
-        if (gt < k) atomicMin(&w.tau_key, order_key(m));
+    {
+        const Seg sg = segment(groups);
+        const float m = sg.on ? w.all[sg.j] : neg_inf();
+        const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.all), groups, m, sg.q, sg.s), sg.s);
+        if (sg.on && sg.q == 0 && gt < k) atomicMin(&w.tau_key, order_key(m));
     }
     __syncthreads();
     const float tau = key_value(w.tau_key);
+    TOPK_CLOCK(5);
 
-    // the list: every id of the row with l >= tau, in rank 0's shared memory
+    // the list: every id of the row with l >= tau, in rank 0's shared memory (a thread whose own
+    // max is below tau has none)
     const u32 n_at = map_rank(smem_addr(&sm.pub.n), 0);
     const u32 val_at = map_rank(smem_addr(&w.lval[0]), 0);
     const u32 id_at = map_rank(smem_addr(&w.lid[0]), 0);
-    for_chunk(x, lo, hi, [&](int i, float l) {
-        if (l >= tau) {
-            const u32 at = C == 1 ? atomicAdd(&sm.pub.n, 1u) : add_cluster_u32(n_at, 1u);
-            if (at < (u32)kTopkList) {
-                if (C == 1) {
-                    w.lval[at] = l;
-                    w.lid[at] = i;
-                } else {
-                    st_cluster_u32(val_at + 4 * at, __float_as_uint(l));
-                    st_cluster_u32(id_at + 4 * at, (u32)i);
+    if (tmax >= tau) {
+        for_chunk(x, lo, hi, [&](int i, float l) {
+            if (l >= tau) {
+                const u32 at = C == 1 ? atomicAdd(&sm.pub.n, 1u) : add_cluster_u32(n_at, 1u);
+                if (at < (u32)kTopkList) {
+                    if (C == 1) {
+                        w.lval[at] = l;
+                        w.lid[at] = i;
+                    } else {
+                        st_cluster_u32(val_at + 4 * at, __float_as_uint(l));
+                        st_cluster_u32(id_at + 4 * at, (u32)i);
+                    }
                 }
             }
-        }
-    });
+        });
+    }
+    TOPK_CLOCK(6);
     if (C == 1) __syncthreads();
     else cluster_sync();                    // every entry is in rank 0's list
+    TOPK_CLOCK(7);
     const u32 n = C == 1 ? sm.pub.n : ld_cluster_u32(n_at);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
 
-    // rank 0 alone from here: entry tid of the list, if any
+    // rank 0 alone from here; entry j of the list has the threads of segment(N)
     const int N = (int)n, N4 = (N + 3) & ~3;
     if (tid >= N && tid < N4) w.lval[tid] = neg_inf();     // padding: never larger than an entry
     __syncthreads();
-    const bool mine = tid < N;
-    const float l = mine ? w.lval[tid] : neg_inf();
-    const int id = mine ? w.lid[tid] : 0x7fffffff;
+    const Seg sg = segment(N);
+    const bool mine = sg.on, lead = mine && sg.q == 0;
+    const float l = mine ? w.lval[sg.j] : neg_inf();
+    const int id = mine ? w.lid[sg.j] : 0x7fffffff;
     // 2. top-k: kept when fewer than k entries are larger (the list holds every id >= the k-th)
-    int gt = 0;
-    if (mine) {
-        const float4* a4 = reinterpret_cast<const float4*>(w.lval);
-        for (int q = 0; q < N4 / 4; ++q) {
-            const float4 a = a4[q];
-            gt += (a.x > l) + (a.y > l) + (a.z > l) + (a.w > l);
-        }
-    }
+    const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.lval), N4, l, sg.q, sg.s), sg.s);
     const bool kept = mine && gt < k;
     // 3. e and E of the kept entries, S their sum
     const float e = kept ? exp_rel(l, rd.lmax, t) : 0.f;
     const u64 E = kept ? fixed(e) : 0ull;
-    if (tid < N4) {
-        w.le[tid] = kept ? e : -1.f;
-        w.lw[tid] = E;
+    if (lead) {
+        w.le[sg.j] = kept ? e : -1.f;
+        w.lw[sg.j] = E;
     }
-    const u64 s = block_sum(E, w.sh);       // its barriers order the writes above
+    const u64 s = block_sum(lead ? E : 0ull, w.sh);       // its barriers order the writes above
+    TOPK_CLOCK(8);
     // 4. top-p: the largest e of a kept entry whose weight of e-values >= it reaches the target
     float e_min = 0.f;
     if (top_p < 1.f) {
@@ -299,22 +363,28 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
         want = want < 1.0 ? 1.0 : (want > (double)s ? (double)s : want);
         u64 above = 0;
         if (kept)
-            for (int j = 0; j < N; ++j) above += w.le[j] >= e ? w.lw[j] : 0ull;
+#pragma unroll 4
+            for (int i = sg.q; i < N; i += sg.s) above += w.le[i] >= e ? w.lw[i] : 0ull;
+        above = seg_sum(above, sg.s);
         e_min = block_max(kept && above >= (u64)want ? e : 0.f, w.fsh);
     }
+    TOPK_CLOCK(9);
     // 5. min-p, as in row_filter
     e_min = fminf(fmaxf(e_min, min_p), 1.f);
     // 6. the draw, in id order, over the kept entries' weights
     const u64 wt = kept && e >= e_min ? E : 0ull;
     __syncthreads();                        // every read of lw above is done
-    if (tid < N4) w.lw[tid] = wt;
-    const u64 total = block_sum(wt, w.sh);
+    if (lead) w.lw[sg.j] = wt;
+    const u64 total = block_sum(lead ? wt : 0ull, w.sh);
     const u64 target = draw_target(u24, total);
-    if (wt) {
-        u64 c = 0;
-        for (int j = 0; j < N; ++j) c += w.lid[j] < id ? w.lw[j] : 0ull;
-        if (c <= target && target < c + wt) *token = id;   // exactly one entry
-    }
+    TOPK_CLOCK(10);
+    u64 c = 0;
+    if (wt)
+#pragma unroll 4
+        for (int i = sg.q; i < N; i += sg.s) c += w.lid[i] < id ? w.lw[i] : 0ull;
+    c = seg_sum(c, sg.s);
+    if (lead && wt && c <= target && target < c + wt) *token = id;   // exactly one entry
     if (tid == 0) *flag = 0;
+    TOPK_CLOCK(11);
     return true;
 }
