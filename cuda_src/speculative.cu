@@ -2,10 +2,15 @@
 // speculative.py), on the row machinery of sampling.cu (sampling_rows.cuh) and the scalar rules of
 // row_math.cuh, so that every p here is the distribution sample_rows draws from.
 //
-// verify_init      a row's stop word (in n_accepted) and done count (in flags).  grid=(ceil(rows / 256),) block=(256,)
-// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); one cluster of C blocks per (position, row),
-//                  position-major: cluster g is position g / rows of row g % rows.
-//                  grid=((n + 1) * rows * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
+// verify_init      a row's stop word (in n_accepted) and done count (in flags), and the greedy
+//                  kernel's per-position slots.  grid=(ceil(rows / 256),) block=(256,)
+// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: one cluster of
+//                  C blocks per (position, row), position-major: cluster g is position g / rows of
+//                  row g % rows.  grid=((n + 1) * rows * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
+// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S blocks of kGreedyThreads per
+//                  (position, row), each the argmax of `per` ids, position-major as above; the last
+//                  of a position's S blocks decides it.  grid=((n + 1) * rows * S,) block=(kGreedyThreads,)
+// Both kernels run on every verification; each leaves the other's rows alone.
 //
 // Every position 0..k of a row is examined at once, each by its own cluster; a position does
 // not wait for the ones before it. What joins them is the row's stop word (row_math.cuh): a
@@ -63,11 +68,16 @@ struct EndWeights {
 };
 
 extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __restrict__ flags,
-                                       const int* __restrict__ n_drafts, int rows, int n, int has_n_drafts) {
+                                       const int* __restrict__ n_drafts, u64* __restrict__ best,
+                                       int* __restrict__ done, int rows, int n, int has_n_drafts) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
     flags[r] = 0;
+    for (int a = 0; a <= n; ++a) {          // slot g = a * rows + r of the greedy kernel
+        best[(long long)a * rows + r] = 0;
+        done[(long long)a * rows + r] = 0;
+    }
 }
 
 // This block's ids [lo, hi): chunks of a multiple of 4 ids, so that a row whose start is 16-byte
@@ -199,6 +209,7 @@ __device__ __forceinline__ void verify_body(
     const int a = g / rows, row = g - a * rows;
     const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
     if (a > k) return;                      // not a position of this row (the same in every block)
+    if (!(temperature[row] > 0.f)) return;  // a greedy row: verify_greedy's
     const bool leader = threadIdx.x == 0 && (C == 1 || cluster_rank() == 0);
     int* out = tokens + (long long)row * (n + 1);
     int lo, hi;
@@ -304,6 +315,127 @@ __device__ __forceinline__ void verify_body(
         }
     }
 }
+
+// ---------------------------------------------------------------- greedy rows, without clusters
+
+constexpr int kGreedyThreads = 256;
+
+// (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
+// every pair a block writes (order_key(-inf) > 0).
+__device__ __forceinline__ u64 pair_key(float v, int i) {
+    return ((u64)order_key(v) << 32) | (u64)(0xffffffffu - (u32)i);
+}
+
+// A greedy position g's argmax is reduced over its S blocks through best[g] (atomicMax of
+// pair_key); done[g] counts the blocks in steps of 2, and a block that saw NaN or +inf sets its
+// low bit first, so the last block reads both. A block that finds the row already ended before
+// its position skips the read: the position's decision is then made on part of the row, but its
+// token is padding and its stop key cannot be the first.
+template <class D>
+__device__ __forceinline__ void verify_greedy_body(
+        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+        const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
+        const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
+        int vocab, int has_n_drafts, int slices, int per) {
+    const int g = blockIdx.x / slices, s = blockIdx.x - g * slices;
+    const int a = g / rows, row = g - a * rows;
+    if (temperature[row] > 0.f) return;     // the cluster kernel's row
+    const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
+    if (a > k) return;
+    int* stop = n_accepted + row;
+    __shared__ int skip;
+    __shared__ float sv[kGreedyThreads / 32];
+    __shared__ int si[kGreedyThreads / 32];
+    if (threadIdx.x == 0) skip = rowmath::stop_at(__ldcg(stop)) < a;   // a hint: the row ended before a
+    __syncthreads();
+    int bad = 0;
+    if (!skip) {
+        const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
+        const int lo = min(vocab, s * per), hi = min(vocab, lo + per);
+        float lmax = neg_inf();
+        int amax = 0x7fffffff;
+        constexpr int U = 4;
+        if ((((size_t)(x + lo)) & 15) == 0) {
+            const int n4 = (hi - lo) >> 2;
+            const float4* x4 = reinterpret_cast<const float4*>(x + lo);
+            for (int j0 = threadIdx.x; j0 < n4; j0 += U * kGreedyThreads) {
+                float4 v[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int j = j0 + u * kGreedyThreads;
+                    v[u] = j < n4 ? __ldcs(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int j = j0 + u * kGreedyThreads;
+                    if (j < n4) {
+                        const int i = lo + 4 * j;
+                        take(v[u].x, i, lmax, amax, bad);
+                        take(v[u].y, i + 1, lmax, amax, bad);
+                        take(v[u].z, i + 2, lmax, amax, bad);
+                        take(v[u].w, i + 3, lmax, amax, bad);
+                    }
+                }
+            }
+            for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += kGreedyThreads) take(x[i], i, lmax, amax, bad);
+        } else {
+            for (int i = lo + threadIdx.x; i < hi; i += kGreedyThreads) take(__ldcs(x + i), i, lmax, amax, bad);
+        }
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            take_better(lmax, amax, __shfl_xor_sync(0xffffffffu, lmax, o), __shfl_xor_sync(0xffffffffu, amax, o));
+        if (lane == 0) {
+            sv[warp] = lmax;
+            si[warp] = amax;
+        }
+        bad = __syncthreads_or(bad);
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < kGreedyThreads / 32; ++w) take_better(lmax, amax, sv[w], si[w]);
+            if (lo < hi) atomicMax(best + g, pair_key(lmax, amax));
+        }
+    }
+    if (threadIdx.x != 0) return;
+    __threadfence();                        // best[g] before the count
+    if (bad) atomicOr(done + g, 1);
+    if ((atomicAdd(done + g, 2) >> 1) != slices - 1) return;
+    // the last of the position's blocks: its argmax, then the decision (as the cluster kernel's)
+    __threadfence();
+    const int total = atomicAdd(done + g, 0);
+    const u64 key = atomicMax(best + g, 0ull);
+    const float lmax = key ? key_value((u32)(key >> 32)) : neg_inf();
+    const int amax = key ? (int)(0xffffffffu - (u32)key) : 0;
+    const int is_bad = (total & 1) | (lmax == neg_inf());
+    int* out = tokens + (long long)row * (n + 1);
+    const bool drafted = a < k;
+    const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
+    int fl;
+    const bool accept = rowmath::greedy_accepts(drafted, dl, vocab, amax, &fl);
+    out[a] = accept && !is_bad ? (int)dl : amax;
+    if (is_bad || !accept) atomicMin(stop, rowmath::stop_key(a, is_bad ? kNonFinite : fl));
+    __threadfence();
+    if (atomicAdd(flags + row, 1) == k) {   // the row's last position to finish (as the cluster kernel)
+        __threadfence();
+        const int word = atomicOr(stop, 0);
+        const int at = rowmath::stop_at(word);
+        *stop = at;
+        flags[row] = rowmath::stop_flags(word);
+        for (int j = at + 1; j <= n; ++j) out[j] = kPad;
+    }
+}
+
+#define VERIFY_GREEDY_KERNEL(NAME, D)                                                                             \
+    extern "C" __global__ void __launch_bounds__(kGreedyThreads)                                                   \
+    NAME(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                          \
+         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,         \
+         const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,   \
+         int vocab, int has_n_drafts, int slices, int per) {                                                       \
+        verify_greedy_body<D>(n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,  \
+                              n, vocab, has_n_drafts, slices, per);                                                \
+    }
+
+VERIFY_GREEDY_KERNEL(verify_greedy_i32, int)
+VERIFY_GREEDY_KERNEL(verify_greedy_i64, long long)
 
 #define VERIFY_KERNEL(NAME, D, C)                                                                                 \
     extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(kThreads, 1)                            \

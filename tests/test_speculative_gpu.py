@@ -253,6 +253,36 @@ def test_all_rejected_and_all_accepted_rows():
 
 
 @gpu
+@pytest.mark.parametrize("vocab", [5000, 151936, 262147])
+def test_greedy_rows_across_slices(vocab):
+    """Greedy rows run on verify_greedy, an argmax split over several blocks per position: ties
+    between blocks go to the lowest id, a NaN or +inf in any block flags the position, an all -inf
+    position gives id 0 flagged; beside stochastic rows, device or host parameters alike."""
+    import cupy
+    rng = np.random.default_rng(vocab)
+    rows, n = 12, 15
+    x, params, pos, drafts, q, k = make_case(rng, rows, n, vocab, False)
+    for r in range(rows):
+        if r % 3:
+            params[r] = GREEDY
+    top = x.max() + 1.0
+    x[1, 3, [vocab - 2, vocab // 2, 7]] = top                # a tie across blocks: id 7
+    x[2, 0, vocab - 1] = np.nan                               # the last block only
+    x[4, 2] = -np.inf
+    x[5, 1, vocab // 3] = np.inf
+    for r in (1, 2, 4, 5, 7):                                 # accept up to the interesting position
+        drafts[r] = np.argmax(np.where(np.isnan(x[r, :n]), -np.inf, x[r, :n]), axis=-1)
+    drafts[8] = np.argmax(x[8, :n], axis=-1)                  # every draft accepted: the bonus
+    got, _ = compare(x, params, pos, drafts, None, k)         # greedy rows: exactly the reference
+    dev = DeviceSamplingParams.from_params(params, vocab)
+    out = (cupy.full(rows, -7, np.int32), cupy.full((rows, n + 1), -7, np.int32), cupy.full(rows, -7, np.int32))
+    ops.sample_token(cupy.asarray(x), dev, cupy.asarray(pos.astype(np.int32)), cupy.asarray(drafts), None,
+                     n_drafts=k, out=out)
+    for g, o in zip(got, out):
+        np.testing.assert_array_equal(g, cupy.asnumpy(o))
+
+
+@gpu
 def test_out_arrays_must_be_distinct():
     import cupy
     x = cupy.zeros((2, 3, 10), np.float32)

@@ -1,8 +1,9 @@
 """Speculative verification and plain sampling behind one entry point (rules in
 reference/speculative.py; kernel: cuda_src/speculative.cu). NumPy logits run the reference; CuPy
-logits run two launches (verify_init, then verify_<i32|i64>_c<C>: one cluster of C blocks per
-(position, row), every position of every row at once, joined by a per-row stop word; see
-speculative.cu), or sample_rows' launch when there are no drafts. n_accepted and flags serve as the
+logits run verify_init, then verify_greedy_<i32|i64> for the greedy rows (S small blocks per
+(position, row), no clusters) and verify_<i32|i64>_c<C> for the others (one cluster of C blocks per
+(position, row)), every position of every row at once, joined by a per-row stop word (see
+speculative.cu); or sample_rows' launch when there are no drafts. n_accepted and flags serve as the
 rows' stop words and done counts during the launch, so they must be distinct arrays.
 
     n_accepted, tokens, flags = sample_token(logits, params, positions)              # plain step
@@ -47,6 +48,29 @@ INTS = (np.dtype(np.int32), np.dtype(np.int64))
 INVALID_DRAFT = 4           # flag bit (device inputs only): a draft id outside [0, vocab), rejected unread
 VERIFY_CLUSTERS = (1, 2, 4, 8)             # the C of verify_*_c<C>: blocks per (position, row)
 VERIFY_MIN_BLOCKS = 264                     # spread few rows over at least two blocks per SM (132 on an H200)
+GREEDY_THREADS = 256                        # kGreedyThreads in speculative.cu
+GREEDY_IDS = 16384                          # ids per block of verify_greedy (64 KB of logits)
+
+
+def greedy_slices(vocab: int) -> tuple[int, int]:
+    """(S, per) for verify_greedy: S blocks per (position, row), each over `per` ids (a multiple
+    of 4, so that an aligned row is read in float4)."""
+    s = max(1, -(-vocab // GREEDY_IDS))
+    return s, (-(-vocab // s) + 3) // 4 * 4
+
+
+_slots: dict = {}
+
+
+def _greedy_slots(rows: int, n1: int):
+    """verify_greedy's per-position slots (best u64, done int32; rows * n1 each), one persistent
+    pair per (device, stream, shape): verify_init resets them on the stream before each use, and a
+    captured graph keeps pointing at the same memory."""
+    import cupy
+    key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, rows, n1)
+    if key not in _slots:
+        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * n1, np.int32))
+    return _slots[key]
 
 
 def chunk_ids(vocab: int, c: int) -> int:
@@ -184,10 +208,12 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
             check(n_drafts, OP, "n_drafts", dtypes=(I32,), shape=(rows,), like=logits)
     else:
         n_drafts = cupy.asarray(_host_n_drafts(n_drafts, rows, n).astype(np.int32))
+    host_params = None
     if isinstance(params, DeviceSamplingParams):
         params.check(rows, logits, OP)
     else:
-        params = DeviceSamplingParams.from_params(list(params), vocab)
+        host_params = list(params)
+        params = DeviceSamplingParams.from_params(host_params, vocab)
     if isinstance(positions, cupy.ndarray):
         check(positions, OP, "positions", dtypes=(I32,), shape=(rows,), like=logits)
     else:
@@ -201,10 +227,23 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
     if rows:
         c, cache = verify_shape(rows, n, vocab, _smem_budget(logits.device.id))
         kind = "i64" if drafts.dtype == np.int64 else "i32"
+        best, done = _greedy_slots(rows, n + 1)
+        k_arg = positions if n_drafts is None else n_drafts
         get_kernel("speculative", "verify_init")(
             ((rows + 255) // 256,), (256,),
-            (out[0], out[2], positions if n_drafts is None else n_drafts, np.int32(rows), np.int32(n),
-             np.int32(n_drafts is not None)))
+            (out[0], out[2], k_arg, best, done, np.int32(rows), np.int32(n), np.int32(n_drafts is not None)))
+        # greedy rows on verify_greedy, the others on the cluster kernel; both launch unless the
+        # parameters are a host list that says one of them has no row (device parameters may change
+        # under a captured graph)
+        greedy = None if host_params is None else [not (p.temperature > 0) for p in host_params]
+        if greedy is None or any(greedy):
+            slices, per = greedy_slices(vocab)
+            get_kernel("speculative", f"verify_greedy_{kind}")(
+                ((n + 1) * rows * slices,), (GREEDY_THREADS,),
+                (out[0], out[1], out[2], logits, drafts, k_arg, params.temperature, best, done, np.int32(rows),
+                 np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per)))
+        if greedy is not None and all(greedy):
+            return tuple(out)
         kern = get_kernel("speculative", f"verify_{kind}_c{c}")
         smem = 4 * (cache + 4)
         if kern.fn.max_dynamic_shared_size_bytes < smem:
