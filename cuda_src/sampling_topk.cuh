@@ -69,9 +69,9 @@ __device__ __forceinline__ u32 add_cluster_u32(u32 addr, u32 v) {
 
 // ---------------------------------------------------------------- reading a chunk
 
-// f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, four in flight per
+// f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, U in flight per
 // thread, and single loads for the ends. Every thread of the block calls it.
-template <class F>
+template <int U = 4, class F>
 __device__ __forceinline__ void for_chunk(const float* __restrict__ x, int lo, int hi, F&& f) {
     const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
     const int a = min(hi, lo + ((4 - mis) & 3));
@@ -82,12 +82,12 @@ __device__ __forceinline__ void for_chunk(const float* __restrict__ x, int lo, i
     if (t < hi - b) f(b + t, x[b + t]);
     const float4* __restrict__ v = reinterpret_cast<const float4*>(x + a);
     int j = t;
-    for (; j + 3 * kThreads < nv; j += 4 * kThreads) {
-        float4 q[4];
+    for (; j + (U - 1) * kThreads < nv; j += U * kThreads) {
+        float4 q[U];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) q[u] = v[j + u * kThreads];
+        for (int u = 0; u < U; ++u) q[u] = v[j + u * kThreads];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int i = a + 4 * (j + u * kThreads);
             f(i, q[u].x);
             f(i + 1, q[u].y);
@@ -281,34 +281,30 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
     rd.amax = amax;
 }
 
-// ---------------------------------------------------------------- steps 2-6 on a gathered list
+// ---------------------------------------------------------------- the list
 
-// The token of a finite row at temperature t > 0 with 0 < k <= kTopkFast, k < vocab, after
-// row_max_groups<C>(..., topk_group_lanes<C>(k), ..., &tmax). Returns false (in every block of
-// the cluster alike) when the list overflowed: the caller then runs the long path, which rewrites
-// all of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
+// The k-th largest of the `groups` group maxima in w.all (the smallest value with fewer than k
+// larger ones), every thread of the block.
+__device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
+    if (threadIdx.x == 0) w.tau_key = 0xffffffffu;
+    __syncthreads();
+    const Seg sg = segment(groups);
+    const float m = sg.on ? w.all[sg.j] : neg_inf();
+    const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.all), groups, m, sg.q, sg.s), sg.s);
+    if (sg.on && sg.q == 0 && gt < k) atomicMin(&w.tau_key, order_key(m));
+    __syncthreads();
+    return key_value(w.tau_key);
+}
+
+// Steps 2's list: every id of [lo, hi) of the row x with l >= tau (the bound of group_bound), from
+// every block of the cluster into rank 0's w.lval / w.lid; a thread whose own max tmax is below tau
+// has none. Ends on a cluster barrier; returns the count (the same in every block; more than
+// kTopkList: the list overflowed and holds only the first kTopkList). pub.n must be 0 on entry
+// and no block may touch rank 0's list since the cluster's last barrier.
 template <int C>
-__device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                float top_p, float min_p, u32 u24, float tmax, const RowDist& rd,
-                                                SampleSmem& sm, int* token, int* flag) {
+__device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, int hi, float tau, float tmax,
+                                           SampleSmem& sm) {
     TopkWork& w = sm.fast;
-    const int tid = threadIdx.x;
-    const int groups = C * (kThreads / topk_group_lanes<C>(k));      // a multiple of 32
-    // tau: the k-th largest group maximum (the smallest value with fewer than k larger ones)
-    if (tid == 0) w.tau_key = 0xffffffffu;
-    __syncthreads();
-    {
-        const Seg sg = segment(groups);
-        const float m = sg.on ? w.all[sg.j] : neg_inf();
-        const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.all), groups, m, sg.q, sg.s), sg.s);
-        if (sg.on && sg.q == 0 && gt < k) atomicMin(&w.tau_key, order_key(m));
-    }
-    __syncthreads();
-    const float tau = key_value(w.tau_key);
-    TOPK_CLOCK(5);
-
-    // the list: every id of the row with l >= tau, in rank 0's shared memory (a thread whose own
-    // max is below tau has none)
     const u32 n_at = map_rank(smem_addr(&sm.pub.n), 0);
     const u32 val_at = map_rank(smem_addr(&w.lval[0]), 0);
     const u32 id_at = map_rank(smem_addr(&w.lid[0]), 0);
@@ -332,29 +328,47 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
     if (C == 1) __syncthreads();
     else cluster_sync();                    // every entry is in rank 0's list
     TOPK_CLOCK(7);
-    const u32 n = C == 1 ? sm.pub.n : ld_cluster_u32(n_at);
-    if (n > (u32)kTopkList) return false;   // the same count in every block
-    if (C > 1 && cluster_rank() != 0) return true;
+    return C == 1 ? sm.pub.n : ld_cluster_u32(n_at);
+}
 
-    // rank 0 alone from here; entry j of the list has the threads of segment(N)
-    const int N = (int)n, N4 = (N + 3) & ~3;
-    if (tid >= N && tid < N4) w.lval[tid] = neg_inf();     // padding: never larger than an entry
+// One list entry as the threads of its segment hold it after list_weights.
+struct ListEntry {
+    Seg sg;
+    bool lead;                              // thread q = 0 of the entry
+    int id;
+    float e;                                // exp_rel of its logit (0 unless top-k keeps it)
+    u64 w;                                  // its weight in the draw: E if kept by every filter, else 0
+};
+
+// Steps 2-5 on rank 0's list of n (<= kTopkList) entries, which holds every id top-k keeps: top-k
+// (kept when fewer than k entries are larger), E and S, top-p, min-p, all by row_filter's rules.
+// Leaves each entry's weight in w.lw[j] and returns the sum of the weights in *total; rd gets kth
+// (the smallest kept logit) and e_min, so kept_weight(rd, x, i, ...) gives any id's weight.
+__device__ __forceinline__ ListEntry list_weights(int n, int k, float t, float top_p, float min_p, RowDist& rd,
+                                                  TopkWork& w, u64* total) {
+    const int tid = threadIdx.x, n4 = (n + 3) & ~3;
+    if (tid >= n && tid < n4) w.lval[tid] = neg_inf();     // padding: never larger than an entry
+    if (tid == 0) w.tau_key = 0xffffffffu;
     __syncthreads();
-    const Seg sg = segment(N);
-    const bool mine = sg.on, lead = mine && sg.q == 0;
+    ListEntry le;
+    le.sg = segment(n);
+    const Seg& sg = le.sg;
+    const bool mine = sg.on;
+    le.lead = mine && sg.q == 0;
     const float l = mine ? w.lval[sg.j] : neg_inf();
-    const int id = mine ? w.lid[sg.j] : 0x7fffffff;
-    // 2. top-k: kept when fewer than k entries are larger (the list holds every id >= the k-th)
-    const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.lval), N4, l, sg.q, sg.s), sg.s);
+    le.id = mine ? w.lid[sg.j] : 0x7fffffff;
+    // 2. top-k
+    const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.lval), n4, l, sg.q, sg.s), sg.s);
     const bool kept = mine && gt < k;
+    if (kept && le.lead) atomicMin(&w.tau_key, order_key(l));
     // 3. e and E of the kept entries, S their sum
-    const float e = kept ? exp_rel(l, rd.lmax, t) : 0.f;
-    const u64 E = kept ? fixed(e) : 0ull;
-    if (lead) {
-        w.le[sg.j] = kept ? e : -1.f;
+    le.e = kept ? exp_rel(l, rd.lmax, t) : 0.f;
+    const u64 E = kept ? fixed(le.e) : 0ull;
+    if (le.lead) {
+        w.le[sg.j] = kept ? le.e : -1.f;
         w.lw[sg.j] = E;
     }
-    const u64 s = block_sum(lead ? E : 0ull, w.sh);       // its barriers order the writes above
+    const u64 s = block_sum(le.lead ? E : 0ull, w.sh);    // its barriers order the writes above
     TOPK_CLOCK(8);
     // 4. top-p: the largest e of a kept entry whose weight of e-values >= it reaches the target
     float e_min = 0.f;
@@ -364,27 +378,58 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
         u64 above = 0;
         if (kept)
 #pragma unroll 4
-            for (int i = sg.q; i < N; i += sg.s) above += w.le[i] >= e ? w.lw[i] : 0ull;
+            for (int i = sg.q; i < n; i += sg.s) above += w.le[i] >= le.e ? w.lw[i] : 0ull;
         above = seg_sum(above, sg.s);
-        e_min = block_max(kept && above >= (u64)want ? e : 0.f, w.fsh);
+        e_min = block_max(kept && above >= (u64)want ? le.e : 0.f, w.fsh);
     }
     TOPK_CLOCK(9);
-    // 5. min-p, as in row_filter
+    // 5. min-p
     e_min = fminf(fmaxf(e_min, min_p), 1.f);
-    // 6. the draw, in id order, over the kept entries' weights
-    const u64 wt = kept && e >= e_min ? E : 0ull;
+    rd.t = t;
+    rd.kth = key_value(w.tau_key);
+    rd.e_min = e_min;
+    le.w = kept && le.e >= e_min ? E : 0ull;
     __syncthreads();                        // every read of lw above is done
-    if (lead) w.lw[sg.j] = wt;
-    const u64 total = block_sum(lead ? wt : 0ull, w.sh);
+    if (le.lead) w.lw[sg.j] = le.w;
+    *total = block_sum(le.lead ? le.w : 0ull, w.sh);
+    return le;
+}
+
+// Step 6 on the list: the entry whose inclusive prefix sum of w.lw (in id order) first exceeds
+// target (< the sum) writes its id to *dst; `mine` is the entry's own weight (its w.lw). Every
+// thread of the block calls it.
+__device__ __forceinline__ void list_draw(const ListEntry& le, u64 mine, int n, u64 target, const TopkWork& w,
+                                          int* dst) {
+    u64 c = 0;
+    if (mine)
+#pragma unroll 4
+        for (int i = le.sg.q; i < n; i += le.sg.s) c += w.lid[i] < le.id ? w.lw[i] : 0ull;
+    c = seg_sum(c, le.sg.s);
+    if (le.lead && mine && c <= target && target < c + mine) *dst = le.id;   // exactly one entry
+}
+
+// ---------------------------------------------------------------- sample_rows' short path
+
+// The token of a finite row at temperature t > 0 with 0 < k <= kTopkFast, k < vocab, after
+// row_max_groups<C>(..., topk_group_lanes<C>(k), ..., &tmax). Returns false (in every block of the
+// cluster alike) when the list overflowed: the caller then runs the long path, which rewrites all
+// of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
+template <int C>
+__device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
+                                                float top_p, float min_p, u32 u24, float tmax, RowDist& rd,
+                                                SampleSmem& sm, int* token, int* flag) {
+    TopkWork& w = sm.fast;
+    const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
+    TOPK_CLOCK(5);
+    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
+    if (n > (u32)kTopkList) return false;   // the same count in every block
+    if (C > 1 && cluster_rank() != 0) return true;
+    u64 total;
+    const ListEntry le = list_weights((int)n, k, t, top_p, min_p, rd, w, &total);
     const u64 target = draw_target(u24, total);
     TOPK_CLOCK(10);
-    u64 c = 0;
-    if (wt)
-#pragma unroll 4
-        for (int i = sg.q; i < N; i += sg.s) c += w.lid[i] < id ? w.lw[i] : 0ull;
-    c = seg_sum(c, sg.s);
-    if (lead && wt && c <= target && target < c + wt) *token = id;   // exactly one entry
-    if (tid == 0) *flag = 0;
+    list_draw(le, le.w, (int)n, target, w, token);
+    if (threadIdx.x == 0) *flag = 0;
     TOPK_CLOCK(11);
     return true;
 }
