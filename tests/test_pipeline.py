@@ -3,24 +3,35 @@
 CPU: the feed rule, the slot bookkeeping, and decode_steps on a fake executor that runs a step
 when it is launched (as the device does) and hands its tokens to the host only when asked: the
 launch order, the feeds, and that a step launched past a stop token leaves the pool and the
-sequences as a run that never launched it. The NumPy executor resolves a feed on the host.
+sequences as a run that never launched it. Then generate() on the NumPy executor, overlapped and
+not: the same tokens, greedy and seeded, with stop tokens, and the next call unaffected.
+
+GPU (marker gpu): overlapped generation gives exactly the tokens of the synchronous one on the
+tiny models of every architecture, graphs on and off, greedy and seeded, with stop tokens, and a
+batch decoding in lockstep (static steps and eager ones); and on SmolLM2 (markers model, gpu).
 """
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from gguf_factory import tiny_model
+from test_cuda_executor import load_decoder, tiny_cuda_model
 
 from glimmer_cupy.errors import GlimmerError
 from glimmer_cupy.model.model import load_model
 from glimmer_cupy.ops import feed_tokens_
 from glimmer_cupy.reference.sampling import GREEDY, SamplingParams
 from glimmer_cupy.runtime.cell_pool import CellPool
+from glimmer_cupy.runtime.generate import generate
 from glimmer_cupy.runtime.host_executor import HostExecutor
 from glimmer_cupy.runtime.pipeline import PLACEHOLDER, Ready, Slots, check_feed, decode_steps
 from glimmer_cupy.runtime.sequence import Sequence
 from glimmer_cupy.runtime.step_planner import plan_step
 
 VOCAB = 50
+GOLDEN = Path(__file__).parent / "golden"
 
 
 # ---- CPU: the feed rule and the slots -------------------------------------------------------
@@ -199,11 +210,29 @@ def test_the_last_step_is_not_launched_ahead():
     assert list(decode_steps(dev, pool, seqs, 0, True)) == []
 
 
-# ---- CPU: the NumPy executor ---------------------------------------------------------------
+# ---- CPU: generate() on the NumPy executor --------------------------------------------------
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return load_model(tiny_model(tmp_path_factory.mktemp("p") / "llama.gguf", "llama"))
+
+
+SAMPLED = SamplingParams(temperature=50.0, top_k=0, top_p=1.0, seed=11)   # near uniform: the seed shows
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "seeded"])
+def test_generate_overlapped_gives_the_same_tokens_on_numpy(model, params):
+    ex = HostExecutor(model.decoder, 64)
+    prompt = [3, 70, 200, 5, 9]
+    want = list(generate(model, prompt, 10, params, executor=ex, overlap=False))
+    assert list(generate(model, prompt, 10, params, executor=ex, overlap=True)) == want
+    assert list(generate(model, prompt, 1, params, executor=ex, overlap=True)) == want[:1]
+    for at in (0, 3, 9):
+        stop = {want[at]}
+        cut = want[:want.index(want[at]) + 1]
+        assert list(generate(model, prompt, 10, params, stop, executor=ex, overlap=True)) == cut
+        # the next call on the same executor, after the discarded step: unaffected
+        assert list(generate(model, prompt, 10, params, executor=ex, overlap=True)) == want
 
 
 def test_host_executor_feed(model):
@@ -216,3 +245,96 @@ def test_host_executor_feed(model):
     assert fed.tolist() == ex.run_step(plan_step(pool2, [(seq2, 4)]), [GREEDY], [4])[0].tolist()
     with pytest.raises(GlimmerError, match=r"feed must be in \[-1, 1\)"):
         ex.launch(plan_step(CellPool(16), [(Sequence([1, 2], GREEDY), 2)]), [GREEDY], [2], feed=[-1, 1])
+
+
+# ---- GPU: the CUDA executor, overlapped against synchronous ----------------------------------
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "gemma3"])
+def dec(request, tmp_path_factory):
+    return load_decoder(tiny_cuda_model(tmp_path_factory.mktemp("o") / f"{request.param}.gguf", request.param))
+
+
+def as_model(dec):
+    class M:                                     # the fields generate() reads
+        decoder, cfg = dec, dec.cfg
+    return M
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_overlapped_generation_equals_synchronous(dec, graphs):
+    from glimmer_cupy.runtime.cuda_executor import CudaExecutor
+
+    ex = CudaExecutor(dec, 512, graphs=graphs)
+    m = as_model(dec)
+    prompts = [[3, 70, 200, 5, 9], [(7 * i + 3) % dec.cfg.vocab for i in range(100)]]   # static, eager prefill
+    for prompt in prompts:
+        for params in (GREEDY, SamplingParams(temperature=50.0, top_k=0, top_p=1.0, seed=5),
+                       SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=6)):
+            want = list(generate(m, prompt, 24, params, executor=ex, overlap=False))
+            assert list(generate(m, prompt, 24, params, executor=ex, overlap=True)) == want
+            for at in (0, 2, 11):
+                cut = want[:want.index(want[at]) + 1]
+                got = list(generate(m, prompt, 24, params, {want[at]}, executor=ex, overlap=True))
+                assert got == cut, f"stop at {want[at]}: {got} against {cut}"
+                # chat's next turn on the same executor, after the discarded step
+                assert list(generate(m, prompt, 24, params, executor=ex, overlap=True)) == want
+    assert (ex.graph_replays > 0) == graphs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [3, 70])       # 70 sequences: wider than a graph, eager fed steps
+def test_overlapped_batch_decode_equals_synchronous(dec, batch):
+    from glimmer_cupy.runtime.cuda_executor import CudaExecutor
+
+    ex = CudaExecutor(dec, 2048)
+    rng = np.random.default_rng(batch)
+    prompts = [rng.integers(0, dec.cfg.vocab, int(rng.integers(1, 9))).tolist() for _ in range(batch)]
+    params = [SamplingParams(temperature=50.0, top_k=0, top_p=1.0, seed=i) if i % 2 else GREEDY
+              for i in range(batch)]
+    runs = []
+    for overlap in (False, True, True):
+        pool = CellPool(ex.n_cells)
+        seqs = [Sequence(list(p), q) for p, q in zip(prompts, params)]
+        for s in seqs:
+            tok, _ = ex.run_step(plan_step(pool, [(s, s.n_pending)]), [s.params], [len(s.tokens)])
+            s.tokens.append(int(tok[0]))
+        list(decode_steps(ex, pool, seqs, 7, overlap))
+        runs.append([s.tokens for s in seqs])
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+
+
+@pytest.mark.gpu
+def test_an_error_in_an_overlapped_step_names_the_step_and_op(dec):
+    import cupy
+
+    from glimmer_cupy.runtime.cuda_executor import CudaExecutor, CudaStepError
+
+    ex = CudaExecutor(dec, 64, graphs=False)
+    lw = ex.decoder.w.layers[1]
+    good = lw.ffn_norm
+    lw.ffn_norm = cupy.asarray(good, dtype=cupy.float64)            # the op's check refuses it
+    with pytest.raises(CudaStepError) as e:
+        list(generate(as_model(dec), [3, 70, 200], 6, GREEDY, executor=ex, overlap=True))
+    msg = str(e.value)
+    assert "step 1" in msg and "layer 1" in msg and "add_rms_norm_" in msg and len(msg.splitlines()) == 1
+    lw.ffn_norm = good
+    assert len(list(generate(as_model(dec), [3, 70, 200], 6, GREEDY, executor=ex, overlap=True))) == 6
+
+
+@pytest.mark.gpu
+@pytest.mark.model
+def test_smollm2_overlapped_generation_equals_synchronous(model_file):
+    from glimmer_cupy.runtime.cuda_executor import CudaExecutor
+
+    m = load_model(model_file("smollm2-135m"))
+    golden = json.loads((GOLDEN / "smollm2-135m.json").read_text())
+    ex = CudaExecutor(m.decoder, 1024)
+    for i, p in enumerate(golden["prompts"][:3]):
+        for params in (GREEDY, SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1000 + i)):
+            want = list(generate(m, p["prompt_ids"], 48, params, executor=ex, overlap=False))
+            assert list(generate(m, p["prompt_ids"], 48, params, executor=ex, overlap=True)) == want
+            stop = {want[20]}
+            cut = want[:want.index(want[20]) + 1]
+            assert list(generate(m, p["prompt_ids"], 48, params, stop, executor=ex, overlap=True)) == cut
+            assert list(generate(m, p["prompt_ids"], 48, params, executor=ex, overlap=True)) == want
