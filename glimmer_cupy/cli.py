@@ -241,6 +241,7 @@ def cmd_bench_decode(args) -> int:
         for b in batches:
             r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs,
                              pdl=not args.no_pdl, prefill_chunk=args.prefill_chunk, batch=b,
+                             overlap=not args.no_overlap,
                              profile=args.profile_step, progress=lambda m: _say(f"  {m}"))
             _say(f"  {b} sequence{'s' if b > 1 else ''}: prefill {r.prefill_tok_s:,.0f} tok/s | decode "
                  f"{r.decode_tok_s:,.1f} tok/s, {r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of "
@@ -286,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly")
     p.add_argument("--no-pdl", action="store_true", help="launch kernels without programmatic dependent launch")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="launch each decode step only once the previous step's tokens are on the host")
     p.add_argument("--batch", default="1",
                    help="sequences decoding together, comma-separated sizes to run (default 1)")
     p.add_argument("--prefill-chunk", type=int, default=0,
