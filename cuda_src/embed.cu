@@ -1,6 +1,8 @@
-// embed.cu — embedding lookup: rows of a GGUF-typed table, decoded to float32 and scaled.
+// embed.cu — embedding lookup: rows of a GGUF-typed table, decoded to float32 and scaled; and
+// the step's token ids taken from the previous step's samples on the device.
 //
 //   embed_kernel<QT, VEC4>  out[t, :] = decode(table row ids[t]) * scale
+//   feed_tokens_kernel      ids[t] = sampled[feed[t]] where feed[t] >= 0, else unchanged
 //
 // QT is a block-traits struct of quant_blocks.cuh (gguf::Q4_K, gguf::F16, ...). The table is the
 // raw GGUF bytes, row_bytes per row; ids are int32. An id outside [0, n_rows) cannot raise on
@@ -11,6 +13,9 @@
 // for the plain types (F32/F16/BF16, any width; coalesced loads and stores). VEC4 (quantized
 // types only): the 32 values go out as eight 16-byte stores (out 16-byte aligned, checked by the
 // caller); otherwise 32 scalar stores.
+//
+// feed_tokens_kernel: grid=(ceil(T / 128),) block=(128,). A decode step launched before the host
+// has its predecessor's token reads it here (runtime/pipeline.py); feed is checked on the host.
 //
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only);
 // the run-time names come from name_expressions in glimmer_cupy/ops/embed.py.
@@ -50,6 +55,15 @@ __global__ void __launch_bounds__(128) embed_kernel(
     } else {
         for (int i = u; i < cols; i += gridDim.y * blockDim.x) orow[i] = gguf::row_value<QT>(row, i) * scale;
     }
+}
+
+__global__ void __launch_bounds__(128) feed_tokens_kernel(
+    int* __restrict__ ids, const int* __restrict__ feed, const int* __restrict__ sampled, int n) {
+    pdl_wait();                                         // sampled is an earlier step's output
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int j = feed[t];
+    if (j >= 0) ids[t] = sampled[j];
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -51,18 +51,18 @@ def _open_model(args):
     return model, note, device
 
 
-def _executor(model, device: str, graphs: bool = True, pdl: bool = True):
+def _executor(model, device: str, graphs: bool = True, pdl: bool = True, overlap: bool = True):
     """(executor or None for the NumPy path, note): the CUDA executor uploads the weights once and
     sizes its KV pool from the free memory, up to one full context."""
     from .runtime.generate import make_executor
 
-    ex = make_executor(model, device, graphs=graphs, pdl=pdl)
+    ex = make_executor(model, device, graphs=graphs, pdl=pdl, overlap=overlap)
     if ex is None:
         return None, None
     from .runtime.cuda_executor import device_name
     return ex, (f"device: cuda ({device_name()}; weights {ex.weight_bytes / 2**20:.0f} MiB, KV pool "
                 f"{ex.n_cells} cells, {ex.pool_bytes / 2**20:.0f} MiB; CUDA graphs {'on' if ex.graphs else 'off'}, "
-                f"PDL {'on' if ex.pdl else 'off'})")
+                f"PDL {'on' if ex.pdl else 'off'}, overlapped steps {'on' if ex.overlap else 'off'})")
 
 
 def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None) -> list[int]:
@@ -106,7 +106,7 @@ def cmd_run(args) -> int:
     params = _sampling(args, model.cfg.vocab)
     ids = _prompt_ids(model, args.prompt, args.chat)
     check_lengths(model, len(ids), args.n)
-    executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl)
+    executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl, not args.no_overlap)
     _say(cuda_note or note)
     if args.seed is None and params.temperature > 0:
         _say(f"seed: {params.seed}")
@@ -123,7 +123,7 @@ def cmd_chat(args) -> int:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
     model, note, device = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
-    executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl)
+    executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl, not args.no_overlap)
     _say(cuda_note or note)
     history: list[dict] = []
     if args.system:
@@ -193,6 +193,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
                    help="CUDA: run every step eagerly instead of replaying CUDA graphs (same tokens, slower)")
     p.add_argument("--no-pdl", action="store_true",
                    help="CUDA: launch each kernel after the one before it has finished (same tokens, slower)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="CUDA: launch each decode step only once the host has the previous token (same tokens, slower)")
 
 
 def cmd_bench_decode(args) -> int:
@@ -239,6 +241,7 @@ def cmd_bench_decode(args) -> int:
         for b in batches:
             r = bench_decode(model, label, args.prompt, args.gen, args.runs, graphs=not args.no_graphs,
                              pdl=not args.no_pdl, prefill_chunk=args.prefill_chunk, batch=b,
+                             overlap=not args.no_overlap,
                              profile=args.profile_step, progress=lambda m: _say(f"  {m}"))
             _say(f"  {b} sequence{'s' if b > 1 else ''}: prefill {r.prefill_tok_s:,.0f} tok/s | decode "
                  f"{r.decode_tok_s:,.1f} tok/s, {r.achieved_bandwidth / 1e9:,.0f} GB/s = {r.fraction_of_copy:.1%} of "
@@ -284,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
     p.add_argument("--no-graphs", action="store_true", help="decode eagerly")
     p.add_argument("--no-pdl", action="store_true", help="launch kernels without programmatic dependent launch")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="launch each decode step only once the previous step's tokens are on the host")
     p.add_argument("--batch", default="1",
                    help="sequences decoding together, comma-separated sizes to run (default 1)")
     p.add_argument("--prefill-chunk", type=int, default=0,

@@ -17,7 +17,7 @@ from test_cuda_executor import LOGIT_RTOL, load_decoder, tiny_cuda_model
 from glimmer_cupy.reference.sampling import GREEDY, SamplingParams
 from glimmer_cupy.runtime.cell_pool import CellPool
 from glimmer_cupy.runtime.sequence import Sequence
-from glimmer_cupy.runtime.static_step import MIN_TABLE_WIDTH, StaticStep, table_width
+from glimmer_cupy.runtime.static_step import MIN_TABLE_WIDTH, StaticStep, staging_fields, table_width
 from glimmer_cupy.runtime.step_planner import plan_step
 
 WIDTHS = list(range(1, 66)) + [80, 127, 130]
@@ -133,10 +133,7 @@ def host_static_step(t: int, k: int, width: int) -> StaticStep:
     """A StaticStep whose buffers are NumPy arrays (fill() only touches the host side)."""
     st = object.__new__(StaticStep)
     st.t, st.k, st.width = t, k, width
-    s = t + 1
-    st.h = {name: np.full(shape, -7, np.int32) for name, shape in (
-        ("tokens", (t,)), ("positions", (t,)), ("cells", (t,)), ("tok_seq", (t,)), ("seq_lens", (s,)),
-        ("logit_rows", (k,)), ("sample_pos", (k,)), ("cell_table", (s, width)))}
+    st.h = {name: np.full(shape, -7, np.int32) for name, shape in staging_fields(t, k, width)}
     st.params, st.params_set = _RecordingParams(), None
     return st
 
@@ -156,6 +153,9 @@ def test_fill_pads_tokens_sequences_and_rows():
     assert h["logit_rows"].tolist() == [2, 4] and h["sample_pos"].tolist() == [3, 2]
     assert h["cell_table"][0, :3].tolist() == a.cells and h["cell_table"][1, :2].tolist() == b.cells
     assert st.params.updates == [[hot, GREEDY]]
+    assert h["feed"].tolist() == [-1] * 8                                 # no feed: every row the host's
+    st.fill(step, [hot, GREEDY], [3, 2], 320, feed=np.array([-1, -1, 1, -1, 0], np.int32))
+    assert h["feed"].tolist() == [-1, -1, 1, -1, 0, -1, -1, -1]           # padding rows never feed
 
 
 def test_fill_rewrites_parameters_only_when_they_change():

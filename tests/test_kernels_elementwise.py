@@ -23,6 +23,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf.quants import dequantize as gguf_dequantize
 
 from glimmer_cupy import ops
+from glimmer_cupy.errors import GlimmerError
 from glimmer_cupy.reference import activation as ref_act
 from glimmer_cupy.reference import matmul as ref_matmul
 from glimmer_cupy.reference import norm as ref_norm
@@ -244,6 +245,22 @@ def test_embed_out_of_range_id_gives_nan_row():
     assert np.isfinite(out[[0, 3]]).all() and np.isnan(out[[1, 2]]).all()
 
 
+@gpu
+def test_feed_tokens_kernel_matches_reference():
+    import cupy
+
+    rng = np.random.default_rng(3)
+    for t, r in ((1, 1), (7, 3), (130, 64), (512, 512)):
+        ids = rng.integers(0, 1000, t).astype(np.int32)
+        feed = np.where(rng.random(t) < 0.5, -1, rng.integers(0, r, t)).astype(np.int32)
+        sampled = rng.integers(0, 1000, r).astype(np.int32)
+        want = ids.copy()
+        ops.feed_tokens_(want, feed, sampled)
+        d = cupy.asarray(ids)
+        ops.feed_tokens_(d, cupy.asarray(feed), cupy.asarray(sampled))
+        assert cupy.asnumpy(d).tolist() == want.tolist(), (t, r)
+
+
 # ------------------------------------------------------------------ CPU: argument checks
 # The GPU branches check everything before touching CuPy, so NumPy arrays reach the checks here.
 
@@ -335,6 +352,27 @@ def test_embed_rejects_bad_arguments(monkeypatch):
     raises(["embed: table must be a QuantTensor, got ndarray"], embed._embed_gpu, f32(10, 256), ids, 1.0, None)
     monkeypatch.delitem(embed.TRAITS, QType.Q4_K)
     raises(["embed: table.qtype must be a type with a kernel", "got Q4_K"], embed._embed_gpu, table, ids, 1.0, None)
+
+
+def test_feed_tokens_reference():
+    ids = np.array([5, 6, 7, 8], np.int32)
+    ops.feed_tokens_(ids, np.array([-1, 2, 0, -1], np.int32), np.array([40, 41, 42], np.int32))
+    assert ids.tolist() == [5, 42, 40, 8]
+    with pytest.raises(GlimmerError, match=r"feed must be in \[-1, 3\)"):
+        ops.feed_tokens_(ids, np.array([-1, 3, 0, -1], np.int32), np.array([40, 41, 42], np.int32))
+    with pytest.raises(GlimmerError, match="shape of ids"):
+        ops.feed_tokens_(ids, np.array([0], np.int32), np.array([40], np.int32))
+
+
+def test_feed_tokens_rejects_bad_arguments():
+    embed = op_module("embed")
+    ids = np.zeros(3, np.int32)
+    raises(["feed_tokens_: ids must be contiguous int32 (T,), got int64 (3,)"],
+           embed._feed_gpu, np.zeros(3, np.int64), ids, ids)
+    raises(["feed_tokens_: feed must be contiguous int32 (3,), got int32 (4,)"],
+           embed._feed_gpu, ids, np.zeros(4, np.int32), ids)
+    raises(["feed_tokens_: sampled must be a numpy.ndarray like the other arguments", "OtherArray"],
+           embed._feed_gpu, ids, ids, ids.view(OtherArray))
 
 
 def test_every_supported_type_has_an_embed_kernel():

@@ -3,8 +3,10 @@ batch of them decoding together, next to the device's copy bandwidth measured in
 
 - prefill: one step of `prompt` random tokens (the eager, cuBLAS-backed wide step), median of runs;
 - decode: `gen` greedy steps after that prompt, one token each (graph replays), timed on the host
-  around each step (a step returns its token id, so the time includes the launch and the copy);
-  tok/s = tokens / summed step time, median over runs. With a batch of B sequences (the same
+  from one step's tokens to the next's (so the time includes planning, the launch and the copy
+  wherever the device waits for them); tok/s = tokens / summed step time, median over runs.
+  Steps overlap (runtime/pipeline.py: step i+1 is launched, its tokens fed on the device, before
+  the host reads step i's) unless overlap is off, which times each step from launch to token. With a batch of B sequences (the same
   prompt each, prefilled one after another), a step decodes one token of every sequence and tok/s
   counts all of them;
 - bytes per step: every weight matrix read once (the embedding table only where the head is
@@ -25,6 +27,7 @@ import numpy as np
 from ..model.model import Model
 from ..reference.sampling import GREEDY
 from ..runtime.cell_pool import CellPool
+from ..runtime.pipeline import decode_steps
 from ..runtime.sequence import Sequence
 from ..runtime.step_planner import plan_step
 
@@ -46,6 +49,7 @@ class DecodeBench:
     gpu_step_us: float = 0.0                # the decode step's graph replayed back to back (0: no graphs)
     prefill_chunk: int = 0                  # 0: the prompt in one step
     batch: int = 1                          # sequences decoding together, one token each per step
+    overlap: bool = True                    # step i+1 launched before step i's tokens are read
 
     @property
     def prefill_tok_s(self) -> float:
@@ -98,10 +102,10 @@ def _prompt(model: Model, n: int, seed: int = 0) -> list[int]:
     return np.random.default_rng(seed).integers(0, model.cfg.vocab, n).tolist()
 
 
-def _one_run(ex, prompt: list[int], gen: int, chunk: int = 0, batch: int = 1):
+def _one_run(ex, prompt: list[int], gen: int, chunk: int = 0, batch: int = 1, overlap: bool = True):
     """(prefill seconds, decode seconds, per-step seconds, the sequences) of `batch` sequences of one
     prompt and gen greedy tokens each: each prompt in one step (or in steps of `chunk` tokens), one
-    sequence after another; then steps of one token of every sequence."""
+    sequence after another; then steps of one token of every sequence (overlapped: decode_steps)."""
     pool = CellPool(ex.n_cells)
     seqs = [Sequence(list(prompt), GREEDY) for _ in range(batch)]
     t0 = time.perf_counter()
@@ -112,20 +116,18 @@ def _one_run(ex, prompt: list[int], gen: int, chunk: int = 0, batch: int = 1):
         seq.tokens.append(int(tok[0]))
     prefill = time.perf_counter() - t0
     steps = []
-    for _ in range(gen - 1):
-        t0 = time.perf_counter()
-        tok, _ = ex.run_step(plan_step(pool, [(s, 1) for s in seqs]), [GREEDY] * batch,
-                             [len(s.tokens) for s in seqs])
-        steps.append(time.perf_counter() - t0)
-        for s, t in zip(seqs, tok):
-            s.tokens.append(int(t))
+    t0 = time.perf_counter()
+    for _ in decode_steps(ex, pool, seqs, gen - 1, overlap):     # appends each step's tokens
+        t1 = time.perf_counter()
+        steps.append(t1 - t0)
+        t0 = t1
     # the first token came with the prompt: gen - 1 steps, scaled to gen tokens
     return prefill, sum(steps) * gen / max(gen - 1, 1), steps, seqs
 
 
 def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: int = 128, runs: int = 5,
                  graphs: bool = True, profile: bool = False, progress=None, pdl: bool = True,
-                 prefill_chunk: int = 0, batch: int = 1) -> DecodeBench:
+                 prefill_chunk: int = 0, batch: int = 1, overlap: bool = True) -> DecodeBench:
     from ..runtime.cuda_executor import CudaExecutor
     from .timing import copy_bandwidth
 
@@ -133,18 +135,18 @@ def bench_decode(model: Model, name: str, prompt_tokens: int = 512, gen_tokens: 
     need = batch * (prompt_tokens + gen_tokens + 2)
     ex = CudaExecutor(model.decoder, need, graphs=graphs, max_step_tokens=max(prompt_tokens, 64), pdl=pdl)
     res = DecodeBench(model=name, prompt_tokens=prompt_tokens, gen_tokens=gen_tokens, runs=runs, graphs=graphs,
-                      pdl=ex.pdl, prefill_chunk=prefill_chunk, batch=batch,
+                      pdl=ex.pdl, prefill_chunk=prefill_chunk, batch=batch, overlap=overlap,
                       weight_bytes_per_token=decode_weight_bytes(model),
                       kv_bytes_per_token=kv_bytes(model, prompt_tokens + gen_tokens / 2),
                       copy_bandwidth=copy_bandwidth())
     prompt = _prompt(model, prompt_tokens)
     say("warm-up run (compiles kernels, captures graphs)")
-    _one_run(ex, prompt, min(gen_tokens, 8), prefill_chunk, batch)
+    _one_run(ex, prompt, min(gen_tokens, 8), prefill_chunk, batch, overlap)
     if prefill_chunk:
-        _one_run(ex, prompt, 2, prefill_chunk, batch)   # the chunks' graphs are captured on their second run
+        _one_run(ex, prompt, 2, prefill_chunk, batch, overlap)   # the chunks' graphs are captured on their second run
     steps = []
     for r in range(runs):
-        pf, dec, st, _ = _one_run(ex, prompt, gen_tokens, prefill_chunk, batch)
+        pf, dec, st, _ = _one_run(ex, prompt, gen_tokens, prefill_chunk, batch, overlap)
         res.prefill_s.append(pf)
         res.decode_s.append(dec)
         steps += st
@@ -181,7 +183,9 @@ def markdown(results: list[DecodeBench], meta: dict) -> str:
              "(read + written). Prefill: " + (f"steps of {results[0].prefill_chunk} tokens (CUDA graphs)"
              if results[0].prefill_chunk else "one step of the prompt") + ". Decode: greedy, one token per step, "
              "CUDA graphs " + ("on" if results[0].graphs else "off") + ", programmatic dependent launch "
-             + ("on" if results[0].pdl else "off") + ", host time per step; GPU µs: the step's graph replayed back to "
+             + ("on" if results[0].pdl else "off") + ", steps " + ("overlapped (each launched before the previous "
+             "one's token is read)" if results[0].overlap else "not overlapped") + ", host time per step; GPU µs: "
+             "the step's graph replayed back to "
              "back, the part of a step the device spends. Sequences: decoding together, one "
              "token each per step; tok/s counts them all.", "",
              "| model | sequences | prefill tok/s | decode tok/s | step µs | GPU µs | MB/step (weights + KV) | achieved GB/s "

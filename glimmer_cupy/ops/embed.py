@@ -1,5 +1,6 @@
 """Embedding lookup from a quantized table (kernel: cuda_src/embed.cu, block decoding in
-cuda_src/quant_blocks.cuh)."""
+cuda_src/quant_blocks.cuh), and feed_tokens_, which sets a step's token ids from the previous
+step's samples where the host does not have them yet."""
 
 from functools import cache
 
@@ -22,7 +23,7 @@ TRAITS: dict[QType, str] = {
 }
 _PLAIN = frozenset({QType.F32, QType.F16, QType.BF16})
 _EXPRS = tuple(f"embed_kernel<{t}, {v}>" for q, t in TRAITS.items()
-               for v in (("false",) if q in _PLAIN else ("false", "true")))
+               for v in (("false",) if q in _PLAIN else ("false", "true"))) + ("feed_tokens_kernel",)
 _THREADS = 128
 
 
@@ -30,6 +31,11 @@ _THREADS = 128
 def _kernel(qtype: QType, vec4: bool):
     return get_kernel("embed", f"embed_kernel<{TRAITS[qtype]}, {'true' if vec4 else 'false'}>",
                       name_expressions=_EXPRS)
+
+
+@cache
+def _feed_kernel():
+    return get_kernel("embed", "feed_tokens_kernel", name_expressions=_EXPRS)
 
 
 def embed(table: QuantTensor, ids, scale: float = 1.0, *, out=None):
@@ -79,3 +85,31 @@ def _embed_gpu(table, ids, scale, out):
         (out, table.data, ids, np.int32(n_rows), np.int32(cols),
          np.int64(row_bytes(table.qtype, cols)), np.float32(scale)))
     return out
+
+
+def feed_tokens_(ids, feed, sampled) -> None:
+    """ids[t] = sampled[feed[t]] wherever feed[t] >= 0; ids elsewhere unchanged. All int32: ids and
+    feed (T,), sampled (R,), the previous step's sampled tokens.
+
+    On the GPU feed is not range-checked (that would need a sync): the executor checks it on the
+    host (runtime/pipeline.py's check_feed) before the step is launched."""
+    if is_host(ids):
+        feed, sampled = np.asarray(feed), np.asarray(sampled)
+        if feed.shape != ids.shape:
+            raise GlimmerError(f"feed_tokens_: feed must have the shape of ids {ids.shape}, got {feed.shape}")
+        if feed.size and (feed.min() < -1 or feed.max() >= sampled.shape[0]):
+            raise GlimmerError(f"feed_tokens_: feed must be in [-1, {sampled.shape[0]}) ({sampled.shape[0]} sampled "
+                               f"rows), got {int(feed.min())}..{int(feed.max())}")
+        ref.feed_tokens_(ids, feed, sampled)
+        return
+    _feed_gpu(ids, feed, sampled)
+
+
+def _feed_gpu(ids, feed, sampled) -> None:
+    op = "feed_tokens_"
+    check(ids, op, "ids", dtypes=(I32,), shape=("T",))
+    check(feed, op, "feed", dtypes=(I32,), shape=ids.shape, like=ids)
+    check(sampled, op, "sampled", dtypes=(I32,), shape=("R",), like=ids)
+    n = ids.shape[0]
+    if n:
+        _feed_kernel()(((n + _THREADS - 1) // _THREADS,), (_THREADS,), (ids, feed, sampled, np.int32(n)))

@@ -1,4 +1,5 @@
-"""y = x @ dequant(W)^T for W a QuantTensor, and embedding rows from a quantized table.
+"""y = x @ dequant(W)^T for W a QuantTensor, embedding rows from a quantized table, and a step's
+token ids fed from the previous step's samples.
 
 gguf's dequantizers decode the blocks. The dequantized float32 matrix is cached per tensor
 (weakly, so it goes when the tensor goes): the NumPy path runs whole models, and decoding the
@@ -33,3 +34,9 @@ def embed(table: QuantTensor, ids: np.ndarray, scale: float = 1.0) -> np.ndarray
     """Rows `ids` of the table times `scale`: (T,) -> (T, hidden) float32."""
     rows = table.rows(np.asarray(ids, dtype=np.int64))
     return rows * np.float32(scale) if scale != 1.0 else rows
+
+
+def feed_tokens_(ids: np.ndarray, feed: np.ndarray, sampled: np.ndarray) -> None:
+    """ids[t] = sampled[feed[t]] wherever feed[t] >= 0 (in place); -1 keeps ids[t]."""
+    take = feed >= 0
+    ids[take] = sampled[feed[take]]

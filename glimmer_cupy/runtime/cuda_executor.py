@@ -2,8 +2,11 @@
 
 `run_step(step, params, positions)` -> host (tokens, flags) of the step's logit rows; the only
 device-to-host copy is those ids (the logits stay on the device: `last_logits`, until the next
-step). `logits(step)` and `sample(...)` remain for tests and for steps no graph serves. What
-differs from the NumPy path lives here, not in the graph:
+step). `launch(step, params, positions, feed)` enqueues a static step and returns at once, with a
+handle whose result() waits for its ids; feed takes a row's input token from the previous
+launch's samples on the device (runtime/pipeline.py), so a decode loop launches step i+1 before
+it reads step i's token. `logits(step)` and `sample(...)` remain for tests and for steps no graph
+serves. What differs from the NumPy path lives here, not in the graph:
 - every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are;
   a tied embedding/head once), norm vectors and biases as CuPy float32;
 - the K/V pools are bfloat16 bits (uint16), (n_cells, kv_heads, head_dim) per layer, written by
@@ -21,8 +24,18 @@ arrays come from a memory pool of their own, which keeps every block a graph was
 out of other hands; steps run one at a time on one stream, so graphs may share it.
 Wider steps, and steps with a mask, run eagerly, padded to nothing.
 
+Launched ahead. A static step's host staging and pinned ids are read and written by the device
+when the step executes, after launch() has returned, so there are two sets of them (slots,
+runtime/pipeline.py's Slots): a launch takes the slot its predecessor did not when that one is
+still in flight or when it feeds on its samples, and waits for the slot's previous launch first.
+Every launch samples into its slot's device buffer of ids, which the next launch's feed reads
+(ops.feed_tokens_, captured in the graph of a fed step: a graph per slot, and fed or not, so
+steps that feed nothing run the same graph as before). A launch's result is one event and a read
+of its slot's pinned ids; eager steps (wider, masked) run synchronously.
+
 Errors: a CUDA failure while a step runs becomes CudaStepError naming the step, the layer and
-the op (read from the traceback). CUDA reports a faulting kernel asynchronously, at a later call;
+the op (read from the traceback). CUDA reports a faulting kernel asynchronously, at a later call
+(for a launched step: when its tokens are waited for, which names the step);
 run with CUDA_LAUNCH_BLOCKING=1 (and graphs off) to have it reported by the op that launched it.
 """
 
@@ -41,13 +54,14 @@ from ..model.decoder import Decoder
 from ..model.linear import Linear
 from ..model.step import StepBatch
 from ..model.weights import LayerWeights, ModelWeights
-from ..ops import sample_rows
+from ..ops import feed_tokens_, sample_rows
 from ..ops._check import OpArgumentError
 from ..ops.attention import HEAD_DIMS, head_chunk, n_splits, workspace_size
 from ..ops.embed import TRAITS as EMBED_TRAITS
 from ..ops.matmul import TRAITS as MATMUL_TRAITS
 from ..ops.matmul import graph_safe
 from ..ops.sampling import host_positions
+from .pipeline import Ready, Slots, check_feed
 from .static_step import StaticStep, table_width
 from .step_planner import MAX_STEP_TOKENS, STEP_WIDTHS, step_width
 
@@ -272,17 +286,20 @@ class CudaExecutor:
     to max_cells and at least min_cells. max_step_tokens: the widest eager step the memory
     estimate reserves scratch for. graphs: capture and replay static steps (off: run them eagerly
     from the same buffers). pdl: launch static steps' kernels with programmatic dependent launch
-    where the device has it (sm_90+; kernels/launch.py)."""
+    where the device has it (sm_90+; kernels/launch.py). overlap: generate()'s default, whether
+    decode steps are launched ahead of their tokens (launch() works either way)."""
 
     def __init__(self, decoder: Decoder, n_cells: int | None = None, *, max_cells: int = MAX_CELLS,
                  min_cells: int = 2, max_step_tokens: int = MAX_STEP_TOKENS, graphs: bool = True,
-                 pdl: bool = True):
+                 pdl: bool = True, overlap: bool = True):
         import cupy
+        import cupyx
 
         cfg, w = decoder.cfg, decoder.w
         check_cuda_support(cfg, w)
         self.cfg = cfg
         self.graphs = graphs
+        self.overlap = overlap
         self.pdl = pdl and int(cupy.cuda.Device().compute_capability) >= 90
         self.step_no = 0                       # steps run so far; error messages name the step
         # eager steps' scratch (default pool) and static steps' (their own pool) are both kept
@@ -304,13 +321,21 @@ class CudaExecutor:
         self.weight_bytes = need_w
         self.pool_bytes = self.n_cells * cell_bytes(cfg)
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self._static: dict[tuple[int, int, int], StaticStep] = {}
+        # per slot: the ids a step samples (tokens, flags) on the device, where the next step's feed
+        # reads them, and their pinned host copy; an event after the slot's latest launch
+        rows = max(max_step_tokens, MAX_STATIC)
+        self._ids = cupy.zeros((2, 2, rows), dtype=cupy.int32)
+        self._ids_host = cupyx.empty_pinned((2, 2, rows), np.int32)
+        self._events = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
+        self._slots = Slots()
+        self._static: dict[tuple[int, int, int, int, bool], StaticStep] = {}
         self._static_pool = cupy.cuda.MemoryPool()
         self.graph_replays = 0                 # static steps served by a graph (tests, stats)
-        self.last_logits = None                # (K, vocab) device logits of the last run_step's logit rows
+        self.last_logits = None                # (K, vocab) device logits of the last launch's logit rows
+                                               # (computed once its result is read)
 
     @contextlib.contextmanager
-    def _reporting(self, what: str):
+    def _reporting(self, what: str, step_no: int | None = None):
         errors = _cuda_errors()
         try:
             yield
@@ -321,7 +346,8 @@ class CudaExecutor:
                 hint = (" (CUDA reports a faulting kernel at a later call, so the fault may be in an earlier op; "
                         "CUDA_LAUNCH_BLOCKING=1 with graphs off reports it at its launch)")
             msg = str(e).splitlines()[0] if str(e) else ""
-            raise CudaStepError(f"step {self.step_no} ({what}), {where_failed(e.__traceback__)}: "
+            raise CudaStepError(f"step {self.step_no if step_no is None else step_no} ({what}), "
+                                f"{where_failed(e.__traceback__)}: "
                                 f"{type(e).__name__}: {msg}{hint}") from e
 
     @staticmethod
@@ -344,6 +370,7 @@ class CudaExecutor:
         stream (not waited for), with the buckets of a static step when it is one."""
         self.step_no += 1
         check_step(step, self.n_cells, self.cfg.vocab)
+        self._slots.forget()
         safe = graph_safe() if self.is_static(step) else contextlib.nullcontext()
         with self._reporting("forward"), self.stream, safe:
             return self.decoder.forward(self.upload_step(step), self.kv)
@@ -368,30 +395,62 @@ class CudaExecutor:
     def run_step(self, step: StepBatch, params, positions) -> tuple[np.ndarray, np.ndarray]:
         """Run a step and sample its logit rows: params (SamplingParams) and positions (the new
         tokens' positions, the RNG counters) one per logit row. Host (tokens, flags) int32 (K,)."""
+        return self.launch(step, params, positions).result()
+
+    def launch(self, step: StepBatch, params, positions, feed=None):
+        """run_step without waiting: a handle whose result() is run_step's (tokens, flags). feed:
+        per token row, -1 (the row's id in step.tokens) or j (row j of the ids the previous launch
+        sampled, taken on the device). A static step returns once enqueued; an eager one when done."""
         k = len(step.logit_rows)
         if len(params) != k or len(positions) != k:
             raise GlimmerError(f"run_step: the step has {k} logit rows, got {len(params)} sampling parameters "
                                f"and {len(positions)} positions")
+        feed = check_feed(feed, step.n_tokens, self._slots.prev_rows)
         if not self.is_static(step):
-            logits = self.logits(step)
-            self.last_logits = logits
-            if not k:
-                return np.zeros(0, np.int32), np.zeros(0, np.int32)
-            return self.sample(logits, params, positions)
-        return self._run_static(step, params, positions)
+            return self._run_eager(step, params, positions, feed)
+        return self._launch_static(step, params, positions, feed)
 
-    def _run_static(self, step: StepBatch, params, positions) -> tuple[np.ndarray, np.ndarray]:
+    def _run_eager(self, step: StepBatch, params, positions, feed) -> Ready:
         import cupy
 
+        slot = self._slots.take(feed is not None)
         self.step_no += 1
         check_step(step, self.n_cells, self.cfg.vocab)
         k = len(step.logit_rows)
-        key = (step_width(step.n_tokens), step_width(k) if k else 0, table_width(step.cell_table.shape[1], self.n_cells))
+        with self._reporting("forward"), self.stream:
+            dev = self.upload_step(step)
+            if feed is not None:
+                feed_tokens_(dev.tokens, cupy.asarray(feed), self._ids[1 - slot, 0])
+            logits = self.last_logits = self.decoder.forward(dev, self.kv)
+        if not k:
+            done = Ready(np.zeros(0, np.int32), np.zeros(0, np.int32))
+        elif k > self._ids.shape[2]:                          # more rows than a feed can take
+            done, k = Ready(*self.sample(logits, params, positions)), 0
+        else:
+            ids = self._ids[slot, :, :k]                      # where a fed step after this one reads them
+            with self._reporting("sample"), self.stream:
+                sample_rows(logits, params, positions, out=(ids[0], ids[1]))
+                host = ids.get()                              # the one device-to-host copy; waits for the step
+            done = Ready(host[0], host[1])
+        self._slots.launched(slot, done, k)
+        return done
+
+    def _launch_static(self, step: StepBatch, params, positions, feed) -> _Launched:
+        import cupy
+
+        slot = self._slots.take(feed is not None)
+        self.step_no += 1
+        check_step(step, self.n_cells, self.cfg.vocab)
+        k = len(step.logit_rows)
+        fed = feed is not None
+        key = (step_width(step.n_tokens), step_width(k) if k else 0,
+               table_width(step.cell_table.shape[1], self.n_cells), slot, fed)
         st = self._static.get(key)
         with self._reporting("static step"), self.stream:
             if st is None:
-                st = self._static[key] = StaticStep(*key)
-            st.fill(step, params, host_positions(positions, k, op="run_step"), self.cfg.vocab)
+                st = self._static[key] = StaticStep(*key[:3], self._ids[slot], self._ids_host[slot],
+                                                    self._ids[1 - slot, 0] if fed else None)
+            st.fill(step, params, host_positions(positions, k, op="run_step"), self.cfg.vocab, feed)
             with graph_safe(), overlapped(self.pdl), cupy.cuda.using_allocator(self._static_pool.malloc):
                 if not self.graphs or st.runs == 0:
                     self._static_body(st)
@@ -401,9 +460,11 @@ class CudaExecutor:
                     st.graph.launch(self.stream)
                     self.graph_replays += 1
             st.runs += 1
-            self.stream.synchronize()
+            self._events[slot].record(self.stream)
         self.last_logits = st.logits[:k]
-        return st.ids_host[0, :k].copy(), st.ids_host[1, :k].copy()
+        handle = _Launched(self, self.step_no, self._ids_host[slot], k, self._events[slot])
+        self._slots.launched(slot, handle, k)
+        return handle
 
     def replay_time_us(self, replays: int = 50) -> float:
         """GPU time of the most-run captured step: its graph replayed `replays` times back to back
@@ -416,6 +477,10 @@ class CudaExecutor:
         if not done:
             return 0.0
         st = max(done, key=lambda s: s.runs)
+        for h in self._slots.last:                       # replays rewrite the slots' ids: read them first
+            if h is not None:
+                h.result()
+        self._slots.forget()                             # and leave the replays' samples to no feed
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         with self._reporting("graph replay"), self.stream:
             st.graph.launch(self.stream)                 # first replay outside the timing
@@ -427,11 +492,14 @@ class CudaExecutor:
         return cupy.cuda.get_elapsed_time(start, end) * 1e3 / replays
 
     def _static_body(self, st: StaticStep) -> None:
-        """One static step on the executor's stream: upload, forward, sample, download the ids."""
+        """One static step on the executor's stream: upload, feed (a fed step), forward, sample,
+        download the ids."""
         st.upload(self.stream)
+        if st.feed_from is not None:
+            feed_tokens_(st.d["tokens"], st.d["feed"], st.feed_from)
         st.logits = logits = self.decoder.forward(st.device_step(), self.kv)
         if st.k:
-            sample_rows(logits, st.params, st.d["sample_pos"], out=(st.ids[0], st.ids[1]))
+            sample_rows(logits, st.params, st.d["sample_pos"], out=(st.ids[0, :st.k], st.ids[1, :st.k]))
             st.download(self.stream)
 
     def _capture(self, st: StaticStep):
@@ -447,3 +515,26 @@ class CudaExecutor:
             raise
         return self.stream.end_capture()
 
+
+class _Launched:
+    """A static step on the device: result() waits for its event and reads its slot's pinned ids
+    (once; Slots makes sure that happens before the slot is used again)."""
+
+    __slots__ = ("_ex", "step_no", "_host", "k", "_event", "_result")
+
+    def __init__(self, ex: CudaExecutor, step_no: int, host, k: int, event):
+        self._ex, self.step_no, self._host, self.k, self._event = ex, step_no, host, k, event
+        self._result = None
+
+    @property
+    def done(self) -> bool:
+        """Whether the result has been read (not whether the device has finished)."""
+        return self._result is not None
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._result is None:
+            with self._ex._reporting("waiting for its tokens", self.step_no):
+                self._event.synchronize()
+            self._result = (self._host[0, :self.k].copy(), self._host[1, :self.k].copy())
+            self._host = self._event = None
+        return self._result

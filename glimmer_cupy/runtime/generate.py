@@ -2,7 +2,9 @@
 
 The executor decides the device: HostExecutor (NumPy) by default, or one made by make_executor
 for 'cuda' (runtime/cuda_executor.py), which the caller keeps across calls so that the weights
-are uploaded once (a chat reuses it for every turn).
+are uploaded once (a chat reuses it for every turn). On the CUDA executor decode steps overlap
+(runtime/pipeline.py): step i+1 is launched, its input token fed on the device from step i's
+sample, before the host reads step i's token; the tokens are the same either way.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..model.model import Model
 from ..reference.sampling import SamplingParams
 from .cell_pool import CellPool
 from .host_executor import HostExecutor
+from .pipeline import decode_steps
 from .sequence import Sequence
 from .step_planner import MAX_STEP_TOKENS, plan_step
 
@@ -47,24 +50,30 @@ def check_lengths(model: Model, n_prompt: int, max_new: int) -> None:
                            f"the context of {ctx} tokens")
 
 
-def make_executor(model: Model, device: str, n_cells: int | None = None, graphs: bool = True, pdl: bool = True):
+def make_executor(model: Model, device: str, n_cells: int | None = None, graphs: bool = True, pdl: bool = True,
+                  overlap: bool = True):
     """The executor to keep for a device: for 'cuda' a CudaExecutor (n_cells None sizes its KV
-    pool from the free device memory, capped at one full context plus the scratch cell); for
-    'cpu' None, so that generate makes a HostExecutor sized to each request."""
+    pool from the free device memory, capped at one full context plus the scratch cell; overlap:
+    generate()'s default for it); for 'cpu' None, so that generate makes a HostExecutor sized to
+    each request."""
     if device == "cuda":
         from .cuda_executor import CudaExecutor
-        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1, graphs=graphs, pdl=pdl)
+        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1, graphs=graphs, pdl=pdl,
+                            overlap=overlap)
     if device != "cpu":
         raise GlimmerError(f"device must be cpu or cuda, got {device!r}")
     return None
 
 
 def generate(model: Model, prompt_ids: list[int], max_new: int, params: SamplingParams,
-             stop_ids=frozenset(), stats: GenerationStats | None = None, executor=None) -> Iterator[int]:
+             stop_ids=frozenset(), stats: GenerationStats | None = None, executor=None,
+             overlap: bool | None = None) -> Iterator[int]:
     """Yield up to max_new tokens; stops after a token in stop_ids (which is yielded).
 
     executor: one from make_executor, reused across calls (its KV pool is rewritten cell by cell
-    before anything reads it); None makes a HostExecutor for this call."""
+    before anything reads it); None makes a HostExecutor for this call. overlap: launch each
+    decode step before the previous one's token is on the host (runtime/pipeline.py; the same
+    tokens); None takes the executor's `overlap` (on for CUDA, off for NumPy)."""
     params.check(model.cfg.vocab)
     check_lengths(model, len(prompt_ids), max_new)
     stats = stats if stats is not None else GenerationStats()
@@ -87,6 +96,8 @@ def generate(model: Model, prompt_ids: list[int], max_new: int, params: Sampling
         tokens, flags = executor.run_step(step, [params], [len(seq.tokens)])
         return int(tokens[0]), int(flags[0])
 
+    if overlap is None:
+        overlap = bool(getattr(executor, "overlap", False))
     stats.prompt_tokens = len(prompt_ids)
     t0 = time.perf_counter()
     while seq.n_pending > MAX_STEP_TOKENS:
@@ -94,15 +105,20 @@ def generate(model: Model, prompt_ids: list[int], max_new: int, params: Sampling
     tok, flag = advance(seq.n_pending)                   # the last chunk of the prompt samples the first token
     stats.prompt_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for i in range(max_new):
-        if i:
-            tok, flag = advance(1)
-        stats.flagged_rows += flag
-        seq.tokens.append(tok)
-        stats.generated_tokens += 1
-        stats.generate_seconds = time.perf_counter() - t0
-        yield tok
-        if tok in stop_ids:
-            stats.stop_reason = "stop token"
-            return
-    stats.stop_reason = "length"
+    seq.tokens.append(tok)
+    steps = decode_steps(executor, pool, [seq], max_new - 1, overlap)   # each appends its token
+    try:
+        for i in range(max_new):
+            if i:
+                tokens, flags = next(steps)
+                tok, flag = int(tokens[0]), int(flags[0])
+            stats.flagged_rows += flag
+            stats.generated_tokens += 1
+            stats.generate_seconds = time.perf_counter() - t0
+            yield tok
+            if tok in stop_ids:
+                stats.stop_reason = "stop token"
+                return
+        stats.stop_reason = "length"
+    finally:
+        steps.close()                                    # discards a step launched past a stop token
