@@ -545,3 +545,98 @@ def test_mma_stages_rule_cpu():
     src = (Path(__file__).resolve().parents[1] / "cuda_src" / "attention_mma.cu").read_text()
     listed = {tuple(map(int, m)) for m in re.findall(r"ATTN_MMA\((\d+), (\d+), (\d+)\)", src)}
     assert listed == set(MMA_VARIANTS)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("length", [1, 64, 65, 600, 1000])
+@pytest.mark.parametrize("cluster", [None, 1, 8, 16])
+def test_mma_cluster_merge(d, length, cluster):
+    """Decode splits merged in a thread block cluster (distributed shared memory) or through
+    global memory (cluster=1) give the reference's attention, q8 codes included; a 1024-wide
+    table makes 16 splits, so blocks past a short sequence's work wait in the cluster idle.
+    A forced cluster of c blocks runs c splits. Head dim 256 allows at most 8 a cluster: 16 is
+    refused there."""
+    import cupy
+    from gpu_rounding import q8_blocks
+    rng = np.random.default_rng(length * 7 + d)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [length], 32, 8, d)
+    wide = np.zeros((1, 1024), np.int32)                      # cell 0 past the sequence: never read
+    wide[0, :table.shape[1]] = table[0]
+    if cluster == 16 and d == 256:
+        with pytest.raises(OpArgumentError, match="force_cluster"):
+            run_mma(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, force_cluster=16, force_splits=16)
+        return
+    kw = {} if cluster is None else {"force_cluster": cluster}
+    if cluster and cluster > 1:
+        kw["force_splits"] = cluster
+    got, ref = run_mma(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, **kw)
+    assert_mma_close(got, ref, (d, length, cluster))
+    res = ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(wide),
+                        cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), d ** -0.5,
+                        workspace=cupy.empty(workspace_size(1, 32, d), cupy.float32), q8=True, **kw)
+    if hasattr(res, "q"):                                     # the codes of the merged rows, exactly
+        plain = cupy.asnumpy(res.x)
+        codes, dd, sums = q8_blocks(plain.reshape(plain.shape[0], -1))
+        np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
+        np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(dd.shape), dd)
+
+
+@gpu
+@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (9, 3, 64)])
+@pytest.mark.parametrize("kernel_", ["mma", "simt"])
+def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):
+    """prepare_qkv_ then attention, captured in a graph with programmatic dependent launch: the
+    attention kernel copies old K/V rows before it waits, so the rows this step writes (the new
+    cells start as NaN) must still come from after prepare_qkv_. Sequence 0 has two tokens in the
+    step (positions p and p + 1: the second reads the first's new row), sequence 1 one; the
+    result must equal eager attention over the pools the graph left."""
+    import cupy
+    from glimmer_cupy.kernels.launch import overlapped
+    rng = np.random.default_rng(hq + d)
+    lens = [600, 300, 1]
+    q, k_pool, v_pool, table, seq_lens, _, _ = make_step(rng, lens, hq, hkv, d)
+    tok_seq = np.array([0, 0, 1], np.int32)
+    tok_pos = np.array([598, 599, 299], np.int32)
+    cells = np.array([table[0, 598], table[0, 599], table[1, 299]], np.int32)
+    k_pool[cells] = BF16_NAN                                   # what prepare_qkv_ writes
+    v_pool[cells] = BF16_NAN
+    wide = np.zeros((3, 1024), np.int32)
+    wide[:, :table.shape[1]] = table
+    qkv = cupy.asarray(rng.standard_normal((3, (hq + 2 * hkv) * d)).astype(np.float32))
+    kd, vd = cupy.asarray(k_pool), cupy.asarray(v_pool)
+    idx = [cupy.asarray(a) for a in (wide, seq_lens, tok_seq, tok_pos, cells)]
+    qd = cupy.empty((3, hq, d), cupy.float32)
+    out = cupy.full((3, hq, d), np.nan, cupy.float32)
+    work = cupy.empty(workspace_size(3, hq, d), cupy.float32)
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream, overlapped():
+        def step():
+            ops.prepare_qkv_(qkv, kd, vd, idx[4], idx[3], hq, hkv, None, None, 1e-6, 1e6, True, out=qd)
+            ops.attention(qd, kd, vd, idx[0], idx[1], idx[2], idx[3], d ** -0.5, out=out, workspace=work,
+                          kernel=kernel_, q8=True)
+        step()                                                 # compile outside the capture
+        stream.synchronize()
+        out.fill(np.nan)
+        kd[idx[4]] = BF16_NAN
+        vd[idx[4]] = BF16_NAN
+        stream.begin_capture()
+        step()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+    got = cupy.asnumpy(out)
+    ref = ref_attention(cupy.asnumpy(qd), bf16_float(cupy.asnumpy(kd)), bf16_float(cupy.asnumpy(vd)), wide,
+                        seq_lens, tok_seq, tok_pos, d ** -0.5)
+    assert_close(got, ref, (hq, d, kernel_), kernel_)
+
+
+def test_mma_cluster_rule_cpu():
+    """One cluster a token's splits up to 16 (8 where a block fills half an SM: head dim 256),
+    rounded up to a power of two; more splits, and 64-row blocks, merge through global memory."""
+    from glimmer_cupy.ops.attention import mma_cluster
+    assert [mma_cluster(128, 1, 2, s) for s in (1, 2, 3, 5, 8, 9, 16, 17, 33)] == [1, 2, 4, 8, 8, 16, 16, 1, 1]
+    assert [mma_cluster(64, 1, 2, s) for s in (10, 16)] == [16, 16]
+    assert [mma_cluster(256, 1, 2, s) for s in (8, 9)] == [8, 1]
+    assert mma_cluster(128, 1, 4, 16) == 1 and mma_cluster(128, 4, 2, 4) == 1
