@@ -1,8 +1,9 @@
 // attention_mma.cu — attention over the KV cell pool on tensor cores (mma.sync m16n8k16 bf16).
 //
 // The same inputs, outputs and visibility rules as attn_kernel (attention.cu; the NumPy spec is
-// glimmer_cupy/reference/attention.py), the same argument list, the same split partials and
-// "last block merges" counters, the same optional int8 codes of the output (q8.cuh).
+// glimmer_cupy/reference/attention.py), the same argument list (plus `early`, below), the same
+// split partials and "last block merges" counters, the same optional int8 codes of the output
+// (q8.cuh).
 // The default kernel of ops.attention (kernel="simt" selects attn_kernel); its GPU tests are
 // tests/test_attention_gpu.py (all of them run both kernels), timings bench/results/attention_mma.md;
 // its fragment arithmetic is also checked on the CPU (tests/test_attention_mma_frag.py, through
@@ -39,16 +40,17 @@
 //     attn_kernel's Span does with tiles of 64; with more than one block of work each writes a
 //     partial, and the last block to count itself done on the (token, kv head x head chunk)
 //     counter merges the partials in split order and resets the counter. ops launches splits > 1
-//     only with one token per block. Decode with at most 16 splits (8 at head dim 256) runs a
+//     only with one token per block. Decode with at most 16 splits (8 at head dim 256) may run a
 //     token's splits as one thread block cluster (ops sets its size at launch, gridDim.x = the
-//     cluster, a power of two): each block leaves its partial in its own shared memory, and after a
+//     cluster, a power of two; ops/attention.py: mma_cluster says when): each block leaves its partial in its own shared memory, and after a
 //     cluster barrier warps of the cluster merge the rows through distributed shared memory
 //     (attn_split.cuh: cluster_merge_row; blocks past the work only wait at the barriers): no
 //     partials in global memory, no fence, counter or last block.
 //   PDL (pdl.cuh): before pdl_wait the block reads the index arrays and the cell table (the step's
-//     upload) and issues the cp.async copies of its first STAGES - 1 tiles' K/V rows at positions
-//     below the lowest one the step writes for its sequence (earlier steps' rows, which no kernel
-//     of this step writes); q and the newer rows come after the wait.
+//     upload) and, when `early` is set (ops/attention.py: mma_early), issues the cp.async copies
+//     of its first STAGES - 1 tiles' K/V rows at positions below the lowest one the step writes
+//     for its sequence (earlier steps' rows, which no kernel of this step writes); q and the newer
+//     rows come after the wait. Without `early` every copy comes after the wait.
 //   Tokens of one block from different sequences (a batch of decodes packed several to a block)
 //     are handled by one pass over the tiles per distinct sequence, the other rows masked.
 //   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(32 * WARPS,)
@@ -117,7 +119,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                 const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
                 const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
                 const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
-                int head_chunks, int window, float q_scale, float softcap_log2, float inv_softcap,
+                int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,
                 int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
     using namespace amma;
     constexpr int WARPS = ATTN_MMA_WARPS(MW);
@@ -176,8 +178,8 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         s_lo[i] = lo;
         s_hi[i] = hi;
     }
-    int fresh = 0;                                    // wide (eager) steps: nothing copied early
-    if (n_tok <= 64) {
+    int fresh = 0;                                    // not early, or wide (eager) steps: nothing copied early
+    if (early && n_tok <= 64) {
         const int seq0 = tok_seq[t0];
         fresh = 0x7fffffff;
         for (int t2 = lane; t2 < n_tok; t2 += 32)
@@ -472,7 +474,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 #ifdef GLIMMER_INSTANTIATE
 #define ATTN_MMA(D, MW, S) template __global__ void attn_mma_kernel<D, MW, S>(float*, float*, float*, int*,     \
     const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
-    const unsigned char*, int, int, int, int, int, int, float, float, float, int*, float*, float*);
+    const unsigned char*, int, int, int, int, int, int, int, float, float, float, int*, float*, float*);
 // every (D, MW, STAGES) whose shared memory fits a block (227 KB): ops/attention.py's MMA_VARIANTS
 ATTN_MMA(64, 1, 2) ATTN_MMA(64, 1, 3) ATTN_MMA(64, 1, 4)
 ATTN_MMA(64, 4, 2) ATTN_MMA(64, 4, 3) ATTN_MMA(64, 4, 4)

@@ -633,10 +633,12 @@ def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):
 
 
 def test_mma_cluster_rule_cpu():
-    """One cluster a token's splits up to 16 (8 where a block fills half an SM: head dim 256),
-    rounded up to a power of two; more splits, and 64-row blocks, merge through global memory."""
-    from glimmer_cupy.ops.attention import mma_cluster
+    """One cluster a token's splits up to 16, rounded up to a power of two; more splits, and 64-row
+    blocks, merge through global memory. Head dim 256 takes neither shortcut by default (its
+    forced clusters stop at 8, where a block fills half an SM)."""
+    from glimmer_cupy.ops.attention import mma_cluster, mma_cluster_cap, mma_early
     assert [mma_cluster(128, 1, 2, s) for s in (1, 2, 3, 5, 8, 9, 16, 17, 33)] == [1, 2, 4, 8, 8, 16, 16, 1, 1]
     assert [mma_cluster(64, 1, 2, s) for s in (10, 16)] == [16, 16]
-    assert [mma_cluster(256, 1, 2, s) for s in (8, 9)] == [8, 1]
+    assert [mma_cluster(256, 1, 2, s) for s in (2, 8, 9)] == [1, 1, 1] and mma_cluster_cap(256, 1, 2) == 8
     assert mma_cluster(128, 1, 4, 16) == 1 and mma_cluster(128, 4, 2, 4) == 1
+    assert mma_early(64) and mma_early(128) and not mma_early(256)
