@@ -14,8 +14,9 @@ torch imports, with the NMSE between the two outputs as a cross-check. JSON and 
 bench/bench_chain.py): prepare_qkv_ then attention (q8 codes on) at 600 and 1024 positions of a
 1024-wide table, captured with programmatic dependent launch, pools rotated past L2. Prints the
 graph's µs per layer with prepare_qkv_ alone and the attention's marginal cost on top of it for
-each kernel variant (tensor cores with the cluster merge, the same with the global merge, CUDA
-cores), for Qwen3-8B and SmolLM2-135M shapes:
+each kernel variant (graph_variants: tensor cores by the rule, with the global merge, with neither
+decode shortcut as before 5ac370d, with both forced; CUDA cores), for Qwen3-8B, SmolLM2-135M and
+Gemma 3 270M shapes (head dim 256: the rule takes no shortcut there):
 
     PYTHONPATH=$PWD python3 bench/bench_attention.py --graph --batches 0 [--no-pdl]
 """
@@ -34,8 +35,8 @@ from glimmer_cupy.benchmarks.timing import (copy_bandwidth, graph_time_us, n_set
                                             write_results)
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
-from glimmer_cupy.ops.attention import (MMA_DEPTH, MMA_TILE, MMA_VARIANTS, _sm_count, mma_cluster,  # noqa: E402
-                                        mma_plan, n_splits, workspace_size)
+from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS, _sm_count,  # noqa: E402
+                                        mma_cluster, mma_cluster_cap, mma_plan, n_splits, workspace_size)
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -126,10 +127,20 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
 
 
 # --graph: name -> (q heads, kv heads, head_dim, q/k norm)
-GRAPH_SHAPES = {"qwen3-8b": (32, 8, 128, True), "smollm2-135m": (9, 3, 64, False)}
+GRAPH_SHAPES = {"qwen3-8b": (32, 8, 128, True), "smollm2-135m": (9, 3, 64, False), "gemma3-270m": (4, 1, 256, True)}
 GRAPH_CONTEXTS, GRAPH_TABLE = (600, 1024), 1024
-GRAPH_VARIANTS = {"mma": dict(kernel="mma"), "mma, global merge": dict(kernel="mma", force_cluster=1),
-                  "simt": dict(kernel="simt")}
+
+
+def graph_variants(d: int, splits: int) -> dict:
+    """name -> attention keywords: the rule; the global merge (early copies as the rule has them);
+    neither shortcut (the kernel before 5ac370d); both forced (one cluster where the splits fit
+    one, else the global merge); CUDA cores."""
+    c = next((c for c in CLUSTER_SIZES if c >= splits), 1)
+    both = c if 1 < c <= mma_cluster_cap(d, 1, MMA_DEPTH) else 1
+    return {"mma": dict(kernel="mma"), "mma, global merge": dict(kernel="mma", force_cluster=1),
+            "mma, no shortcuts": dict(kernel="mma", force_cluster=1, force_early=False),
+            "mma, both shortcuts": dict(kernel="mma", force_cluster=both, force_early=True),
+            "simt": dict(kernel="simt")}
 
 
 def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) -> dict:
@@ -163,7 +174,7 @@ def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) 
     with overlapped(pdl):
         row["prepare_us"] = base = graph_time_us(launch, sets, launches, reps)
         ref = None
-        for v, kw in GRAPH_VARIANTS.items():
+        for v, kw in graph_variants(d, splits).items():
             row["attention_us"][v] = graph_time_us(lambda i, kw=kw: launch(i, kw), sets, launches, reps) - base
             cupy.cuda.Device().synchronize()
             got = outs[0].copy()
@@ -358,7 +369,7 @@ def main(argv=None) -> int:
                     "tensor-core kernel at, beside the rule's")
     ap.add_argument("--rows", default="", help="with --mma: comma-separated rows per prefill block (64,128) to time")
     ap.add_argument("--graph", action="store_true", help="time decode inside a PDL graph (prepare_qkv_ + "
-                    "attention at contexts 600 and 1024 of a 1024-wide table; 8B and SmolLM2 shapes)")
+                    "attention at contexts 600 and 1024 of a 1024-wide table; 8B, SmolLM2 and Gemma 3 shapes)")
     ap.add_argument("--no-pdl", action="store_true", help="with --graph: plain launches in the graph")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
