@@ -42,10 +42,11 @@
 //     counter merges the partials in split order and resets the counter. ops launches splits > 1
 //     only with one token per block. Decode with at most 16 splits (8 at head dim 256) may run a
 //     token's splits as one thread block cluster (ops sets its size at launch, gridDim.x = the
-//     cluster, a power of two; ops/attention.py: mma_cluster says when): each block leaves its partial in its own shared memory, and after a
-//     cluster barrier warps of the cluster merge the rows through distributed shared memory
-//     (attn_split.cuh: cluster_merge_row; blocks past the work only wait at the barriers): no
-//     partials in global memory, no fence, counter or last block.
+//     cluster, a power of two; ops/attention.py: mma_cluster says when): each block leaves its
+//     partial in its own shared memory, and after a cluster barrier warps of the cluster merge the
+//     rows through distributed shared memory (attn_split.cuh: cluster_merge_row; blocks past the
+//     work only wait at the barriers): no partials in global memory, no fence, counter or last
+//     block.
 //   PDL (pdl.cuh): before pdl_wait the block reads the index arrays and the cell table (the step's
 //     upload) and, when `early` is set (ops/attention.py: mma_early), issues the cp.async copies
 //     of its first STAGES - 1 tiles' K/V rows at positions below the lowest one the step writes
