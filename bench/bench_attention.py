@@ -9,6 +9,16 @@ PyTorch's scaled_dot_product_attention (bf16, contiguous K/V, enable_gqa) on the
 torch imports, with the NMSE between the two outputs as a cross-check. JSON and a markdown table.
 
     PYTHONPATH=$PWD python3 bench/bench_attention.py --out bench/results/attention
+
+--graph: decode as a step's graph runs it (the batch-1 M = 1 attention half's tail, as
+bench/bench_chain.py): prepare_qkv_ then attention (q8 codes on) at 600 and 1024 positions of a
+1024-wide table, captured with programmatic dependent launch, pools rotated past L2. Prints the
+graph's µs per layer with prepare_qkv_ alone and the attention's marginal cost on top of it for
+each kernel variant (graph_variants: tensor cores by the rule, with the global merge, with neither
+decode shortcut as before 5ac370d, with both forced; CUDA cores), for Qwen3-8B, SmolLM2-135M and
+Gemma 3 270M shapes (head dim 256: the rule takes no shortcut there):
+
+    PYTHONPATH=$PWD python3 bench/bench_attention.py --graph --batches 0 [--no-pdl]
 """
 
 from __future__ import annotations
@@ -21,11 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, time_us, write_results  # noqa: E402
+from glimmer_cupy.benchmarks.timing import (copy_bandwidth, graph_time_us, n_sets, run_meta, time_us,  # noqa: E402
+                                            write_results)
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.attention import (MMA_VARIANTS, _sm_count, mma_plan, n_splits,  # noqa: E402
-                                        workspace_size)
-from glimmer_cupy.ops.attention import MMA_DEPTH  # noqa: E402
+from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
+from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS, _sm_count,  # noqa: E402
+                                        mma_cluster, mma_cluster_cap, mma_plan, n_splits, workspace_size)
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -112,6 +123,70 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + (f" | mma: {mma_us:.1f} us ({row['mma_rule_stages']} stages), vs exact {mma_nmse:.1e}" if mma else "")
           + "".join(f" | mma {st} stages: {t:.1f} us" for st, t in mma_stages.items())
           + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
+    return row
+
+
+# --graph: name -> (q heads, kv heads, head_dim, q/k norm)
+GRAPH_SHAPES = {"qwen3-8b": (32, 8, 128, True), "smollm2-135m": (9, 3, 64, False), "gemma3-270m": (4, 1, 256, True)}
+GRAPH_CONTEXTS, GRAPH_TABLE = (600, 1024), 1024
+
+
+def graph_variants(d: int, splits: int) -> dict:
+    """name -> attention keywords: the rule; the global merge (early copies as the rule has them);
+    neither shortcut (the kernel before 5ac370d); both forced (one cluster where the splits fit
+    one, else the global merge); CUDA cores."""
+    c = next((c for c in CLUSTER_SIZES if c >= splits), 1)
+    both = c if 1 < c <= mma_cluster_cap(d, 1, MMA_DEPTH) else 1
+    return {"mma": dict(kernel="mma"), "mma, global merge": dict(kernel="mma", force_cluster=1),
+            "mma, no shortcuts": dict(kernel="mma", force_cluster=1, force_early=False),
+            "mma, both shortcuts": dict(kernel="mma", force_cluster=both, force_early=True),
+            "simt": dict(kernel="simt")}
+
+
+def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) -> dict:
+    """prepare_qkv_ + attention of one decode token in a PDL graph; the attention's marginal µs."""
+    import cupy
+    hq, hkv, d, qk_norm = GRAPH_SHAPES[name]
+    crng = cupy.random.default_rng(ctx)
+    sets = n_sets(GRAPH_TABLE * hkv * d * 2 * 2)
+    pools = [tuple((crng.standard_normal((GRAPH_TABLE, hkv, d), dtype=cupy.float32).view(cupy.uint32) >> 16)
+                   .astype(cupy.uint16) for _ in range(2)) for _ in range(sets)]          # bf16 bits of N(0, 1)
+    qkvs = [crng.standard_normal((1, (hq + 2 * hkv) * d), dtype=cupy.float32) for _ in range(sets)]
+    qs = [cupy.empty((1, hq, d), dtype=cupy.float32) for _ in range(sets)]
+    outs = [cupy.empty((1, hq, d), dtype=cupy.float32) for _ in range(sets)]
+    qk_w = (1 + 0.1 * crng.standard_normal(d, dtype=cupy.float32)) if qk_norm else None
+    table = cupy.asarray(np.random.default_rng(2).permutation(GRAPH_TABLE).astype(np.int32)[None, :])
+    seq_lens = cupy.asarray([ctx], dtype=cupy.int32)
+    tok_seq = cupy.zeros(1, dtype=cupy.int32)
+    pos = cupy.asarray([ctx - 1], dtype=cupy.int32)
+    cells = table[0, ctx - 1:ctx].copy()
+    work = cupy.empty(workspace_size(1, hq, d), dtype=cupy.float32)
+
+    def launch(i, attn=None):
+        k_pool, v_pool = pools[i]
+        q = ops.prepare_qkv_(qkvs[i], k_pool, v_pool, cells, pos, hq, hkv, qk_w, qk_w, 1e-6, 1e6, True, out=qs[i])
+        if attn is not None:
+            ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, pos, d ** -0.5, workspace=work, q8=True,
+                          out=outs[i], **attn)
+    splits = n_splits(hkv, GRAPH_TABLE, _sm_count(), MMA_TILE)
+    row = dict(shape=name, context=ctx, table=GRAPH_TABLE, pdl=pdl, splits=splits,
+               cluster=mma_cluster(d, 1, MMA_DEPTH, splits), prepare_us=None, attention_us={}, nmse_vs_global={})
+    with overlapped(pdl):
+        row["prepare_us"] = base = graph_time_us(launch, sets, launches, reps)
+        ref = None
+        for v, kw in graph_variants(d, splits).items():
+            row["attention_us"][v] = graph_time_us(lambda i, kw=kw: launch(i, kw), sets, launches, reps) - base
+            cupy.cuda.Device().synchronize()
+            got = outs[0].copy()
+            if v == "mma, global merge":
+                ref = got
+            row["nmse_vs_global"][v] = got
+    for v, got in row["nmse_vs_global"].items():         # the same inputs (set 0, the last replay's)
+        row["nmse_vs_global"][v] = float(cupy.mean((got - ref) ** 2) / cupy.mean(ref ** 2))
+    print(f"graph {name:13s} ctx={ctx:<5d} table={GRAPH_TABLE} pdl={int(pdl)} | prepare_qkv_ {base:5.1f} us | "
+          f"+ attention: " + ", ".join(f"{v} {t:5.2f} us" for v, t in row["attention_us"].items())
+          + f" | {splits} splits, cluster {row['cluster']} | NMSE vs global merge: "
+          + ", ".join(f"{v} {e:.1e}" for v, e in row["nmse_vs_global"].items()), flush=True)
     return row
 
 
@@ -293,6 +368,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="", help="with --mma: comma-separated pipeline depths (2,3,4) to time the "
                     "tensor-core kernel at, beside the rule's")
     ap.add_argument("--rows", default="", help="with --mma: comma-separated rows per prefill block (64,128) to time")
+    ap.add_argument("--graph", action="store_true", help="time decode inside a PDL graph (prepare_qkv_ + "
+                    "attention at contexts 600 and 1024 of a 1024-wide table; 8B, SmolLM2 and Gemma 3 shapes)")
+    ap.add_argument("--no-pdl", action="store_true", help="with --graph: plain launches in the graph")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
     import cupy
@@ -305,8 +383,13 @@ def main(argv=None) -> int:
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()
     rows_list = tuple(int(s) for s in args.rows.split(",")) if args.rows else ()
     rows = []
+    graph_rows = []
+    if args.graph:
+        for name in GRAPH_SHAPES:
+            for ctx in GRAPH_CONTEXTS:
+                graph_rows.append(graph_case(name, ctx, args.launches, args.reps, not args.no_pdl))
     for ctx in (int(c) for c in args.contexts.split(",")):
-        for b in (int(x) for x in args.batches.split(",")):
+        for b in (int(x) for x in args.batches.split(",") if int(x) > 0):
             if not fits(b, ctx, torch):
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
@@ -318,6 +401,8 @@ def main(argv=None) -> int:
         rows.append(prefill_case(t, rng, args.launches, args.reps, torch, args.mma, stages, rows_list))
         cupy.get_default_memory_pool().free_all_blocks()
     if args.out:
+        if graph_rows:
+            meta["graph"] = graph_rows
         write_results(args.out, meta, rows, markdown(meta, rows))
     return 0
 

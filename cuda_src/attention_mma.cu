@@ -1,8 +1,9 @@
 // attention_mma.cu — attention over the KV cell pool on tensor cores (mma.sync m16n8k16 bf16).
 //
 // The same inputs, outputs and visibility rules as attn_kernel (attention.cu; the NumPy spec is
-// glimmer_cupy/reference/attention.py), the same argument list, the same split partials and
-// "last block merges" counters, the same optional int8 codes of the output (q8.cuh).
+// glimmer_cupy/reference/attention.py), the same argument list (plus `early`, below), the same
+// split partials and "last block merges" counters, the same optional int8 codes of the output
+// (q8.cuh).
 // The default kernel of ops.attention (kernel="simt" selects attn_kernel); its GPU tests are
 // tests/test_attention_gpu.py (all of them run both kernels), timings bench/results/attention_mma.md;
 // its fragment arithmetic is also checked on the CPU (tests/test_attention_mma_frag.py, through
@@ -39,7 +40,18 @@
 //     attn_kernel's Span does with tiles of 64; with more than one block of work each writes a
 //     partial, and the last block to count itself done on the (token, kv head x head chunk)
 //     counter merges the partials in split order and resets the counter. ops launches splits > 1
-//     only with one token per block.
+//     only with one token per block. Decode with at most 16 splits (8 at head dim 256) may run a
+//     token's splits as one thread block cluster (ops sets its size at launch, gridDim.x = the
+//     cluster, a power of two; ops/attention.py: mma_cluster says when): each block leaves its
+//     partial in its own shared memory, and after a cluster barrier warps of the cluster merge the
+//     rows through distributed shared memory (attn_split.cuh: cluster_merge_row; blocks past the
+//     work only wait at the barriers): no partials in global memory, no fence, counter or last
+//     block.
+//   PDL (pdl.cuh): before pdl_wait the block reads the index arrays and the cell table (the step's
+//     upload) and, when `early` is set (ops/attention.py: mma_early), issues the cp.async copies
+//     of its first STAGES - 1 tiles' K/V rows at positions below the lowest one the step writes
+//     for its sequence (earlier steps' rows, which no kernel of this step writes); q and the newer
+//     rows come after the wait. Without `early` every copy comes after the wait.
 //   Tokens of one block from different sequences (a batch of decodes packed several to a block)
 //     are handled by one pass over the tiles per distinct sequence, the other rows masked.
 //   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(32 * WARPS,)
@@ -56,6 +68,7 @@
 namespace amma {
 
 constexpr int kTile = 64;                     // positions per K/V tile
+enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy issues (the PDL prologue)
 constexpr u32 kAll = 0xffffffffu;
 
 __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -101,15 +114,14 @@ __device__ __forceinline__ float quad_sum(float x) {
 #define ATTN_MMA_SMEM(D, MW, STAGES) ((16 * (MW) + 2 * (STAGES) * 64) * ((D) + 8) * 2)
 
 template <int D, int MW, int STAGES>
-__global__ void __launch_bounds__(32 * ATTN_MMA_WARPS(MW), MW == 1 ? 2 : 1)
+__global__ void __launch_bounds__(32 * (MW == 8 ? 8 : 4), MW == 1 ? 2 : 1)    // the warps of ATTN_MMA_WARPS
 attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
                 int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
                 const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
                 const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
                 const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
-                int head_chunks, int window, float q_scale, float softcap_log2, float inv_softcap,
+                int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,
                 int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
-    pdl_wait();
     using namespace amma;
     constexpr int WARPS = ATTN_MMA_WARPS(MW);
     constexpr int THREADS = 32 * WARPS;
@@ -124,6 +136,8 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     static_assert(NT % 2 == 0 && D % 64 == 0 && WARPS % MW == 0, "whole k-steps");
     static_assert(STAGES >= 2 && PIECES * THREADS == kTile * D / 8 && THREADS % (D / 8) == 0 && THREADS >= kTile, "tile copy");
     static_assert((KW * M * D + 2 * KW * M) * 4 <= 2 * STAGES * kTile * RS * 2, "the merge fits the stages");
+    static_assert(MW != 1 || ((KW + 1) * M * D + 2 * (KW + 1) * M) * 4 <= 2 * STAGES * kTile * RS * 2,
+                  "the cluster partial fits the stages too");
     extern __shared__ __align__(16) unsigned short smem[];
     unsigned short* sQ = smem;
     unsigned short* sK = smem + M * RS;               // [stage][64][RS]
@@ -150,6 +164,12 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     const unsigned short* vb = v_pool + (long long)kvh * D;
     const int rows = n_tok * q_heads;
 
+    // Before pdl_wait (pdl.cuh) the block reads only what the step's upload copied before its first
+    // kernel ran (tok_seq, tok_pos, seq_lens, the cell table), and starts the cp.async copies of its
+    // first pass's first STAGES - 1 tiles' K and V rows at positions below `fresh`, the lowest
+    // position this step writes for that sequence: those rows are no kernel's output in this step
+    // (a step writes only its own tokens' cells), so they may land while the kernel before (the
+    // K/V write) finishes. q and the rows at or above `fresh` are read after the wait.
     for (int i = tid; i < ntb; i += THREADS) {
         const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
         int lo, hi;
@@ -159,17 +179,14 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         s_lo[i] = lo;
         s_hi[i] = hi;
     }
-    // Q rows (token r / hpb, head r % hpb) scaled, as bf16
-    for (int i = tid; i < M * D / 2; i += THREADS) {
-        const int r = i / (D / 2), d = 2 * (i % (D / 2));
-        const int ti = r / hpb, hh = r % hpb;
-        float a = 0.f, b = 0.f;
-        if (ti < ntb && hh < nh) {
-            const float2 v = *reinterpret_cast<const float2*>(q + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + d);
-            a = v.x * q_scale;
-            b = v.y * q_scale;
-        }
-        *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(a, b);
+    int fresh = 0;                                    // not early, or wide (eager) steps: nothing copied early
+    if (early && n_tok <= 64) {
+        const int seq0 = tok_seq[t0];
+        fresh = 0x7fffffff;
+        for (int t2 = lane; t2 < n_tok; t2 += 32)
+            if (tok_seq[t2] == seq0) fresh = min(fresh, tok_pos[t2]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) fresh = min(fresh, __shfl_xor_sync(kAll, fresh, off));
     }
     __syncthreads();
 
@@ -184,6 +201,10 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
+    // > 1: this token's splits are the blocks of one cluster (ops: gridDim.x == ncl, one token a
+    // block), which merge their partials through distributed shared memory
+    const int ncl = (int)attn::cluster_size();
+    bool waited = false;                              // pdl_wait() is called in the first pass
     int active = 1;                                   // blocks with work (split mode: one pass)
     for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
         const int seq = s_seq[pi];
@@ -200,8 +221,11 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
         const int per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
         active = max(1, (tiles + per - 1) / per);
-        if ((int)blockIdx.x >= active) return;        // split mode only (one token): no partial
-        const int tb = (int)blockIdx.x * per, te = min(tiles, tb + per);
+        // split mode only (one token): no partial. In a cluster that merges, the block stays (no
+        // tiles) for the cluster barriers; nobody reads its partial (the merge reads `active`)
+        const bool idle = (int)blockIdx.x >= active;
+        if (idle && (ncl == 1 || active == 1)) return;
+        const int tb = idle ? tiles : (int)blockIdx.x * per, te = idle ? tiles : min(tiles, tb + per);
         const int* crow = cell_table + (long long)seq * table_width;
         // this lane's rows in this pass: their range (empty for rows of another sequence), and
         // whether the row is padding (never written out: its scores need no mask)
@@ -231,30 +255,66 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         // thread tid copies column piece tid % (D / 8) of rows tid / (D / 8) + k * (THREADS / (D / 8))
         constexpr int ROW_STEP = THREADS / (D / 8);
         const int row0 = tid / (D / 8), col0 = 8 * (tid % (D / 8));
-        auto issue = [&](int tile, int st, const unsigned short* base, unsigned short* dst) {
+        // part: kAllRows, or the rows no kernel of this step writes (kOldRows: below `fresh`, and
+        // zero-filled rows past the range) or the others (kNewRows). Commits are the caller's.
+        auto issue = [&](int tile, int st, const unsigned short* base, unsigned short* dst, int part) {
             if (tile < te) {
                 const u32 d0 = smem_u32(dst + st * kTile * RS + at<D>(row0, col0));
                 const char* src0 = reinterpret_cast<const char*>(base + col0);
                 const long long* offs = &s_off[st][row0];
-                const int left = HI - (LO + kTile * tile + row0);     // rows row0 + i with i < left exist
+                const int p0 = LO + kTile * tile + row0;
+                const int left = HI - p0, safe = fresh - p0;   // rows row0 + i: exist for i < left, old for i < safe
 #pragma unroll
-                for (int k = 0; k < PIECES; ++k)
-                    cp_async16(d0 + 2 * k * ROW_STEP * RS, src0 + offs[k * ROW_STEP], k * ROW_STEP < left ? 16 : 0);
+                for (int k = 0; k < PIECES; ++k) {
+                    const int i = k * ROW_STEP;
+                    const bool old = i < safe || i >= left;
+                    if (part == kAllRows || (part == kOldRows) == old)
+                        cp_async16(d0 + 2 * i * RS, src0 + offs[i], i < left ? 16 : 0);
+                }
             }
-            cp_commit();
         };
         for (int i = tid; i < STAGES * kTile; i += THREADS) s_off[i / kTile][i % kTile] = offset_of(tb + i / kTile, i % kTile);
         __syncthreads();
+        const bool first_pass = !waited;
+        if (first_pass) {
+            // the first pass: old rows of the first stages before waiting, without commits, so that
+            // with the new rows' commits after it the groups are the same as in any other pass
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; ++s) {
+                issue(tb + s, s, kb, sK, kOldRows);
+                issue(tb + s, s, vb, sV, kOldRows);
+            }
+            pdl_wait();
+            waited = true;
+            // Q rows (token r / hpb, head r % hpb) scaled, as bf16 (prepare_qkv's output: after the
+            // wait); the main loop's first barrier orders these stores before any read
+            for (int i = tid; i < M * D / 2; i += THREADS) {
+                const int r = i / (D / 2), d = 2 * (i % (D / 2));
+                const int ti = r / hpb, hh = r % hpb;
+                float a = 0.f, b = 0.f;
+                if (ti < ntb && hh < nh) {
+                    const float2 v = *reinterpret_cast<const float2*>(q + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + d);
+                    a = v.x * q_scale;
+                    b = v.y * q_scale;
+                }
+                *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(a, b);
+            }
+        }
+        const int rest = first_pass ? kNewRows : kAllRows;   // what the first stages still need
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
-            issue(tb + s, s, kb, sK);
-            issue(tb + s, s, vb, sV);
+            issue(tb + s, s, kb, sK, rest);
+            cp_commit();
+            issue(tb + s, s, vb, sV, rest);
+            cp_commit();
         }
         int st = 0;                                   // stage of `tile`
         for (int tile = tb; tile < te; ++tile) {
             const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
-            issue(tile + STAGES - 1, refill, kb, sK);
-            issue(tile + STAGES - 1, refill, vb, sV);
+            issue(tile + STAGES - 1, refill, kb, sK, kAllRows);
+            cp_commit();
+            issue(tile + STAGES - 1, refill, vb, sV, kAllRows);
+            cp_commit();
             const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;   // stage st's next tile
             cp_wait<2 * STAGES - 1>();                // K of this tile
             __syncthreads();
@@ -335,6 +395,8 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     // so[kw][row][D] floats, sml[kw][row] = (m, l)
     float* so = reinterpret_cast<float*>(sK);
     float* sml = so + KW * M * D;
+    float* cacc = sml + 2 * KW * M;                   // cluster merge: this block's partial [M][D] ...
+    float* cml = cacc + M * D;                        // ... and its (max, sum) [M][2]
     cp_wait<0>();
     __syncthreads();
     {
@@ -354,6 +416,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     }
     __syncthreads();
     const bool split = active > 1;
+    const bool clustered = MW == 1 && split && ncl > 1;
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / hpb, hh = r % hpb;
         if (ti >= ntb || hh >= nh) continue;
@@ -371,10 +434,33 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 #pragma unroll
             for (int c = 0; c < C; ++c) ov[c] = fmaf(wt, so[(w * M + r) * D + lane * C + c], ov[c]);
         }
-        attn::end_row<C>(ov, mx, total, split, (int)blockIdx.x, (long long)(t0 + ti) * q_heads + h0 + hh, rows, lane,
-                         out, part_acc, part_ml, xq, xd, xs);
+        if (clustered) {                              // the partial stays in shared memory
+#pragma unroll
+            for (int c = 0; c < C; ++c) cacc[r * D + lane * C + c] = ov[c];
+            if (lane == 0) {
+                cml[2 * r] = mx;
+                cml[2 * r + 1] = total;
+            }
+        } else {
+            attn::end_row<C>(ov, mx, total, split, (int)blockIdx.x, (long long)(t0 + ti) * q_heads + h0 + hh, rows,
+                             lane, out, part_acc, part_ml, xq, xd, xs);
+        }
     }
     if (!split) return;
+    if (clustered) {
+        // every block's partial is in its shared memory: warp w of block b merges rows b WARPS + w,
+        // + WARPS ncl, ... over the blocks of rank < active (rank = split), then all wait until
+        // those reads are done before any block exits
+        attn::cluster_sync();
+        for (int r = (int)attn::cluster_rank() * WARPS + warp; r < M; r += WARPS * ncl) {
+            const int ti = r / hpb, hh = r % hpb;
+            if (ti < ntb && hh < nh)
+                attn::cluster_merge_row<C>(active, cacc + r * D, cml + 2 * r, (long long)(t0 + ti) * q_heads + h0 + hh,
+                                           lane, out, xq, xd, xs);
+        }
+        attn::cluster_sync();
+        return;
+    }
 
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
     if (!attn::last_block(counters + (long long)t0 * gridDim.y + blockIdx.y, active)) return;
@@ -389,7 +475,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 #ifdef GLIMMER_INSTANTIATE
 #define ATTN_MMA(D, MW, S) template __global__ void attn_mma_kernel<D, MW, S>(float*, float*, float*, int*,     \
     const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
-    const unsigned char*, int, int, int, int, int, int, float, float, float, int*, float*, float*);
+    const unsigned char*, int, int, int, int, int, int, int, float, float, float, int*, float*, float*);
 // every (D, MW, STAGES) whose shared memory fits a block (227 KB): ops/attention.py's MMA_VARIANTS
 ATTN_MMA(64, 1, 2) ATTN_MMA(64, 1, 3) ATTN_MMA(64, 1, 4)
 ATTN_MMA(64, 4, 2) ATTN_MMA(64, 4, 3) ATTN_MMA(64, 4, 4)

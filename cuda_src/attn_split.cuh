@@ -5,6 +5,9 @@
 //
 // Partials: part_acc[(s * rows + r) * D + column] (unnormalised output of split s for output row
 // r = token * q_heads + head), part_ml[2 * (s * rows + r)] = (max, sum) in the log2 domain.
+// Or, when a token's splits are the blocks of one thread block cluster (attention_mma.cu), each
+// block leaves its partial in its own shared memory and the merge reads them through distributed
+// shared memory (cluster_merge_row): no global round trip, fence or counter.
 #pragma once
 #include "q8.cuh"
 
@@ -112,6 +115,91 @@ __device__ __forceinline__ void merge_splits(int active, long long r, int rows, 
     }
     total = warp_sum(total);
     end_row<C>(o, mx, total, false, 0, r, rows, lane, out, nullptr, nullptr, xq, xd, xs);
+}
+
+// ---------------------------------------------------------------- thread block clusters (sm_90 PTX)
+
+// blocks in this block's cluster (1 when launched without one) and this block's rank in it
+__device__ __forceinline__ unsigned cluster_size() {
+    unsigned n;
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// every thread of every block of the cluster: what each wrote to its shared memory before is
+// visible to all after (release / acquire)
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// the shared-memory address of *p in block `rank` of the cluster
+__device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
+    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ float2 ld_cluster2(unsigned a) {
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+    return v;
+}
+// C consecutive floats (C = 2, 4, 8; 8 C-byte aligned)
+template <int C>
+__device__ __forceinline__ void ld_cluster(float (&v)[C], unsigned a) {
+    if constexpr (C == 2) {
+        const float2 t = ld_cluster2(a);
+        v[0] = t.x;
+        v[1] = t.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < C; i += 4)
+            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                         : "=f"(v[i]), "=f"(v[i + 1]), "=f"(v[i + 2]), "=f"(v[i + 3]) : "r"(a + 4 * i) : "memory");
+    }
+}
+
+// One warp merges output row r over the partials of the cluster's first `active` blocks (at most
+// 32), in split (= rank) order as merge_splits does, and writes the normalised output and its
+// codes. acc: this block's partial of the row (D floats), ml: its (max, sum); the other blocks'
+// lie at the same shared addresses of theirs. Call between two cluster_sync(): after every block
+// wrote its partial, before any block exits.
+template <int C>
+__device__ __forceinline__ void cluster_merge_row(int active, const float* acc, const float* ml, long long r,
+                                                  int lane, float* __restrict__ out, int* __restrict__ xq,
+                                                  float* __restrict__ xd, float* __restrict__ xs) {
+    constexpr int B = C == 8 ? 4 : 8;                // splits whose columns are loaded together
+    const float* mine = acc + lane * C;
+    float2 sml = make_float2(kNegInf, 0.f);
+    if (lane < active) sml = ld_cluster2(cluster_addr(ml, lane));
+    float v[B][C];                                   // the first B splits' columns, in flight with (m, l)
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+        if (j < active) ld_cluster<C>(v[j], cluster_addr(mine, j));
+    const float mx = warp_max(sml.x);
+    const float mu = mx == kNegInf ? 0.f : mx;
+    const float wt = lane < active ? exp2f(sml.x - mu) : 0.f;
+    float total = lane < active ? wt * sml.y : 0.f, o[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+    for (int s0 = 0; s0 < active; s0 += B) {
+        if (s0 > 0)
+#pragma unroll
+            for (int j = 0; j < B; ++j)
+                if (s0 + j < active) ld_cluster<C>(v[j], cluster_addr(mine, s0 + j));
+#pragma unroll
+        for (int j = 0; j < B; ++j) {
+            const float wj = __shfl_sync(kFull, wt, (s0 + j) & 31);
+            if (s0 + j < active)
+#pragma unroll
+                for (int c = 0; c < C; ++c) o[c] = fmaf(wj, v[j][c], o[c]);
+        }
+    }
+    total = warp_sum(total);
+    end_row<C>(o, mx, total, false, 0, r, 0, lane, out, nullptr, nullptr, xq, xd, xs);
 }
 
 }  // namespace attn

@@ -545,3 +545,232 @@ def test_mma_stages_rule_cpu():
     src = (Path(__file__).resolve().parents[1] / "cuda_src" / "attention_mma.cu").read_text()
     listed = {tuple(map(int, m)) for m in re.findall(r"ATTN_MMA\((\d+), (\d+), (\d+)\)", src)}
     assert listed == set(MMA_VARIANTS)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("length", [1, 64, 65, 600, 1000])
+@pytest.mark.parametrize("cluster", [None, 1, 8, 16])
+def test_mma_cluster_merge(d, length, cluster):
+    """Decode splits merged in a thread block cluster (distributed shared memory) or through
+    global memory (cluster=1) give the reference's attention, q8 codes included; a 1024-wide
+    table makes 16 splits, so blocks past a short sequence's work wait in the cluster idle.
+    A forced cluster of c blocks runs c splits. Head dim 256 allows at most 8 a cluster: 16 is
+    refused there."""
+    import cupy
+    from gpu_rounding import q8_blocks
+    rng = np.random.default_rng(length * 7 + d)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [length], 32, 8, d)
+    wide = np.zeros((1, 1024), np.int32)                      # cell 0 past the sequence: never read
+    wide[0, :table.shape[1]] = table[0]
+    if cluster == 16 and d == 256:
+        with pytest.raises(OpArgumentError, match="force_cluster"):
+            run_mma(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, force_cluster=16, force_splits=16)
+        return
+    kw = {} if cluster is None else {"force_cluster": cluster}
+    if cluster and cluster > 1:
+        kw["force_splits"] = cluster
+    got, ref = run_mma(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, **kw)
+    assert_mma_close(got, ref, (d, length, cluster))
+    res = ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(wide),
+                        cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), d ** -0.5,
+                        workspace=cupy.empty(workspace_size(1, 32, d), cupy.float32), q8=True, **kw)
+    if hasattr(res, "q"):                                     # the codes of the merged rows, exactly
+        plain = cupy.asnumpy(res.x)
+        codes, dd, sums = q8_blocks(plain.reshape(plain.shape[0], -1))
+        np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
+        np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(dd.shape), dd)
+
+
+@gpu
+@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (9, 3, 64)])
+@pytest.mark.parametrize("kernel_", ["mma", "simt"])
+def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):
+    """prepare_qkv_ then attention, captured in a graph with programmatic dependent launch: the
+    attention kernel copies old K/V rows before it waits, so the rows this step writes (the new
+    cells start as NaN) must still come from after prepare_qkv_. Sequence 0 has two tokens in the
+    step (positions p and p + 1: the second reads the first's new row), sequence 1 one; the
+    result must equal eager attention over the pools the graph left."""
+    import cupy
+    from glimmer_cupy.kernels.launch import overlapped
+    rng = np.random.default_rng(hq + d)
+    lens = [600, 300, 1]
+    q, k_pool, v_pool, table, seq_lens, _, _ = make_step(rng, lens, hq, hkv, d)
+    tok_seq = np.array([0, 0, 1], np.int32)
+    tok_pos = np.array([598, 599, 299], np.int32)
+    cells = np.array([table[0, 598], table[0, 599], table[1, 299]], np.int32)
+    k_pool[cells] = BF16_NAN                                   # what prepare_qkv_ writes
+    v_pool[cells] = BF16_NAN
+    wide = np.zeros((3, 1024), np.int32)
+    wide[:, :table.shape[1]] = table
+    qkv = cupy.asarray(rng.standard_normal((3, (hq + 2 * hkv) * d)).astype(np.float32))
+    kd, vd = cupy.asarray(k_pool), cupy.asarray(v_pool)
+    idx = [cupy.asarray(a) for a in (wide, seq_lens, tok_seq, tok_pos, cells)]
+    qd = cupy.empty((3, hq, d), cupy.float32)
+    out = cupy.full((3, hq, d), np.nan, cupy.float32)
+    work = cupy.empty(workspace_size(3, hq, d), cupy.float32)
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream, overlapped():
+        def step():
+            ops.prepare_qkv_(qkv, kd, vd, idx[4], idx[3], hq, hkv, None, None, 1e-6, 1e6, True, out=qd)
+            ops.attention(qd, kd, vd, idx[0], idx[1], idx[2], idx[3], d ** -0.5, out=out, workspace=work,
+                          kernel=kernel_, q8=True)
+        step()                                                 # compile outside the capture
+        stream.synchronize()
+        out.fill(np.nan)
+        kd[idx[4]] = BF16_NAN
+        vd[idx[4]] = BF16_NAN
+        stream.begin_capture()
+        step()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+    got = cupy.asnumpy(out)
+    ref = ref_attention(cupy.asnumpy(qd), bf16_float(cupy.asnumpy(kd)), bf16_float(cupy.asnumpy(vd)), wide,
+                        seq_lens, tok_seq, tok_pos, d ** -0.5)
+    assert_close(got, ref, (hq, d, kernel_), kernel_)
+
+
+def test_mma_cluster_rule_cpu():
+    """One cluster a token's splits up to 16, rounded up to a power of two; more splits, and 64-row
+    blocks, merge through global memory. Head dim 256 takes neither shortcut by default (its
+    forced clusters stop at 8, where a block fills half an SM)."""
+    from glimmer_cupy.ops.attention import mma_cluster, mma_cluster_cap, mma_early
+    assert [mma_cluster(128, 1, 2, s) for s in (1, 2, 3, 5, 8, 9, 16, 17, 33)] == [1, 2, 4, 8, 8, 16, 16, 1, 1]
+    assert [mma_cluster(64, 1, 2, s) for s in (10, 16)] == [16, 16]
+    assert [mma_cluster(256, 1, 2, s) for s in (2, 8, 9)] == [1, 1, 1] and mma_cluster_cap(256, 1, 2) == 8
+    assert mma_cluster(128, 1, 4, 16) == 1 and mma_cluster(128, 4, 2, 4) == 1
+    assert mma_early(64) and mma_early(128) and not mma_early(256)
+
+
+# Gemma 3 270M's attention as its decode runs it: head dim 256, 4 query heads on 1 KV head, a
+# sliding-window layer (window 512, rope base 1e4) and a global one (1e6), q/k norms, NeoX rope, q8
+# codes for the o-projection; a captured step's cell table is wider than the sequence (at least 256
+# cells: runtime/static_step.py), so the split rule sees the width, not the length.
+GEMMA_HEADS, GEMMA_D, GEMMA_LAYERS = (4, 1), 256, ((512, 1e4), (0, 1e6))   # (window, rope base)
+GEMMA_PATHS = {
+    "rule": {},
+    "one-split": {"force_splits": 1},
+    "early-global": {"force_early": True, "force_cluster": 1},      # old rows before the wait, global merge
+    "early-cluster": {"force_early": True, "cluster": True},        # ... and a cluster merge (splits = its size)
+}
+
+
+def gemma_decode(prompt: int, width: int, mode: str, path: dict, steps: int = 4, seed: int = 0):
+    """A prompt of `prompt` positions prefilled in one eager step (prepare_qkv_ then attention per
+    layer), then `steps` single-token decode steps, each the sliding-window layer then the global
+    one. mode "eager": plain launches; "pdl": every decode kernel with programmatic dependent
+    launch; "graph": as the executor runs a static step, the first decode step eagerly with PDL,
+    the second captured (PDL inside), the rest replays of it with new index arrays. The rows each
+    step writes start as NaN (so does every unwritten cell, and the scratch cell 0 that the table
+    holds past the sequence), outputs and workspaces are NaN before every step. Returns
+    [(what, got, ref, codes)] for every layer of every step: the output, the reference over the
+    pools as the step left them, and the Q8Rows (or None)."""
+    import cupy
+    from glimmer_cupy.kernels.launch import overlapped
+    rt = cupy.cuda.runtime
+    (hq, hkv), d = GEMMA_HEADS, GEMMA_D
+    rng = np.random.default_rng(seed + 7 * prompt + width)
+    n = prompt + steps
+    n_cells = n + 40
+    cell_of = rng.permutation(np.arange(1, n_cells))[:n].astype(np.int32)    # position -> cell
+    table = np.zeros((1, width), np.int32)
+    table[0, :n] = cell_of
+    pools = [(cupy.full((n_cells, hkv, d), BF16_NAN, cupy.uint16), cupy.full((n_cells, hkv, d), BF16_NAN, cupy.uint16))
+             for _ in GEMMA_LAYERS]
+    q_norm, k_norm = (cupy.asarray((1 + 0.1 * rng.standard_normal(d)).astype(np.float32)) for _ in range(2))
+    scale = d ** -0.5
+    kw = dict(path)
+    if kw.pop("cluster", False):
+        kw["force_splits"] = kw["force_cluster"] = 4 if width == 256 else 8      # 8: head dim 256's cap
+    results = []
+
+    def check(what, t, pos, lens, q_out, out, res):
+        for i, (window, _) in enumerate(GEMMA_LAYERS):
+            k_pool, v_pool = (bf16_float(cupy.asnumpy(p)) for p in pools[i])
+            ref = ref_attention(cupy.asnumpy(q_out[i]), k_pool, v_pool, table, lens, np.zeros(t, np.int32), pos,
+                                scale, window)
+            results.append((f"{what}, layer {i} (window {window})", cupy.asnumpy(out[i]), ref, res[i]))
+
+    def layers(qkv, cells, pos, tab, lens, seqs, q_out, out, work, **extra):
+        res = []
+        for i, (window, base) in enumerate(GEMMA_LAYERS):
+            k_pool, v_pool = pools[i]
+            q = ops.prepare_qkv_(qkv[i], k_pool, v_pool, cells, pos, hq, hkv, q_norm, k_norm, 1e-6, base, True,
+                                 out=q_out[i])
+            res.append(ops.attention(q, k_pool, v_pool, tab, lens, seqs, pos, scale, window, out=out[i],
+                                     workspace=work[i], q8=True, **extra))
+        return res
+
+    def buffers(t):
+        qkv = [cupy.asarray(rng.standard_normal((t, (hq + 2 * hkv) * d)).astype(np.float32)) for _ in GEMMA_LAYERS]
+        q_out = [cupy.empty((t, hq, d), cupy.float32) for _ in GEMMA_LAYERS]
+        out = [cupy.full((t, hq, d), np.nan, cupy.float32) for _ in GEMMA_LAYERS]
+        # 16 splits at most: a 1024-wide table's 16 tiles
+        work = [cupy.full(workspace_size(t, hq, d, 16), np.nan, cupy.float32) for _ in GEMMA_LAYERS]
+        return qkv, q_out, out, work
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    tab_d = cupy.asarray(table)
+    with stream:
+        pos = np.arange(prompt, dtype=np.int32)                  # the prefill: one eager step
+        qkv, q_out, out, work = buffers(prompt)
+        res = layers(qkv, cupy.asarray(cell_of[:prompt]), cupy.asarray(pos), tab_d,
+                     cupy.asarray(np.array([prompt], np.int32)), cupy.zeros(prompt, cupy.int32), q_out, out, work)
+        stream.synchronize()
+        check("prefill", prompt, pos, np.array([prompt], np.int32), q_out, out, res)
+
+        # decode: one set of device buffers, as a static step keeps them
+        qkv, q_out, out, work = buffers(1)
+        cells_d, pos_d, lens_d, seqs_d = (cupy.zeros(1, cupy.int32) for _ in range(4))
+        graph = held = None
+        for s in range(steps):
+            p = prompt + s
+            cells_d.set(cell_of[p:p + 1], stream=stream)
+            pos_d.set(np.array([p], np.int32), stream=stream)
+            lens_d.set(np.array([p + 1], np.int32), stream=stream)
+            for i in range(len(GEMMA_LAYERS)):
+                qkv[i].set(rng.standard_normal((1, (hq + 2 * hkv) * d)).astype(np.float32), stream=stream)
+                out[i].fill(np.nan)
+                work[i].fill(np.nan)
+            run = lambda: layers(qkv, cells_d, pos_d, tab_d, lens_d, seqs_d, q_out, out, work, **kw)
+            if mode == "eager":
+                res = run()
+            elif mode == "pdl" or s == 0:
+                with overlapped():
+                    res = run()
+            else:
+                if graph is None:
+                    with overlapped():
+                        stream.begin_capture(rt.streamCaptureModeRelaxed)
+                        held = run()                             # its q8 buffers: the graph writes them
+                        graph = stream.end_capture()
+                graph.launch(stream)
+                res = held
+            stream.synchronize()
+            check(f"decode step {s} (position {p})", 1, np.array([p], np.int32), np.array([p + 1], np.int32),
+                  q_out, out, res)
+    return results
+
+
+@gpu
+@pytest.mark.parametrize("prompt,width", [(9, 256), (9, 1024), (600, 1024)])
+@pytest.mark.parametrize("mode", ["eager", "pdl", "graph"])
+@pytest.mark.parametrize("path", list(GEMMA_PATHS))
+def test_gemma_shaped_decode(prompt, width, mode, path):
+    """Gemma 3's decode, step by step (gemma_decode): a 9-position prompt (one tile, one split of
+    work whatever the grid) and a 600-position one (past the 512 window: the sliding layer's range
+    starts at p - 511; 10 tiles for the global layer), tables 256 and 1024 wide (4 splits, or 16
+    global / 8 sliding), eager, with PDL, and in a graph replayed over the steps. Paths: the split
+    rule, one split, and both decode shortcuts forced at head dim 256 (which does not take them by
+    default): old rows copied before the wait with the global merge, and with a cluster merge.
+    Every output equals the reference over the pools the step left, and its q8 codes are exact."""
+    from gpu_rounding import q8_blocks
+    for what, got, ref, res in gemma_decode(prompt, width, mode, GEMMA_PATHS[path]):
+        assert_mma_close(got, ref, (prompt, width, mode, path, what))
+        if hasattr(res, "q"):
+            import cupy
+            codes, dd, _ = q8_blocks(got.reshape(got.shape[0], -1))
+            np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes, what)
+            np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(dd.shape), dd, what)

@@ -48,6 +48,10 @@ EARLY_FETCH = {
     "attn_kernel": (r"\bq\[", r"\bout\[", r"part_acc", r"part_ml", r"\bsq\[", r"\bsp\[", r"\bsacc\[",
                     r"\bsml\[", r"__ldg", r"k_pool\[", r"v_pool\[", r"\bkb\[", r"\bvb\[", r"\bx[qds]\b",
                     r"atomic", r"counter", r"__syncthreads"),
+    # K/V rows of positions below the step's lowest new one start copying (cp.async, not waited on)
+    "attn_mma_kernel": (r"[(\s]q\s*\+", r"\bq\[", r"\bout\[", r"part_acc\[", r"part_ml\[", r"end_row", r"merge\w*\(",
+                        r"\bsQ\b\s*\+", r"atomic", r"counter", r"\bx[qds]\b", r"mma_bf16", r"cp_wait", r"k_pool\[",
+                        r"v_pool\[", r"issue\([^)]*k(All|New)Rows", r"cluster_sync"),
 }
 
 

@@ -97,6 +97,53 @@ def mma_blocks_per_sm(d: int, mw: int, stages: int) -> int:
     return min(1 if mw == 8 else 2, SMEM_PER_SM // (per + SMEM_RESERVED))
 
 
+# Decode splits merged in a thread block cluster (attention_mma.cu): with one token a block and at
+# most MMA_CLUSTER splits (a graph's 1024-wide table gives 16), a (token, kv head, head chunk)'s
+# splits are the blocks of one cluster, the split count rounded up to a power of two (the grid's
+# x; blocks past the work only wait at the cluster's two barriers). They merge their partials
+# through distributed shared memory: no partials in global memory, fence, counter, or last block
+# reading them back from L2. More splits take that global path. 16 is past the portable 8: the
+# function attribute allows it; blocks too large for two per SM (head dim 256) stop at 8, so that a
+# cluster needs at most 8 SMs of a GPC.
+MMA_CLUSTER = 16
+CLUSTER_SIZES = (1, 2, 4, 8, 16)
+
+# Head dims whose decode takes the two shortcuts by default: the cluster merge (mma_cluster) and the
+# K/V rows copied before pdl_wait (mma_early). Head dim 256 (Gemma 3) keeps the global merge and
+# copies after the wait. At 5ac370d, with both on everywhere, Gemma 3's teacher-forced decode golden
+# gave a different token at a step of margin 1.13 while SmolLM2's goldens (head dim 64, shortcuts
+# taken in its graphs) and every attention test at head dims 64-256 passed; that test's steps run
+# eagerly with one split, where neither shortcut changes what the kernel reads or computes, so the
+# cause is not known (bench/results/NOTES.md). force_cluster and force_early take them at 256 too.
+SHORTCUT_DIMS = (64, 128)
+
+
+def mma_early(d: int) -> bool:
+    """Whether decode with head dim d copies its old K/V rows before pdl_wait by default."""
+    return d in SHORTCUT_DIMS
+
+
+def mma_cluster_cap(d: int, mw: int, stages: int) -> int:
+    """The most blocks a cluster of attn_mma_kernel<d, mw, stages> may have (1: no clusters)."""
+    if mw != 1:
+        return 1
+    return MMA_CLUSTER if mma_blocks_per_sm(d, mw, stages) >= 2 else 8
+
+
+def mma_cluster(d: int, mw: int, stages: int, splits: int) -> int:
+    """Blocks per cluster of attn_mma_kernel<d, mw, stages> at `splits` splits: 1 (partials
+    merged through global memory) or the power of two 2..16 at or above splits (one cluster a
+    token's splits, merged in distributed shared memory), the latter for SHORTCUT_DIMS only."""
+    if mw != 1 or splits <= 1 or d not in SHORTCUT_DIMS:
+        return 1
+    if splits > mma_cluster_cap(d, mw, stages):
+        return 1
+    c = 2
+    while c < splits:
+        c *= 2
+    return c
+
+
 MMA_STAGES = (2, 3, 4)
 # every instance that fits (attention_mma.cu instantiates the same list for the compile test)
 MMA_VARIANTS = tuple((d, mw, st) for d in HEAD_DIMS for mw in (1, 4, 8) for st in MMA_STAGES
@@ -117,7 +164,61 @@ def _mma_kernel(d: int, mw: int, stages: int):
     kern = get_kernel("attention_mma", f"attn_mma_kernel<{d}, {mw}, {stages}>", name_expressions=_MMA_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = mma_smem(d, mw, stages)      # above the default 48 KB
     kern.fn.preferred_shared_memory_carveout = 100                        # two ~110 KB blocks need all of it
+    if mw == 1:
+        _allow_large_clusters(kern.fn)
     return kern
+
+
+# Cluster launches. CuPy can set neither a cluster shape nor the attribute that allows more than 8
+# blocks a cluster, so both go through the driver, beside kernels/launch.py's PDL launch (whose
+# structures this reuses; the natural home of _launch_cluster is that module, as a `cluster=`
+# argument of Kernel.__call__).
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14      # CUfunction_attribute in cuda.h
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4                     # CUlaunchAttributeID in cuda.h
+
+
+def _allow_large_clusters(fn) -> None:
+    import ctypes
+
+    from ..kernels import launch
+    lib = launch._driver()
+    rc = lib.cuFuncSetAttribute(ctypes.c_void_p(fn.kernel.ptr), CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                1)
+    if rc:
+        raise launch.KernelLaunchError(f"cuFuncSetAttribute(non-portable cluster size) failed ({rc})")
+
+
+def _launch_cluster(kern, grid, block, args, shared_mem: int, cluster: int) -> None:
+    """kern on the current stream with clusters of `cluster` blocks along x, and with programmatic
+    dependent launch where kern would take it (inside overlapped())."""
+    import ctypes
+
+    import cupy
+
+    from ..kernels import launch
+    attrs = (launch._Attr * 2)()
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    dims = (ctypes.c_uint * 3)(cluster, 1, 1)
+    ctypes.memmove(ctypes.addressof(attrs[0]) + launch._Attr.value.offset, dims, ctypes.sizeof(dims))
+    n = 1
+    if kern.pdl and launch._OVERLAP.get():
+        attrs[1] = launch._pdl_attr()
+        n = 2
+    cfg = launch._Config()
+    cfg.grid[:] = launch._dims(grid)
+    cfg.block[:] = launch._dims(block)
+    cfg.shared_mem = shared_mem
+    cfg.stream = cupy.cuda.get_current_stream().ptr
+    cfg.attrs = ctypes.cast(attrs, ctypes.POINTER(launch._Attr))
+    cfg.n_attrs = n
+    values = [launch._c_arg(a) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    lib = launch._driver()
+    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), kern.fn.kernel.ptr, params, None)
+    if rc:
+        err = ctypes.c_char_p()
+        lib.cuGetErrorName(rc, ctypes.byref(err))
+        raise launch.KernelLaunchError(f"cluster launch of {kern.name} failed: {(err.value or b'?').decode()} ({rc})")
 
 
 def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int, sms: int = 132,
@@ -252,7 +353,8 @@ def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
               force_splits: int | None = None, q8: bool = False, kernel: str = "mma",
-              force_stages: int | None = None, force_rows: int | None = None):
+              force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
+              force_early: bool | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -268,6 +370,11 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_stages, force_rows (benchmarks and tests, "mma" only): the pipeline depth (MMA_STAGES,
     MMA_DEPTH otherwise; the same result at every depth) and the rows of a block
     (MMA_ROWS, mma_plan's rule otherwise).
+    force_cluster (benchmarks and tests, "mma" only): blocks per cluster of a split decode step,
+    one of CLUSTER_SIZES, at least the split count (mma_cluster's rule otherwise); 1 merges the
+    splits through global memory.
+    force_early (benchmarks and tests, "mma" only): whether K/V rows below the step's lowest new
+    position are copied before pdl_wait (mma_early's rule otherwise; no effect outside overlapped()).
     """
     if kernel not in ("simt", "mma"):
         raise fail("attention", "kernel", '"simt" or "mma"', repr(kernel))
@@ -309,16 +416,26 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         blocks_z = -(-t // tpb)
         if blocks_z > 65535:
             raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
-        fn, grid, block = _mma_kernel(d, mw, stages), (splits, hkv * chunks, blocks_z), (32 * mma_warps(mw),)
+        cluster = mma_cluster(d, mw, stages, splits)
+        if force_cluster is not None:
+            cluster = int(force_cluster)
+            cap = mma_cluster_cap(d, mw, stages)
+            if cluster not in CLUSTER_SIZES or (cluster > 1 and (cluster > cap or cluster < splits)):
+                raise fail(op, "force_cluster", f"one of {CLUSTER_SIZES}, at least the {splits} splits and at "
+                           f"most {cap} for head_dim {d}, {16 * mw}-row blocks, {stages} stages", cluster)
+        fn, block = _mma_kernel(d, mw, stages), (32 * mma_warps(mw),)
+        grid = (cluster if cluster > 1 else splits, hkv * chunks, blocks_z)
         smem = mma_smem(d, mw, stages)
+        early = (np.int32(mma_early(d) if force_early is None else bool(force_early)),)
     else:
         heads = head_chunk(group)
         chunks = -(-group // heads)
         splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, _sm_count())
         fn, grid, block, smem = _kernel(f"attn_kernel<{d}, {heads}>"), (splits, hkv * chunks, t), (32 * WARPS,), 0
+        cluster, early = 1, ()
     if not 1 <= splits <= 65535:
         raise fail(op, "force_splits", "1..65535", splits)
-    if splits > 1:
+    if splits > 1 and cluster == 1:                  # partials through global memory
         n_acc, need = splits * t * hq * d, workspace_size(t, hq, d, splits)
         if workspace is None:
             workspace = cupy.empty(need, dtype=cupy.float32)
@@ -337,9 +454,11 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     vis = visible if visible is not None else np.uint64(0)           # a null pointer
     codes = q8_buffers(t, hq * d) if q8 and wants_q8(t, hq * d, True) else None
     qargs = codes if codes is not None else NO_CODES
-    fn(grid, block,
-       (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
-        tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
-        np.int32(window), np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs),
-       shared_mem=smem)
+    args = (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
+            tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
+            np.int32(window), *early, np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs)
+    if cluster > 1:
+        _launch_cluster(fn, grid, block, args, smem, cluster)
+    else:
+        fn(grid, block, args, shared_mem=smem)
     return with_codes(out, codes)
