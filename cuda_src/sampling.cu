@@ -74,6 +74,9 @@ __device__ __forceinline__ void sample_rows_body(
     chunk<C>(vocab, lo, hi);
     const float t = temperature[row];
     const int k = top_k[row];
+    const float tp = top_p[row], mp = min_p[row];      // loaded here, in the shadow of the first pass
+    const u64 sd = seed[row];
+    const u32 ps = (u32)position[row];
     const bool short_k = short_path && t > 0.f && k > 0 && k < vocab && k <= kTopkFast;
 
     RowDist rd;
@@ -87,11 +90,10 @@ __device__ __forceinline__ void sample_rows_body(
         if (C > 1) cluster_sync();          // the others may still read this block's TopkPub
         return;
     }
-    const u32 u24 = philox::bits24(seed[row], (u32)position[row], philox::kSample, 0u);
-    if (short_k && topk_short_path<C>(x, lo, hi, k, t, top_p[row], min_p[row], u24, tmax, rd, sm, tokens + row,
-                                      flags + row))
+    const u32 u24 = philox::bits24(sd, ps, philox::kSample, 0u);
+    if (short_k && topk_short_path<C>(x, lo, hi, k, t, tp, mp, u24, tmax, rd, sm, tokens + row, flags + row))
         return;                                                                      // 2.-6. on a short list
-    row_filter<C>(x, lo, hi, vocab, t, k, top_p[row], min_p[row], sm.slow, rd);     // 2.-5.
+    row_filter<C>(x, lo, hi, vocab, t, k, tp, mp, sm.slow, rd);                     // 2.-5.
     u64 run;                                // kept mass of the chunks before this block's
     const u64 kept = weight_sum<C>(x, lo, hi, rd, sm.slow, KeptE{}, &run);
     if (leader) flags[row] = 0;
