@@ -5,8 +5,8 @@
 // groups of eight, group g takes super-blocks g, g+4, ... of every one of the R rows, and each lane
 // owns 32 values of a super-block (kq_lanes.cuh). So a warp reads every weight byte once, in
 // 16-byte loads where the layout allows; the x codes a lane loads serve R rows; the loads of the
-// next super-block are issued before the arithmetic of this one, and the first ones before the
-// kernel waits for the one before it (pdl.cuh).
+// next super-block are issued before the arithmetic of this one (once the lane has settled this
+// one's bytes), and the first ones before the kernel waits for the one before it (pdl.cuh).
 // grid = (ceil(N / (R * kWarps / WS)),) block = (32 * kWarps,)
 #include "kq_lanes.cuh"
 #include "pdl.cuh"
@@ -33,23 +33,25 @@ gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* _
         for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
 
     if (row0 < n) {
-        const unsigned char* rows[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) rows[r] = w + (long long)min(row0 + r, n - 1) * row_bytes;
         const int stride = 4 * WS;
         int sb = (lane >> 3) + 4 * (wib % WS);
+        typename L::Row rows[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part);
         typename L::Regs cur[R];
         if (sb < nsb) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) L::load(rows[r] + sb * L::kBytes, part, cur[r]);
+            for (int r = 0; r < R; ++r) L::load(rows[r], sb, part, cur[r]);
         }
         pdl_wait();                     // the weights are no kernel's output: fetched before it
         while (sb < nsb) {
             const int nxt = sb + stride;
             typename L::Regs ahead[R];
-            if (nxt < nsb) {
 #pragma unroll
-                for (int r = 0; r < R; ++r) L::load(rows[r] + nxt * L::kBytes, part, ahead[r]);
+            for (int r = 0; r < R; ++r) {
+                L::settle(rows[r], part, cur[r]);
+                L::next(rows[r], stride);
+                L::load(rows[r], nxt, part, ahead[r], nxt < nsb);
             }
 #pragma unroll
             for (int m = 0; m < M; ++m) {
@@ -57,7 +59,7 @@ gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* _
                 L::load_x(xq + (long long)m * (k >> 2), xd + (long long)m * nsub, xs + (long long)m * nsub, sb,
                           part, xv);
 #pragma unroll
-                for (int r = 0; r < R; ++r) acc[r][m] += L::dot(cur[r], xv, part);
+                for (int r = 0; r < R; ++r) acc[r][m] = L::accumulate(acc[r][m], cur[r], xv, part);
             }
 #pragma unroll
             for (int r = 0; r < R; ++r) cur[r] = ahead[r];
@@ -91,7 +93,7 @@ gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* _
         for (int r = 0; r < R; ++r)
             if (row0 + r < n)
 #pragma unroll
-                for (int m = 0; m < M; ++m) y[(long long)m * n + row0 + r] = acc[r][m];
+                for (int m = 0; m < M; ++m) y[(long long)m * n + row0 + r] = acc[r][m] * L::kScale;
 }
 
 #ifdef GLIMMER_INSTANTIATE

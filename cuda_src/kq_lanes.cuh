@@ -1,23 +1,30 @@
 // kq_lanes.cuh — a k-quant super-block as eight lanes' shares of an int8 dot product.
 //
 // gemv_kq.cu gives each 256-value super-block of a weight row to eight consecutive lanes; lane
-// `part` (0..7) owns 32 of its values. Lanes<QT> says, for Q4_K and Q6_K:
-//   Regs, load(b, part, r)   the lane's raw bytes of super-block b, in the widest loads the layout
-//                            allows (all issued before any arithmetic needs them)
+// `part` (0..7) owns 32 of its values, and walks a row 4 * WS super-blocks at a time. Lanes<QT>
+// says, for Q4_K and Q6_K:
+//   Row, row(w, sb, part)    where the lane stands in the row that starts at w: at super-block sb
+//   next(row, n)             n super-blocks on (a multiple of 4)
+//   Regs, load(row, sb, part, r, on)  the lane's raw bytes of super-block sb (where row stands), in
+//                            the widest loads the layout allows; nothing is loaded when !on
+//   settle(row, part, r)     what the lane does with them once they have landed, before the
+//                            arithmetic (row still at that super-block)
 //   X, load_x(..., sb, part) the int8 codes (ops/q8.py: xq, xd = max|x|/127, xs = xd * sum) of the
 //                            x values those 32 weights multiply
-//   dot(r, x, part)          the lane's share of sum_i w_i * x_i in float; the eight shares of a
-//                            super-block add up to its whole dot product
+//   accumulate(acc, r, x, part)  acc + the lane's share of sum_i w_i * x_i in float, times 1 / kScale;
+//                            the eight shares of a super-block add up to its whole dot product
 // Q4_K: lane part holds bytes 16*part.. of qs: the low nibbles are values 16*(part&1).. of
 //   sub-block 2*(part>>1), the high nibbles the same values of the next sub-block. One 16-byte
 //   load for them and one for the header (d, dmin, 12 scale bytes); blocks are 144 = 9*16 bytes.
 // Q6_K: lane part (half h = part>>2, l0 = 8*(part&3)) holds l = l0..l0+7 of ggml's loop: ql[l],
 //   ql[l+32], qh[l] of its half, i.e. values l, l+32, l+64, l+96 of the half, each group of 8
 //   within one 16-value scale. Blocks are 210 bytes, so a block starts 2-byte aligned; its three
-//   8-byte pieces share one misalignment o = address & 7 and are read as aligned 16-byte windows
-//   (two 8-byte loads) and shifted into place in dot(). The codes are 0..63 for values q - 32:
-//   dot() takes dp4a of the raw codes and subtracts 32 * sum(x codes), which load_x makes once
-//   for all the rows a warp computes (a per-byte subtraction costs ~8 instructions per word).
+//   8-byte pieces share one misalignment o = address & 7, which is the same for every block a lane
+//   visits (4 blocks are 840 = 105 * 8 bytes), and are read as aligned 16-byte windows (two
+//   8-byte loads) and shifted into place by settle(). The weights go to dp4a as 4 * (q - 32), one
+//   signed byte each, built from the bits with no subtraction (codes()); each group's integer dot
+//   product times its int8 scale is exact in int and in float, so a lane converts one integer per
+//   group and multiplies by d once per super-block.
 // Everything is __host__ __device__ with host stand-ins for the intrinsics, so the CPU tests run
 // this code against gguf's dequantizer (tests/test_gemv_kq_lanes.py).
 #pragma once
@@ -44,9 +51,38 @@ GQ_HD V load_vec(const void* p) {
 GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
 GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
-GQ_HD u32 load4_a2(const u8* p) {        // 2-byte aligned
-    const u16* h = reinterpret_cast<const u16*>(p);
-    return (u32)h[0] | ((u32)h[1] << 16);
+// Global loads through a pointer the compiler cannot trace to a kernel argument (opaque() below),
+// which would otherwise be generic ones, skipped when `on` is false (the result is then
+// unspecified). A predicate rather than a branch: ptxas may move a branch's block of loads past
+// the arithmetic that follows it, and then they have no time to land. 8 bytes (8-byte aligned),
+// a signed byte, 16 bits (2-byte aligned).
+GQ_HD u32x2 global8(const u8* p, bool on) {
+#ifdef __CUDA_ARCH__
+    u32x2 v;
+    asm("{ .reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global.v2.u32 {%0, %1}, [%2]; }"
+        : "=r"(v.x), "=r"(v.y) : "l"(p), "r"((int)on));
+    return v;
+#else
+    return on ? load8(p) : u32x2{0, 0};
+#endif
+}
+GQ_HD int global_s8(const u8* p, bool on) {
+#ifdef __CUDA_ARCH__
+    int v;
+    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.s8 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
+    return v;
+#else
+    return on ? *reinterpret_cast<const i8*>(p) : 0;
+#endif
+}
+GQ_HD u16 global_u16(const u8* p, bool on) {      // 2-byte aligned
+#ifdef __CUDA_ARCH__
+    u16 v;
+    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u16 %0, [%1]; }" : "=h"(v) : "l"(p), "r"((int)on));
+    return v;
+#else
+    return on ? *reinterpret_cast<const u16*>(p) : 0;
+#endif
 }
 
 GQ_HD int dp4a(u32 a, u32 b, int c) {    // c + dot of the four signed bytes of a and b
@@ -66,7 +102,43 @@ GQ_HD u32 shift_right64(u32 lo, u32 hi, int bits) {   // low word of (hi:lo) >> 
 #endif
 }
 
-GQ_HD int signed_byte(u32 w, int i) { return (int)(i8)(w >> (8 * i)); }
+// (v & kMask) ^ kFlip in one lop3 (the compiler splits it when a mask is shared)
+template <u32 kMask, u32 kFlip>
+GQ_HD u32 mask_flip(u32 v) {
+#ifdef __CUDA_ARCH__
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(r) : "r"(v), "n"(kMask), "n"(kFlip));   // (a & b) ^ c
+    return r;
+#else
+    return (v & kMask) ^ kFlip;
+#endif
+}
+
+// mask's bits from a, the others from b: one lop3, which the compiler does not always find itself
+GQ_HD u32 bitselect(u32 a, u32 b, u32 mask) {
+#ifdef __CUDA_ARCH__
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(a), "r"(b), "r"(mask));   // (a & c) | (b & ~c)
+    return r;
+#else
+    return (a & mask) | (b & ~mask);
+#endif
+}
+
+// v, with its derivation hidden from the compiler: a value fixed before a loop stays in a register
+// instead of being recomputed from its inputs on every trip
+GQ_HD int opaque(int v) {
+#ifdef __CUDA_ARCH__
+    asm("" : "+r"(v));
+#endif
+    return v;
+}
+GQ_HD const u8* opaque(const u8* p) {
+#ifdef __CUDA_ARCH__
+    asm("" : "+l"(p));
+#endif
+    return p;
+}
 
 // The 6-bit scales and mins of Q4_K sub-blocks 0..3 (j < 4) or 4..7, one per byte of sc and mn,
 // from the block's 16-byte header (d, dmin, 12 scale bytes); ggml's get_scale_min_k4 on words.
@@ -81,12 +153,20 @@ template <class QT> struct Lanes;
 
 template <> struct Lanes<Q4_K> {
     static constexpr int kBytes = 144;
+    struct Row { const u8* w; };                   // the row's start: a block is found from sb
     struct Regs { u32x4 hd, qs; };
     struct X { u32x4 a, b; float da, db, sa, sb; };
+    static constexpr float kScale = 1.f;
 
-    GQ_HD static void load(const u8* b, int part, Regs& r) {
-        r.hd = load16(b);
-        r.qs = load16(b + 16 + 16 * part);
+    GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
+    GQ_HD static void next(Row&, int) {}
+    GQ_HD static void settle(const Row&, int, Regs&) {}
+    GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
+        if (on) {
+            const u8* b = row.w + sb * kBytes;
+            r.hd = load16(b);
+            r.qs = load16(b + 16 + 16 * part);
+        }
     }
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {
         const int c = part >> 1, h = part & 1;
@@ -120,38 +200,37 @@ template <> struct Lanes<Q4_K> {
         }
         return acc;
     }
+    GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int part) { return acc + dot(r, x, part); }
 };
 
 template <> struct Lanes<Q6_K> {
     static constexpr int kBytes = 210;
-    // win[j]: the aligned 16 bytes holding piece j (ql[l0..], ql[l0+32..], qh[l0..] of the half)
-    struct Regs { u32x2 win[3][2]; u32 sc0, sc1; u16 d; int o; };
-    struct X { u32x2 q[4]; int sum32[4]; float d[4]; };
+    // the lane's block b (2-byte aligned) and its misalignment o = address & 7
+    struct Row { const u8* b; int o; };
+    // win[j]: the aligned 16 bytes holding piece j (ql[l0..], ql[l0+32..], qh[l0..] of the half),
+    // after settle() the piece itself in win[j][0]; sc[t]: the int8 scale of group t, d the fp16 d
+    struct Regs { u32x2 win[3][2]; int sc[4]; u16 d; int o; };
+    // q[t]: the codes of x that meet group t (values 32t + l0.. of the half), d[t] their step
+    struct X { u32x2 q[4]; float d[4]; };
+    static constexpr float kScale = 0.25f;        // accumulate() adds 4 times the lane's share
 
-    GQ_HD static void load(const u8* b, int part, Regs& r) {
-        const int h = part >> 2, l0 = 8 * (part & 3);
-        r.o = (int)(reinterpret_cast<unsigned long long>(b) & 7);
-        const int off[3] = {64 * h + l0, 64 * h + 32 + l0, 128 + 32 * h + l0};
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-            const u8* p = b + off[j] - r.o;
-            r.win[j][0] = load8(p);
-            r.win[j][1] = r.o ? load8(p + 8) : u32x2{0, 0};   // within the block: qh ends at byte 192
-        }
-        r.sc0 = load4_a2(b + 192 + 8 * h);
-        r.sc1 = load4_a2(b + 196 + 8 * h);
-        r.d = *reinterpret_cast<const u16*>(b + 208);
+    GQ_HD static Row row(const u8* w, int sb, int) {
+        const u8* b = w + sb * kBytes;
+        return Row{b, opaque((int)(reinterpret_cast<unsigned long long>(b) & 7))};
     }
-    GQ_HD static void load_x(const int* xq, const float* xd, const float*, int sb, int part, X& x) {
+    GQ_HD static void next(Row& r, int n) { r.b = opaque(r.b + n * kBytes); }
+    GQ_HD static void load(const Row& row, int, int part, Regs& r, bool on = true) {
+        // the windows' offsets from the block's 8-byte aligned start
         const int h = part >> 2, l0 = 8 * (part & 3);
-        const u8* q = reinterpret_cast<const u8*>(xq) + sb * 256 + 128 * h + l0;
+        const int ql = opaque(64 * h + l0), qh = opaque(128 + 32 * h + l0);
+        const u8* a = reinterpret_cast<const u8*>(reinterpret_cast<unsigned long long>(row.b) & ~7ull);
+        const u8* const p[3] = {a + ql, a + ql + 32, a + qh};
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            x.q[t] = load8(q + 32 * t);
-            x.sum32[t] = dp4a(0x20202020u, x.q[t].y, dp4a(0x20202020u, x.q[t].x, 0));
+        for (int j = 0; j < 3; ++j) {           // both halves lie within the block (qh ends at byte 192)
+            r.win[j][0] = global8(p[j], on);
+            r.win[j][1] = global8(p[j] + 8, on);
         }
-        const f32x4 d = load_vec<f32x4>(xd + sb * 8 + 4 * h);   // 16-byte aligned: K/32 is a multiple of 8
-        x.d[0] = d.x; x.d[1] = d.y; x.d[2] = d.z; x.d[3] = d.w;
+        r.o = row.o;
     }
     // the 8 bytes at offset o of a 16-byte window
     GQ_HD static u32x2 piece(const u32x2 (&w)[2], int o) {
@@ -159,22 +238,55 @@ template <> struct Lanes<Q6_K> {
         const u32 w0 = o >= 4 ? w[0].y : w[0].x, w1 = o >= 4 ? w[1].x : w[0].y, w2 = o >= 4 ? w[1].y : w[1].x;
         return {shift_right64(w0, w1, bits), shift_right64(w1, w2, bits)};
     }
-    GQ_HD static float dot(const Regs& r, const X& x, int part) {
-        const u32x2 qa = piece(r.win[0], r.o), qb = piece(r.win[1], r.o), qh = piece(r.win[2], r.o);
-        const int is = (part & 3) >> 1;               // which 16-value scale of each group of 32
-        const float d = half_to_float(r.d);
-        float acc = 0.f;
+    // The pieces shifted into place, their windows let go; and the scales and d, loaded now rather
+    // than with the windows: their bytes follow qh in lines the windows have just brought in, and
+    // loaded a super-block ahead they would take four more registers and be copied every trip
+    GQ_HD static void settle(const Row& row, int part, Regs& r) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) r.win[j][0] = piece(r.win[j], r.o);
+        const int sc = opaque(192 + 8 * (part >> 2) + ((part & 3) >> 1));   // scales[8h + is + 2t]
+#pragma unroll
+        for (int t = 0; t < 4; ++t) r.sc[t] = global_s8(row.b + sc + 2 * t, true);
+        r.d = global_u16(row.b + 208, true);
+    }
+    GQ_HD static void load_x(const int* xq, const float* xd, const float*, int sb, int part, X& x) {
+        const int h = part >> 2, l0 = 8 * (part & 3);
+        const u8* q = reinterpret_cast<const u8*>(xq) + sb * 256 + 128 * h + l0;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) x.q[t] = load8(q + 32 * t);
+        const f32x4 d = load_vec<f32x4>(xd + sb * 8 + 4 * h);   // 16-byte aligned: K/32 is a multiple of 8
+        x.d[0] = d.x; x.d[1] = d.y; x.d[2] = d.z; x.d[3] = d.w;
+    }
+    // The weights of group t (q[t]), four values in a word, one signed byte each: 4 * (q - 32) for
+    // the 6-bit code q (ql nibble t / 2 below qh bits 2t, 2t+1), which dp4a takes as it is.
+    // 4q is the nibble in bits 2-5 under the qh field in bits 6-7, and subtracting 128 flips bit
+    // 7, so the top bit of every qh field is flipped first (h02: fields 0 and 2 of each byte, h13:
+    // fields 1 and 3). Each word is then one bit-select of a shifted ql word (bits 2-5) and a
+    // shifted qh word (bits 0-1, 6-7): what the qh shift carries into a byte's bits 0-1 is a field
+    // the mask cleared, and what either shift carries into bits 2-5 is not selected. 13
+    // instructions per pair of words against 16 for the codes 0..63 and a subtraction of 32 * x
+    // sums (8 dp4a per x row and super-block, 4 registers per x row).
+    GQ_HD static void codes(u32 la, u32 lb, u32 h, u32 (&q)[4]) {
+        const u32 h02 = mask_flip<0x33333333u, 0x22222222u>(h), h13 = mask_flip<0xCCCCCCCCu, 0x88888888u>(h);
+        q[0] = bitselect(la << 2, h02 << 6, 0x3C3C3C3Cu);
+        q[1] = bitselect(lb << 2, h13 << 4, 0x3C3C3C3Cu);
+        q[2] = bitselect(la >> 2, h02 << 2, 0x3C3C3C3Cu);
+        q[3] = bitselect(lb >> 2, h13, 0x3C3C3C3Cu);
+    }
+    // acc + 4 * d * sum_t xd_t * (sc_t * s_t), s_t the integer dot of group t's weights with x.
+    // Exact in int and as a float: |s_t| <= 8 * 128 * 127, |sc_t * s_t| <= 128 * 130048 < 2^24.
+    GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
+        const u32x2 qa = r.win[0][0], qb = r.win[1][0], qh = r.win[2][0];
+        u32 q0[4], q1[4];
+        codes(qa.x, qb.x, qh.x, q0);
+        codes(qa.y, qb.y, qh.y, q1);
+        float sum = 0.f;
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-            const u32x2 ql = (t & 1) ? qb : qa;
-            const int ns = 4 * (t >> 1), hs = 2 * t;
-            const u32 q0 = ((ql.x >> ns) & 0x0F0F0F0Fu) | (((qh.x >> hs) & 0x03030303u) << 4);
-            const u32 q1 = ((ql.y >> ns) & 0x0F0F0F0Fu) | (((qh.y >> hs) & 0x03030303u) << 4);
-            const int s = dp4a(q1, x.q[t].y, dp4a(q0, x.q[t].x, 0)) - x.sum32[t];
-            const int sc = signed_byte(t < 2 ? r.sc0 : r.sc1, is + 2 * (t & 1));
-            acc += x.d[t] * (d * (float)sc) * (float)s;
+            const int s = dp4a(q1[t], x.q[t].y, dp4a(q0[t], x.q[t].x, 0));
+            sum += x.d[t] * (float)(r.sc[t] * s);
         }
-        return acc;
+        return acc + half_to_float(r.d) * sum;
     }
 };
 

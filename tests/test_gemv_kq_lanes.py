@@ -20,25 +20,44 @@ HARNESS = r"""
 #include "kq_lanes.cuh"
 using namespace gguf;
 
+// as gemv_kq_kernel walks a row: each lane of a group of eight starts at super-block first < step
+// and moves step on (step = 4 * WS); a part that is not only_part (when >= 0) is left out
 template <class QT>
-static double row_dot(const u8* row, int k, const int* xq, const float* xd, const float* xs, int only_part) {
+static double row_dot(const u8* row, int k, const int* xq, const float* xd, const float* xs, int only_part,
+                      int step) {
+    typedef Lanes<QT> L;
     double sum = 0.0;
-    for (int sb = 0; sb < k / 256; ++sb)
-        for (int part = 0; part < 8; ++part) {
-            if (only_part >= 0 && part != only_part) continue;
-            typename Lanes<QT>::Regs r;
-            typename Lanes<QT>::X x;
-            Lanes<QT>::load(row + sb * Lanes<QT>::kBytes, part, r);
-            Lanes<QT>::load_x(xq, xd, xs, sb, part, x);
-            sum += Lanes<QT>::dot(r, x, part);
+    for (int part = 0; part < 8; ++part) {
+        if (only_part >= 0 && part != only_part) continue;
+        for (int first = 0; first < step; ++first) {
+            typename L::Row rw = L::row(row, first, part);
+            for (int sb = first; sb < k / 256; sb += step) {
+                typename L::Regs r;
+                typename L::X x;
+                L::load(rw, sb, part, r);
+                L::settle(rw, part, r);
+                L::load_x(xq, xd, xs, sb, part, x);
+                sum += L::accumulate(0.f, r, x, part);
+                L::next(rw, step);
+            }
         }
-    return sum;
+    }
+    return sum * L::kScale;
+}
+
+// Lanes<Q6_K>::codes over n triples of words (ql of groups 0/2, ql of groups 1/3, qh): q has 4n words
+extern "C" void q6k_codes(const u32* la, const u32* lb, const u32* h, u32* q, int n) {
+    for (int i = 0; i < n; ++i) {
+        u32 out[4];
+        Lanes<Q6_K>::codes(la[i], lb[i], h[i], out);
+        for (int t = 0; t < 4; ++t) q[4 * i + t] = out[t];
+    }
 }
 
 extern "C" int kq_row_dot(int type, const u8* row, int k, const int* xq, const float* xd, const float* xs,
-                          int only_part, double* out) {
-    if (type == Q4_K::kType) *out = row_dot<Q4_K>(row, k, xq, xd, xs, only_part);
-    else if (type == Q6_K::kType) *out = row_dot<Q6_K>(row, k, xq, xd, xs, only_part);
+                          int only_part, int step, double* out) {
+    if (type == Q4_K::kType) *out = row_dot<Q4_K>(row, k, xq, xd, xs, only_part, step);
+    else if (type == Q6_K::kType) *out = row_dot<Q6_K>(row, k, xq, xd, xs, only_part, step);
     else return 1;
     return 0;
 }
@@ -49,24 +68,52 @@ extern "C" int kq_row_dot(int type, const u8* row, int k, const int* xq, const f
 def lanes_lib(tmp_path_factory):
     dll = build_host_library(HARNESS, tmp_path_factory.mktemp("kq"), "kq")
     dll.kq_row_dot.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+                               ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    dll.q6k_codes.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int]
     return dll
 
 
-def lane_dot(lib, qtype, row, k, codes, d, s, only_part=-1) -> float:
+def test_q6k_codes_are_four_times_the_centred_values(lanes_lib):
+    """Every ql / qh byte pair: byte j of code word t is 4 * (q - 32) as a signed byte, q the 6-bit
+    value ggml builds from ql nibble t / 2 (of the ql word of group t % 2) and qh bits 2t, 2t+1."""
+    a = np.arange(1 << 16, dtype=np.uint32)
+    ql, qh = (a & 0xFF).astype(np.uint8), (a >> 8).astype(np.uint8)      # every (ql, qh) byte pair
+    # byte j of word i: the pairs rolled by 4j + 1 (la) and 4j + 3 (lb, h), so every pair meets
+    # every group in every byte, next to different neighbours
+    lanes = [np.roll(ql, 4 * j + 1) for j in range(4)], [np.roll(ql, 4 * j + 3) for j in range(4)], \
+        [np.roll(qh, 4 * j + 3) for j in range(4)]
+    la, lb, h = (np.stack(w, axis=1).view(np.uint32).ravel() for w in lanes)
+    q = np.zeros(4 * la.size, np.uint32)
+    lanes_lib.q6k_codes(la.ctypes.data, lb.ctypes.data, h.ctypes.data, q.ctypes.data, la.size)
+    got = q.reshape(-1, 4).view(np.int8).reshape(-1, 4, 4)            # (word, t, byte j)
+    qla, qlb, qhb = (np.stack(w, axis=1).reshape(-1, 4).astype(np.int32) for w in lanes)
+    for t in range(4):
+        nib = ((qla if t % 2 == 0 else qlb) >> (4 * (t // 2))) & 0x0F
+        want = 4 * ((nib | (((qhb >> (2 * t)) & 3) << 4)) - 32)
+        np.testing.assert_array_equal(got[:, t, :], want, err_msg=f"group {t}")
+
+
+def lane_dot(lib, qtype, row, k, codes, d, s, only_part=-1, step=4) -> float:
     out = ctypes.c_double()
     xq = np.ascontiguousarray(codes).view(np.int32)
     assert lib.kq_row_dot(int(qtype), row.ctypes.data, k, xq.ctypes.data, d.ctypes.data, s.ctypes.data,
-                          only_part, ctypes.byref(out)) == 0
+                          only_part, step, ctypes.byref(out)) == 0
     return out.value
 
 
-@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
-@pytest.mark.parametrize("k", [256, 768, 4096])
-def test_lane_shares_sum_to_the_dot_product(lanes_lib, qtype, k):
-    rng = np.random.default_rng([int(qtype), k])
-    rows = 9                       # Q6_K rows of 210-byte blocks start at every 2-byte misalignment
-    data = np.ascontiguousarray(random_blocks(qtype, rows, k, rng, std=1.0))
+def at_offset(row: np.ndarray, shift: int) -> np.ndarray:
+    """The bytes of row in a buffer of their own that starts shift bytes past an 8-byte boundary."""
+    buf = np.zeros(row.nbytes + 16, np.uint8)
+    start = (-buf.ctypes.data) % 8 + shift
+    out = buf[start:start + row.nbytes]
+    out[:] = row
+    return out
+
+
+def check_rows(lib, qtype, data, k, rng, steps=(4,), shift=None):
+    """Every row of data (blocks of qtype) against gguf: the lanes' shares, walked as the kernel
+    walks with each step, add up to the row's dot product with fresh int8-quantized x."""
+    rows = data.shape[0]
     w = gguf_dequantize(data, qtype).astype(np.float64).reshape(rows, k)
     for r in range(rows):
         x = rng.normal(0, 1, k).astype(np.float32)
@@ -74,10 +121,33 @@ def test_lane_shares_sum_to_the_dot_product(lanes_lib, qtype, k):
         codes, d, s = q8(x)
         xhat = codes.astype(np.float64) * np.repeat(d.astype(np.float64), 32)
         want = float(w[r] @ xhat)
-        row = np.ascontiguousarray(data[r])
-        got = lane_dot(lanes_lib, qtype, row, k, codes, d, s)
+        row = np.ascontiguousarray(data[r]) if shift is None else at_offset(data[r], shift)
         scale = float(np.abs(w[r] * xhat).sum())
-        assert abs(got - want) <= 1e-5 * scale, f"{qtype.name} k={k} row {r}: {got} vs {want} (scale {scale})"
+        for step in steps:
+            got = lane_dot(lib, qtype, row, k, codes, d, s, step=step)
+            assert abs(got - want) <= 1e-5 * scale, \
+                f"{qtype.name} k={k} row {r} step {step} shift {shift}: {got} vs {want} (scale {scale})"
+
+
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("k", [256, 768, 2560, 4096])
+def test_lane_shares_sum_to_the_dot_product(lanes_lib, qtype, k):
+    """Steps 4, 8, 16: one, two and four warps sharing a row (WS); 2560 = 10 super-blocks, not a
+    whole number of steps."""
+    rng = np.random.default_rng([int(qtype), k])
+    rows = 9                       # Q6_K rows of 210-byte blocks start at every 2-byte misalignment
+    data = np.ascontiguousarray(random_blocks(qtype, rows, k, rng, std=1.0))
+    check_rows(lanes_lib, qtype, data, k, rng, steps=(4, 8, 16))
+
+
+@pytest.mark.parametrize("shift", [0, 2, 4, 6])
+def test_q6k_rows_at_every_alignment(lanes_lib, shift):
+    """A Q6_K row whose first block starts `shift` bytes past an 8-byte boundary: each lane reads
+    its pieces as aligned windows and keeps the misalignment from the first block it reads."""
+    rng = np.random.default_rng(shift)
+    k = 2048
+    data = np.ascontiguousarray(random_blocks(QType.Q6_K, 3, k, rng, std=1.0))
+    check_rows(lanes_lib, QType.Q6_K, data, k, rng, steps=(4, 8), shift=shift)
 
 
 @pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
