@@ -153,11 +153,11 @@ template <class QT> struct Lanes;
 
 template <> struct Lanes<Q4_K> {
     static constexpr int kBytes = 144;
-    struct Row { const u8* w; };
+    struct Row { const u8* w; };                   // the row's start: a block is found from sb
     struct Regs { u32x4 hd, qs; };
     struct X { u32x4 a, b; float da, db, sa, sb; };
-
     static constexpr float kScale = 1.f;
+
     GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
     GQ_HD static void next(Row&, int) {}
     GQ_HD static void settle(const Row&, int, Regs&) {}
