@@ -114,29 +114,27 @@ __device__ __forceinline__ void take(float l, int i, float& lmax, int& amax, int
     take_better(lmax, amax, l != l ? neg_inf() : l, i);
 }
 
-// Step 1 (row_max's result: max, lowest argmax, non-finite) over [lo, hi) of the global row x,
-// copying the chunk to cache[0, hi - lo) unless cache is null. Order does not matter: the pair
+// Max, lowest argmax and the non-finite check of a thread's share of [lo, hi) of the global row x,
+// in a block of T threads: float4 loads, U in flight per thread, when x + lo is 16-byte aligned;
+// the chunk is copied to cache[0, hi - lo) unless cache is null. Order does not matter: the pair
 // (value, lowest id of the maximum) and the OR are the same in any order.
-template <int C>
-__device__ __forceinline__ void max_pass(const float* __restrict__ x, int lo, int hi, float* cache, Smem& sm,
-                                         RowDist& rd) {
-    constexpr int U = 4;                    // float4 loads in flight per thread
-    float lmax = neg_inf();
-    int amax = 0x7fffffff;
-    int bad = 0;
+template <int T>
+__device__ __forceinline__ void scan_max(const float* __restrict__ x, int lo, int hi, float* cache, float& lmax,
+                                         int& amax, int& bad) {
+    constexpr int U = 4;
     if ((((size_t)(x + lo)) & 15) == 0) {
         const int n4 = (hi - lo) >> 2;
         const float4* x4 = reinterpret_cast<const float4*>(x + lo);
-        for (int j0 = threadIdx.x; j0 < n4; j0 += U * kThreads) {
+        for (int j0 = threadIdx.x; j0 < n4; j0 += U * T) {
             float4 v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int j = j0 + u * kThreads;
+                const int j = j0 + u * T;
                 v[u] = j < n4 ? __ldcs(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int j = j0 + u * kThreads;
+                const int j = j0 + u * T;
                 if (j < n4) {
                     if (cache) reinterpret_cast<float4*>(cache)[j] = v[u];
                     const int i = lo + 4 * j;
@@ -147,22 +145,22 @@ __device__ __forceinline__ void max_pass(const float* __restrict__ x, int lo, in
                 }
             }
         }
-        for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += kThreads) {
+        for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += T) {
             const float l = x[i];
             if (cache) cache[i - lo] = l;
             take(l, i, lmax, amax, bad);
         }
     } else {
-        for (int i0 = lo + threadIdx.x; i0 < hi; i0 += U * kThreads) {
+        for (int i0 = lo + threadIdx.x; i0 < hi; i0 += U * T) {
             float v[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int i = i0 + u * kThreads;
+                const int i = i0 + u * T;
                 v[u] = i < hi ? __ldcs(x + i) : 0.f;
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int i = i0 + u * kThreads;
+                const int i = i0 + u * T;
                 if (i < hi) {
                     if (cache) cache[i - lo] = v[u];
                     take(v[u], i, lmax, amax, bad);
@@ -170,6 +168,17 @@ __device__ __forceinline__ void max_pass(const float* __restrict__ x, int lo, in
             }
         }
     }
+}
+
+// Step 1 (row_max's result) over [lo, hi) of the global row x for a block of the cluster,
+// copying the chunk to cache unless it is null.
+template <int C>
+__device__ __forceinline__ void max_pass(const float* __restrict__ x, int lo, int hi, float* cache, Smem& sm,
+                                         RowDist& rd) {
+    float lmax = neg_inf();
+    int amax = 0x7fffffff;
+    int bad = 0;
+    scan_max<kThreads>(x, lo, hi, cache, lmax, amax, bad);
     finish_row_max<C>(lmax, amax, bad, sm, rd);   // its barrier also orders the cache's writes
 }
 
@@ -354,33 +363,7 @@ __device__ __forceinline__ void verify_greedy_body(
         const int lo = min(vocab, s * per), hi = min(vocab, lo + per);
         float lmax = neg_inf();
         int amax = 0x7fffffff;
-        constexpr int U = 4;
-        if ((((size_t)(x + lo)) & 15) == 0) {
-            const int n4 = (hi - lo) >> 2;
-            const float4* x4 = reinterpret_cast<const float4*>(x + lo);
-            for (int j0 = threadIdx.x; j0 < n4; j0 += U * kGreedyThreads) {
-                float4 v[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int j = j0 + u * kGreedyThreads;
-                    v[u] = j < n4 ? __ldcs(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int j = j0 + u * kGreedyThreads;
-                    if (j < n4) {
-                        const int i = lo + 4 * j;
-                        take(v[u].x, i, lmax, amax, bad);
-                        take(v[u].y, i + 1, lmax, amax, bad);
-                        take(v[u].z, i + 2, lmax, amax, bad);
-                        take(v[u].w, i + 3, lmax, amax, bad);
-                    }
-                }
-            }
-            for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += kGreedyThreads) take(x[i], i, lmax, amax, bad);
-        } else {
-            for (int i = lo + threadIdx.x; i < hi; i += kGreedyThreads) take(__ldcs(x + i), i, lmax, amax, bad);
-        }
+        scan_max<kGreedyThreads>(x, lo, hi, nullptr, lmax, amax, bad);
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
