@@ -162,7 +162,7 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
 }
 
 // Pairwise work over a list of n entries in shared memory, spread over the block: entry j has the
-// s consecutive threads (s a power of two <= smax <= 32, the largest with s * n <= kThreads) of
+// s consecutive threads (s a power of two <= 32, the largest with s * n <= kThreads) of
 // j * s .. j * s + s - 1, thread q of them takes the slice q, q + s, ... of the list, and seg_sum
 // adds the s partial results (every thread of the block calls it; each of the s gets the sum).
 struct Seg {
@@ -170,9 +170,9 @@ struct Seg {
     bool on;                                // j < n
 };
 
-__device__ __forceinline__ Seg segment(int n, int smax = 32) {
+__device__ __forceinline__ Seg segment(int n) {
     Seg g;
-    g.s = smax;
+    g.s = 32;
     while (g.s > 1 && g.s * n > kThreads) g.s >>= 1;
     g.j = threadIdx.x / g.s;
     g.q = threadIdx.x & (g.s - 1);
@@ -331,10 +331,6 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
     return C == 1 ? sm.pub.n : ld_cluster_u32(n_at);
 }
 
-// Threads per list entry in the last block's steps (at most): 4 keep the pairwise loops short at
-// the lists' usual ~1.2k entries, where 32 made ~900 threads repeat each entry's exp and sums.
-constexpr int kListLanes = 4;
-
 // One list entry as the threads of its segment hold it after list_weights.
 struct ListEntry {
     Seg sg;
@@ -355,7 +351,7 @@ __device__ __forceinline__ ListEntry list_weights(int n, int k, float t, float t
     if (tid == 0) w.tau_key = 0xffffffffu;
     __syncthreads();
     ListEntry le;
-    le.sg = segment(n, kListLanes);
+    le.sg = segment(n);
     const Seg& sg = le.sg;
     const bool mine = sg.on;
     le.lead = mine && sg.q == 0;
