@@ -40,13 +40,24 @@ __device__ __forceinline__ u32 cluster_rank() {
     return r;
 }
 
+// The 32-bit shared-window address of p (a __shared__ address of this block).
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// The same shared variable in the block of rank `rank` of the cluster.
+__device__ __forceinline__ u32 map_rank(u32 local, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+    return r;
+}
+
 // The u64 at `p` (a __shared__ address of this block) in the shared memory of block `rank`.
 __device__ __forceinline__ u64 remote_u64(const u64* p, u32 rank) {
-    u32 local, remote;
     u64 v;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(local) : "l"(p));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(remote) : "memory");
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(map_rank(smem_addr(p), rank)) : "memory");
     return v;
 }
 
@@ -83,13 +94,18 @@ __device__ __forceinline__ void take_better(float& v, int& i, float v2, int i2) 
     }
 }
 
+// (v, i) becomes the best pair of its warp (every lane gets it).
+__device__ __forceinline__ void warp_best(float& v, int& i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        take_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+}
+
 // Argmax over the cluster; every thread gets the result.
 template <int C>
 __device__ __forceinline__ void cluster_argmax(float& v, int& i, float* sv, int* si, u64* slot) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        take_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+    warp_best(v, i);
     if (lane == 0) {
         sv[warp] = v;
         si[warp] = i;
@@ -98,9 +114,7 @@ __device__ __forceinline__ void cluster_argmax(float& v, int& i, float* sv, int*
     if (warp == 0) {
         v = sv[lane];
         i = si[lane];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            take_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+        warp_best(v, i);
         if (lane == 0) {
             sv[0] = v;
             si[0] = i;

@@ -32,18 +32,6 @@ constexpr int kTopkList = kThreads;         // list entries: one per thread of t
 
 // ---------------------------------------------------------------- distributed shared memory
 
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-__device__ __forceinline__ u32 map_rank(u32 local, u32 rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
-    return r;
-}
-
 __device__ __forceinline__ uint4 ld_cluster_v4(u32 addr) {
     uint4 v;
     asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -69,10 +57,11 @@ __device__ __forceinline__ u32 add_cluster_u32(u32 addr, u32 v) {
 
 // ---------------------------------------------------------------- reading a chunk
 
-// f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, U in flight per
+// f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, four in flight per
 // thread, and single loads for the ends. Every thread of the block calls it.
-template <int U = 4, class F>
+template <class F>
 __device__ __forceinline__ void for_chunk(const float* __restrict__ x, int lo, int hi, F&& f) {
+    constexpr int U = 4;
     const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
     const int a = min(hi, lo + ((4 - mis) & 3));
     const int nv = (hi - a) >> 2;
@@ -226,9 +215,7 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
         if ((lane & (g - 1)) == 0) sm.pub.gmax[threadIdx.x / g] = mine;
     }
     // the block's max and lowest argmax (as cluster_argmax's first half)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        take_better(lmax, amax, __shfl_xor_sync(0xffffffffu, lmax, o), __shfl_xor_sync(0xffffffffu, amax, o));
+    warp_best(lmax, amax);
     TopkWork& w = sm.fast;
     if (lane == 0) {
         w.fsh[warp] = lmax;
@@ -238,9 +225,7 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
     TOPK_CLOCK(2);
     lmax = w.fsh[lane];
     amax = reinterpret_cast<int*>(w.sh)[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        take_better(lmax, amax, __shfl_xor_sync(0xffffffffu, lmax, o), __shfl_xor_sync(0xffffffffu, amax, o));
+    warp_best(lmax, amax);
     if (threadIdx.x == 0) {
         sm.pub.v = lmax;
         sm.pub.i = amax;
@@ -336,19 +321,17 @@ struct ListEntry {
     Seg sg;
     bool lead;                              // thread q = 0 of the entry
     int id;
-    float e;                                // exp_rel of its logit (0 unless top-k keeps it)
     u64 w;                                  // its weight in the draw: E if kept by every filter, else 0
 };
 
 // Steps 2-5 on rank 0's list of n (<= kTopkList) entries, which holds every id top-k keeps: top-k
-// (kept when fewer than k entries are larger), E and S, top-p, min-p, all by row_filter's rules.
-// Leaves each entry's weight in w.lw[j] and returns the sum of the weights in *total; rd gets kth
-// (the smallest kept logit) and e_min, so kept_weight(rd, x, i, ...) gives any id's weight.
-__device__ __forceinline__ ListEntry list_weights(int n, int k, float t, float top_p, float min_p, RowDist& rd,
+// (kept when fewer than k entries are larger), E and S (e relative to the row's max lmax), top-p,
+// min-p, all by row_filter's rules. Leaves each entry's weight in w.lw[j] and returns the sum of
+// the weights in *total.
+__device__ __forceinline__ ListEntry list_weights(int n, int k, float t, float top_p, float min_p, float lmax,
                                                   TopkWork& w, u64* total) {
     const int tid = threadIdx.x, n4 = (n + 3) & ~3;
     if (tid >= n && tid < n4) w.lval[tid] = neg_inf();     // padding: never larger than an entry
-    if (tid == 0) w.tau_key = 0xffffffffu;
     __syncthreads();
     ListEntry le;
     le.sg = segment(n);
@@ -360,12 +343,11 @@ __device__ __forceinline__ ListEntry list_weights(int n, int k, float t, float t
     // 2. top-k
     const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.lval), n4, l, sg.q, sg.s), sg.s);
     const bool kept = mine && gt < k;
-    if (kept && le.lead) atomicMin(&w.tau_key, order_key(l));
     // 3. e and E of the kept entries, S their sum
-    le.e = kept ? exp_rel(l, rd.lmax, t) : 0.f;
-    const u64 E = kept ? fixed(le.e) : 0ull;
+    const float e = kept ? exp_rel(l, lmax, t) : 0.f;
+    const u64 E = kept ? fixed(e) : 0ull;
     if (le.lead) {
-        w.le[sg.j] = kept ? le.e : -1.f;
+        w.le[sg.j] = kept ? e : -1.f;
         w.lw[sg.j] = E;
     }
     const u64 s = block_sum(le.lead ? E : 0ull, w.sh);    // its barriers order the writes above
@@ -378,17 +360,14 @@ __device__ __forceinline__ ListEntry list_weights(int n, int k, float t, float t
         u64 above = 0;
         if (kept)
 #pragma unroll 4
-            for (int i = sg.q; i < n; i += sg.s) above += w.le[i] >= le.e ? w.lw[i] : 0ull;
+            for (int i = sg.q; i < n; i += sg.s) above += w.le[i] >= e ? w.lw[i] : 0ull;
         above = seg_sum(above, sg.s);
-        e_min = block_max(kept && above >= (u64)want ? le.e : 0.f, w.fsh);
+        e_min = block_max(kept && above >= (u64)want ? e : 0.f, w.fsh);
     }
     TOPK_CLOCK(9);
     // 5. min-p
     e_min = fminf(fmaxf(e_min, min_p), 1.f);
-    rd.t = t;
-    rd.kth = key_value(w.tau_key);
-    rd.e_min = e_min;
-    le.w = kept && le.e >= e_min ? E : 0ull;
+    le.w = kept && e >= e_min ? E : 0ull;
     __syncthreads();                        // every read of lw above is done
     if (le.lead) w.lw[sg.j] = le.w;
     *total = block_sum(le.lead ? le.w : 0ull, w.sh);
@@ -416,7 +395,7 @@ __device__ __forceinline__ void list_draw(const ListEntry& le, u64 mine, int n, 
 // of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
 template <int C>
 __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                float top_p, float min_p, u32 u24, float tmax, RowDist& rd,
+                                                float top_p, float min_p, u32 u24, float tmax, const RowDist& rd,
                                                 SampleSmem& sm, int* token, int* flag) {
     TopkWork& w = sm.fast;
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
@@ -436,7 +415,7 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
         __syncthreads();
 #endif
     u64 total;
-    const ListEntry le = list_weights((int)n, k, t, top_p, min_p, rd, w, &total);
+    const ListEntry le = list_weights((int)n, k, t, top_p, min_p, rd.lmax, w, &total);
     const u64 target = draw_target(u24, total);
     TOPK_CLOCK(10);
     list_draw(le, le.w, (int)n, target, w, token);

@@ -365,9 +365,7 @@ __device__ __forceinline__ void verify_greedy_body(
         int amax = 0x7fffffff;
         scan_max<kGreedyThreads>(x, lo, hi, nullptr, lmax, amax, bad);
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            take_better(lmax, amax, __shfl_xor_sync(0xffffffffu, lmax, o), __shfl_xor_sync(0xffffffffu, amax, o));
+        warp_best(lmax, amax);
         if (lane == 0) {
             sv[warp] = lmax;
             si[warp] = amax;
