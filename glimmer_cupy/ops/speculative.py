@@ -251,7 +251,7 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
             kern.fn.preferred_shared_memory_carveout = 100
         kern(((n + 1) * rows * c,), (THREADS,),
              (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
-              positions if n_drafts is None else n_drafts, params.temperature, params.top_k, params.top_p,
+              k_arg, params.temperature, params.top_k, params.top_p,
               params.min_p, params.seed, positions, np.int32(rows), np.int32(n), np.int32(vocab),
               np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache)),
              shared_mem=smem)

@@ -380,14 +380,15 @@ class CudaExecutor:
         with self._reporting("synchronize"):
             self.stream.synchronize()
 
-    def sample(self, logits, params, positions) -> tuple[np.ndarray, np.ndarray]:
-        """Host (tokens, flags) int32 (K,), from ops.sample_rows on the device and one small copy."""
+    def sample(self, logits, params, positions, ids=None) -> tuple[np.ndarray, np.ndarray]:
+        """Host (tokens, flags) int32 (K,), from ops.sample_rows on the device and one small copy;
+        ids: the (2, K) int32 device array to sample into (default: a new one)."""
         import cupy
 
         with self._reporting("sample"), self.stream:
             logits = cupy.asarray(logits)                     # no copy for device logits
-            rows = logits.shape[0]
-            ids = cupy.empty((2, rows), dtype=cupy.int32)
+            if ids is None:
+                ids = cupy.empty((2, logits.shape[0]), dtype=cupy.int32)
             sample_rows(logits, params, positions, out=(ids[0], ids[1]))
             host = ids.get()                                  # the one device-to-host copy; waits for the step
         return host[0], host[1]
@@ -426,12 +427,8 @@ class CudaExecutor:
             done = Ready(np.zeros(0, np.int32), np.zeros(0, np.int32))
         elif k > self._ids.shape[2]:                          # more rows than a feed can take
             done, k = Ready(*self.sample(logits, params, positions)), 0
-        else:
-            ids = self._ids[slot, :, :k]                      # where a fed step after this one reads them
-            with self._reporting("sample"), self.stream:
-                sample_rows(logits, params, positions, out=(ids[0], ids[1]))
-                host = ids.get()                              # the one device-to-host copy; waits for the step
-            done = Ready(host[0], host[1])
+        else:                                                 # into the slot a fed step after this one reads
+            done = Ready(*self.sample(logits, params, positions, ids=self._ids[slot, :, :k]))
         self._slots.launched(slot, done, k)
         return done
 
