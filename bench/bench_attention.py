@@ -143,8 +143,10 @@ def graph_variants(d: int, splits: int) -> dict:
             "simt": dict(kernel="simt")}
 
 
-def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) -> dict:
-    """prepare_qkv_ + attention of one decode token in a PDL graph; the attention's marginal µs."""
+def graph_chain(name: str, ctx: int):
+    """One decode token's attention half after its qkv matmul, as a step's graph runs it: (launch,
+    sets, outs), launch(i, attn) running prepare_qkv_ and, given attention keywords, the attention
+    on input set i (pools and q rotated so that L2 does not hold the next call's), writing outs[i]."""
     import cupy
     hq, hkv, d, qk_norm = GRAPH_SHAPES[name]
     crng = cupy.random.default_rng(ctx)
@@ -168,6 +170,14 @@ def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) 
         if attn is not None:
             ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, pos, d ** -0.5, workspace=work, q8=True,
                           out=outs[i], **attn)
+    return launch, sets, outs
+
+
+def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) -> dict:
+    """prepare_qkv_ + attention of one decode token in a PDL graph; the attention's marginal µs."""
+    import cupy
+    _, hkv, d, _ = GRAPH_SHAPES[name]
+    launch, sets, outs = graph_chain(name, ctx)
     splits = n_splits(hkv, GRAPH_TABLE, _sm_count(), MMA_TILE)
     row = dict(shape=name, context=ctx, table=GRAPH_TABLE, pdl=pdl, splits=splits,
                cluster=mma_cluster(d, 1, MMA_DEPTH, splits), prepare_us=None, attention_us={}, nmse_vs_global={})

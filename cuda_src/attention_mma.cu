@@ -64,6 +64,7 @@
 #include "attention_mma_frag.cuh"
 #include "attn_split.cuh"
 #include "pdl.cuh"
+#include "stamps.cuh"
 
 namespace amma {
 
@@ -163,6 +164,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     const unsigned short* kb = k_pool + (long long)kvh * D;
     const unsigned short* vb = v_pool + (long long)kvh * D;
     const int rows = n_tok * q_heads;
+    STAMP(0);
 
     // Before pdl_wait (pdl.cuh) the block reads only what the step's upload copied before its first
     // kernel ran (tok_seq, tok_pos, seq_lens, the cell table), and starts the cp.async copies of its
@@ -284,29 +286,47 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                 issue(tb + s, s, kb, sK, kOldRows);
                 issue(tb + s, s, vb, sV, kOldRows);
             }
+            STAMP(1);
             pdl_wait();
+            STAMP(2);
             waited = true;
-            // Q rows (token r / hpb, head r % hpb) scaled, as bf16 (prepare_qkv's output: after the
-            // wait); the main loop's first barrier orders these stores before any read
-            for (int i = tid; i < M * D / 2; i += THREADS) {
-                const int r = i / (D / 2), d = 2 * (i % (D / 2));
-                const int ti = r / hpb, hh = r % hpb;
-                float a = 0.f, b = 0.f;
-                if (ti < ntb && hh < nh) {
-                    const float2 v = *reinterpret_cast<const float2*>(q + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + d);
-                    a = v.x * q_scale;
-                    b = v.y * q_scale;
-                }
-                *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(a, b);
-            }
         }
-        const int rest = first_pass ? kNewRows : kAllRows;   // what the first stages still need
+        // the rest of the first stages (in the first pass the rows this step wrote) start before
+        // q is read, so that their trip from L2 overlaps q's
+        const int rest = first_pass ? kNewRows : kAllRows;
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             issue(tb + s, s, kb, sK, rest);
             cp_commit();
             issue(tb + s, s, vb, sV, rest);
             cp_commit();
+        }
+        if (first_pass) {
+            // Q rows (token r / hpb, head r % hpb) scaled, as bf16 (prepare_qkv's output: after the
+            // wait), QB float2 loads in flight at a time; the main loop's first barrier orders
+            // these stores before any read
+            constexpr int QN = M * D / 2 / THREADS, QB = QN < 8 ? QN : 8;
+            static_assert(QN * THREADS == M * D / 2 && QN % QB == 0, "whole q loads per thread");
+#pragma unroll 1
+            for (int i0 = 0; i0 < QN; i0 += QB) {
+                float2 v[QB];
+#pragma unroll
+                for (int j = 0; j < QB; ++j) {
+                    const int i = tid + (i0 + j) * THREADS;
+                    const int r = i / (D / 2), d = 2 * (i % (D / 2));
+                    const int ti = r / hpb, hh = r % hpb;
+                    v[j] = ti < ntb && hh < nh
+                               ? *reinterpret_cast<const float2*>(q + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + d)
+                               : make_float2(0.f, 0.f);
+                }
+#pragma unroll
+                for (int j = 0; j < QB; ++j) {
+                    const int i = tid + (i0 + j) * THREADS;
+                    const int r = i / (D / 2), d = 2 * (i % (D / 2));
+                    *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(v[j].x * q_scale, v[j].y * q_scale);
+                }
+            }
+            STAMP(3);
         }
         int st = 0;                                   // stage of `tile`
         for (int tile = tb; tile < te; ++tile) {
@@ -318,6 +338,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
             const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;   // stage st's next tile
             cp_wait<2 * STAGES - 1>();                // K of this tile
             __syncthreads();
+            if (tile == tb) STAMP(4);
             const int pb = LO + kTile * tile + kw * NW;   // the warp's first position
             bool need = false, full = !masked;
 #pragma unroll
@@ -397,6 +418,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
     float* sml = so + KW * M * D;
     float* cacc = sml + 2 * KW * M;                   // cluster merge: this block's partial [M][D] ...
     float* cml = cacc + M * D;                        // ... and its (max, sum) [M][2]
+    STAMP(5);
     cp_wait<0>();
     __syncthreads();
     {
@@ -446,6 +468,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                              lane, out, part_acc, part_ml, xq, xd, xs);
         }
     }
+    STAMP(6);
     if (!split) return;
     if (clustered) {
         // every block's partial is in its shared memory: warp w of block b merges rows b WARPS + w,
@@ -459,6 +482,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
                                            lane, out, xq, xd, xs);
         }
         attn::cluster_sync();
+        STAMP(7);
         return;
     }
 
@@ -470,6 +494,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
             attn::merge_splits<C>(active, (long long)(t0 + ti) * q_heads + h0 + hh, rows, lane, out, part_acc,
                                   part_ml, xq, xd, xs);
     }
+    STAMP(7);
 }
 
 #ifdef GLIMMER_INSTANTIATE

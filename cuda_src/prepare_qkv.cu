@@ -18,6 +18,7 @@
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 #include "bf16.cuh"
 #include "pdl.cuh"
+#include "stamps.cuh"
 
 template <int D, bool NEOX>
 __device__ __forceinline__ int feature(int lane, int j) {
@@ -36,6 +37,7 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
     const int t = blockIdx.x, lane = threadIdx.x;
     const int heads = hq + 2 * hkv;
     const float* src = qkv + (long long)t * heads * D;
+    STAMP(0);
     const long long cell = cells[t];
 
     float cs[NP], sn[NP];
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
     }
     // the angles need only the positions (the step's upload): computed before waiting (pdl.cuh)
     pdl_wait();
+    STAMP(1);
 
     for (int h = blockIdx.y * blockDim.y + threadIdx.y; h < heads; h += gridDim.y * blockDim.y) {
         const float* x = src + h * D;
@@ -91,6 +94,7 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
             for (int j = 0; j < NR; ++j) dst[feature<D, NEOX>(lane, j)] = bf16_bits(v[j]);
         }
     }
+    STAMP(2);
 }
 
 #ifdef GLIMMER_INSTANTIATE

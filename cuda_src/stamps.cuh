@@ -1,0 +1,21 @@
+// stamps.cuh — per-block timestamps for probes (bench/probe_attention_decode.py): compiled only with
+// -DGLIMMER_STAMPS, when thread 0 of a block writes the global timer (ns, one clock for the whole
+// GPU, so stamps of different kernels and SMs compare) at stage `i` into glimmer_stamps[block][i].
+// Without the define STAMP is nothing, so the kernels that carry stamps are unchanged.
+#pragma once
+
+#ifdef GLIMMER_STAMPS
+constexpr int kStampBlocks = 4096, kStamps = 8;
+__device__ unsigned long long glimmer_stamps[kStampBlocks][kStamps];
+__device__ __forceinline__ void stamp(int i) {
+    const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (threadIdx.x == 0 && threadIdx.y == 0 && b < kStampBlocks) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        glimmer_stamps[b][i] = t;
+    }
+}
+#define STAMP(i) stamp(i)
+#else
+#define STAMP(i) ((void)0)
+#endif
