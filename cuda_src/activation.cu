@@ -52,6 +52,7 @@ template <class Act, typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(256) gated_kernel(
     T* __restrict__ out, const T* __restrict__ gate_up, int f, int* __restrict__ xq, float* __restrict__ xd,
     float* __restrict__ xs) {
+    pdl_release();                          // the down GEMV's weight loads overlap this kernel's wait
     pdl_wait();
     typedef Pack<T, VEC> PT;
     const int k = blockIdx.y * blockDim.x + threadIdx.x;       // pack index within the row

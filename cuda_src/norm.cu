@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const int nv = d / VEC;
+    pdl_release();                          // the next GEMV's weight loads overlap this kernel's wait
     prefetch_weight<VEC>(weight, nv);
     pdl_wait();
     const PT* xr = reinterpret_cast<const PT*>(x + (long long)row * d);
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const int nv = d / VEC;
+    pdl_release();                          // the next GEMV's weight loads overlap this kernel's wait
     prefetch_weight<VEC>(weight, nv);
     pdl_wait();
     PT* rr = reinterpret_cast<PT*>(residual + (long long)row * d);

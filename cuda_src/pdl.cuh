@@ -15,6 +15,19 @@
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" :: "l"(p)); }
 
+// Let the next kernel be scheduled now, before this one waits: for the short kernels between the
+// long ones (norms, the gated activation, prepare_qkv), whose successor has its own work before
+// pdl_wait (a GEMV's weight loads, attention's index reads and old K/V rows), so that work overlaps
+// the kernel this one waits for instead of following this one's short run. Safe for the same
+// reason as the early reads: the successor's pdl_wait still waits for this kernel, which completes
+// only after its own wait; and a kernel's dependents launch only once all its blocks have started,
+// so the blocks of the kernels before are resident and never wait for room behind them.
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

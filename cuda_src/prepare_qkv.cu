@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(256) prepare_qkv_kernel(
     const int heads = hq + 2 * hkv;
     const float* src = qkv + (long long)t * heads * D;
     STAMP(0);
+    pdl_release();                          // attention's index reads and old rows overlap this kernel's wait
     const long long cell = cells[t];
 
     float cs[NP], sn[NP];
