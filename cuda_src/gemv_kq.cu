@@ -17,9 +17,9 @@ constexpr int kWarps = 4;
 // warps hold 4 / WS row sets): a short row (K = 4096 is 16 super-blocks) then costs each warp one
 // round trip to memory instead of four, which is what a small matrix's time is made of.
 template <class QT, int M, int R, int WS>
-__global__ void __launch_bounds__(32 * kWarps)
-gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
-               const float* __restrict__ xs, const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
+__device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* __restrict__ xq,
+                                             const float* __restrict__ xd, const float* __restrict__ xs,
+                                             const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
     static_assert(kWarps % WS == 0, "WS divides the block's warps");
     typedef gguf::Lanes<QT> L;
     const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -96,6 +96,25 @@ gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* _
                 for (int m = 0; m < M; ++m) y[(long long)m * n + row0 + r] = acc[r][m] * L::kScale;
 }
 
+#define GEMV_KQ_ARGS                                                                                         \
+    float *__restrict__ y, const int *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, \
+        const unsigned char *__restrict__ w, int n, int k, long long row_bytes
+
+template <class QT, int M, int R, int WS>
+__global__ void __launch_bounds__(32 * kWarps) gemv_kq_kernel(GEMV_KQ_ARGS) {
+    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
+}
+
+// The same GEMV compiled for at least kOccBlocks blocks per SM (96 registers instead of ~72 with
+// more spare): ptxas then issues a super-block's loads ahead of the arithmetic before them, and
+// more of the row's bytes are in flight. A kernel of its own, since any launch bound on
+// gemv_kq_kernel changes the code of every instance; used where ops/matmul.py's KQ_OCCUPANCY says.
+constexpr int kOccBlocks = 5;
+template <class QT, int M, int R, int WS>
+__global__ void __launch_bounds__(32 * kWarps, kOccBlocks) gemv_kq_occ_kernel(GEMV_KQ_ARGS) {
+    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
+}
+
 #ifdef GLIMMER_INSTANTIATE
 #define KQ(QT, M, R, WS) template __global__ void gemv_kq_kernel<gguf::QT, M, R, WS>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
@@ -103,4 +122,7 @@ gemv_kq_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* _
 #define KQ_R(QT, R) KQ_WS(QT, 1, R) KQ_WS(QT, 2, R) KQ_WS(QT, 4, R) KQ_WS(QT, 8, R)
 KQ_R(Q4_K, 1) KQ_R(Q4_K, 2) KQ_R(Q4_K, 4) KQ_R(Q6_K, 1) KQ_R(Q6_K, 2) KQ_R(Q6_K, 4)
 KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
+#define KQ_OCC(QT, M, R, WS) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, R, WS>( \
+    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
+KQ_OCC(Q6_K, 1, 2, 1) KQ_OCC(Q6_K, 1, 2, 2) KQ_OCC(Q6_K, 1, 2, 4)
 #endif
