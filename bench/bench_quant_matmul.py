@@ -29,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_sets, run_meta, time_us, write_results  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
-from glimmer_cupy.ops.matmul import DOT_TYPES, INT8_BUCKETS, TRAITS, bucket, dequantize, quantize_x, serves  # noqa: E402
+from glimmer_cupy.ops import matmul  # noqa: E402
+from glimmer_cupy.ops.matmul import (DOT_TYPES, INT8_BUCKETS, KQ_TYPES, TRAITS, bucket, dequantize,  # noqa: E402
+                                     quantize_x, serves)
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
@@ -117,6 +119,8 @@ def markdown(meta, rows) -> str:
              " model calls them; 'from float x' adds the quantize_x launch."
              + (" Launched with programmatic dependent launch (--pdl): consecutive calls overlap as a decode"
                 " step's kernels do." if any(r.get("pdl") for r in rows) else ""), "",
+             "gemv_kq compiled for B blocks per SM (gemv_kq_occ_kernel) at: "
+             + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none"), "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -141,11 +145,17 @@ def main(argv=None) -> int:
     ap.add_argument("--pdl", action="store_true", help="time with programmatic dependent launch, as decode runs")
     ap.add_argument("--no-baselines", action="store_true", help="skip cuBLAS, the other bucket and float x")
     ap.add_argument("--shapes", default="", help="comma-separated NxK shapes (default: the sweep)")
+    ap.add_argument("--kq-occupancy", type=int, default=None, metavar="B",
+                    help="gemv_kq at M = 1 and 2 compiled for B blocks per SM (0: the plain kernel) instead of "
+                         "ops/matmul.py's KQ_OCCUPANCY table")
     args = ap.parse_args(argv)
+    if args.kq_occupancy is not None:
+        matmul.KQ_OCCUPANCY = {(q, m): args.kq_occupancy for q in KQ_TYPES for m in (1, 2)} if args.kq_occupancy else {}
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
     flops = cublas_fp16_flops()
-    meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12)
+    meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
+                    kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()})
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:

@@ -105,13 +105,12 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kq_kernel(GEMV_KQ_ARGS) {
     gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
 }
 
-// The same GEMV compiled for at least kOccBlocks blocks per SM (96 registers instead of ~72 with
-// more spare): ptxas then issues a super-block's loads ahead of the arithmetic before them, and
-// more of the row's bytes are in flight. A kernel of its own, since any launch bound on
-// gemv_kq_kernel changes the code of every instance; used where ops/matmul.py's KQ_OCCUPANCY says.
-constexpr int kOccBlocks = 5;
-template <class QT, int M, int R, int WS>
-__global__ void __launch_bounds__(32 * kWarps, kOccBlocks) gemv_kq_occ_kernel(GEMV_KQ_ARGS) {
+// The same GEMV compiled for at least B blocks per SM (B = 5: 96 registers instead of ~72):
+// ptxas then schedules the loads differently and more of the row's bytes are in flight. A kernel
+// of its own, since any launch bound on gemv_kq_kernel changes the code of every instance; used
+// where ops/matmul.py's KQ_OCCUPANCY says.
+template <class QT, int M, int R, int WS, int B>
+__global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARGS) {
     gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
 }
 
@@ -122,7 +121,9 @@ __global__ void __launch_bounds__(32 * kWarps, kOccBlocks) gemv_kq_occ_kernel(GE
 #define KQ_R(QT, R) KQ_WS(QT, 1, R) KQ_WS(QT, 2, R) KQ_WS(QT, 4, R) KQ_WS(QT, 8, R)
 KQ_R(Q4_K, 1) KQ_R(Q4_K, 2) KQ_R(Q4_K, 4) KQ_R(Q6_K, 1) KQ_R(Q6_K, 2) KQ_R(Q6_K, 4)
 KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
-#define KQ_OCC(QT, M, R, WS) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, R, WS>( \
+#define KQ_OCC(QT, M, B) KQ_OCC1(QT, M, 1, B) KQ_OCC1(QT, M, 2, B) KQ_OCC1(QT, M, 4, B)
+#define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
-KQ_OCC(Q6_K, 1, 2, 1) KQ_OCC(Q6_K, 1, 2, 2) KQ_OCC(Q6_K, 1, 2, 4)
+KQ_OCC(Q6_K, 1, 4) KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q6_K, 1, 6) KQ_OCC(Q4_K, 1, 4) KQ_OCC(Q4_K, 1, 5) KQ_OCC(Q4_K, 1, 6)
+KQ_OCC(Q6_K, 2, 5) KQ_OCC(Q4_K, 2, 5)
 #endif

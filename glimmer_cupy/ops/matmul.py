@@ -80,8 +80,8 @@ KQ_ROWS = ((6, 2), (8, 4), (16, 2))
 KQ_WARPS = 4                        # kWarps in gemv_kq.cu
 KQ_SPLITS = (1, 2, 4)               # warps that share a set of rows, splitting its super-blocks
 KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of warps is launched
-# (type, M) whose 2-row gemv_kq runs gemv_kq_occ_kernel, compiled for five blocks per SM (gemv_kq.cu)
-KQ_OCCUPANCY = frozenset({(QType.Q6_K, 1)})
+# (type, M) -> B: the 2-row gemv_kq runs gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu)
+KQ_OCCUPANCY = {(QType.Q6_K, 1): 5}
 
 
 def kq_rows(m: int) -> int:
@@ -120,11 +120,17 @@ def _mma_kq_kernel(trait: str, nt: int):
     return kern
 
 
+def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
+    """gemv_kq_kernel's instance, or gemv_kq_occ_kernel's for `occ` blocks per SM."""
+    if occ:
+        return f"gemv_kq_occ_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}>"
+    return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
+
+
 @cache
-def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: bool = False):
-    name = "gemv_kq_occ_kernel" if occ else "gemv_kq_kernel"
-    exprs = tuple(f"{name}<gguf::{trait}, {m}, {rows}, {s}>" for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", f"{name}<gguf::{trait}, {m}, {rows}, {ws}>", name_expressions=exprs)
+def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
+    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -262,7 +268,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k)
             per_block = rows * KQ_WARPS // ws
-            _kq_kernel(t, m, rows, ws, rows == 2 and (w.qtype, m) in KQ_OCCUPANCY)(
+            _kq_kernel(t, m, rows, ws, KQ_OCCUPANCY.get((w.qtype, m), 0) if rows == 2 else 0)(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
