@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kq_kernel(GEMV_KQ_ARGS) {
     gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
 }
 
-// The same GEMV compiled for at least B blocks per SM (B = 5: 96 registers instead of ~72):
+// The same GEMV compiled for at least B blocks per SM (Q6_K at M = 1 and B = 5: 96 registers instead of 72):
 // ptxas then schedules the loads differently and more of the row's bytes are in flight. A kernel
 // of its own, since any launch bound on gemv_kq_kernel changes the code of every instance; used
 // where ops/matmul.py's KQ_OCCUPANCY says.
@@ -124,6 +124,5 @@ KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
 #define KQ_OCC(QT, M, B) KQ_OCC1(QT, M, 1, B) KQ_OCC1(QT, M, 2, B) KQ_OCC1(QT, M, 4, B)
 #define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
-KQ_OCC(Q6_K, 1, 4) KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q6_K, 1, 6) KQ_OCC(Q4_K, 1, 4) KQ_OCC(Q4_K, 1, 5) KQ_OCC(Q4_K, 1, 6)
-KQ_OCC(Q6_K, 2, 5) KQ_OCC(Q4_K, 2, 5)
+KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q4_K, 1, 5)
 #endif

@@ -80,8 +80,15 @@ KQ_ROWS = ((6, 2), (8, 4), (16, 2))
 KQ_WARPS = 4                        # kWarps in gemv_kq.cu
 KQ_SPLITS = (1, 2, 4)               # warps that share a set of rows, splitting its super-blocks
 KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of warps is launched
-# (type, M) -> B: the 2-row gemv_kq runs gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu)
-KQ_OCCUPANCY = {(QType.Q6_K, 1): 5}
+# (type, M) -> B: the 2-row gemv_kq of a matrix of at most KQ_OCC_MAX_ROWS rows runs
+# gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu). Measured on the H200 (a16079f,
+# bench_quant_matmul --pdl --kq-occupancy 0/4/5/6, bench/results/quant_matmul_occ_a16079f.md), µs at
+# M = 1 for 4096x4096, 24576x4096, 4096x12288 and the 151936x4096 head: Q6_K 7.7 / 30.5 / 18.0 /
+# 155.3 plain, 6.9 / 26.8 / 14.9 / 153.7 at B = 5; Q4_K 4.7 / 18.2 / 10.9 / 91.0 plain, 4.9 / 17.5 /
+# 9.9 / 99.2 at B = 5. So the layer shapes take it and the heads keep the plain kernel; at M = 2
+# no bound helped on both types.
+KQ_OCCUPANCY = {(QType.Q6_K, 1): 5, (QType.Q4_K, 1): 5}
+KQ_OCC_MAX_ROWS = 65536
 
 
 def kq_rows(m: int) -> int:
@@ -268,7 +275,8 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k)
             per_block = rows * KQ_WARPS // ws
-            _kq_kernel(t, m, rows, ws, KQ_OCCUPANCY.get((w.qtype, m), 0) if rows == 2 else 0)(
+            occ = KQ_OCCUPANCY.get((w.qtype, m), 0) if rows == 2 and n <= KQ_OCC_MAX_ROWS else 0
+            _kq_kernel(t, m, rows, ws, occ)(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
