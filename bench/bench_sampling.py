@@ -5,8 +5,13 @@ For batch 1, 8, 64, 256 and vocab 49152 (SmolLM2), 151936 (Qwen3), 262144 (Gemma
 NumPy reference (first rows), then timed as a CUDA graph of many calls with CUDA events, median
 of the repeats, logits rotated over copies so L2 does not hold the next call's (bench/common.py).
 The baseline is PyTorch's usual composition, timed eagerly with torch's events on its stream:
-softmax -> topk -> cumsum mask -> multinomial, and torch.argmax. The logits read per call over
-the time gives GB/s beside the device-to-device copy bandwidth measured in this run.
+softmax -> topk -> cumsum mask -> multinomial, and torch.argmax. Where the `flashinfer` package
+imports (GPU.md: its sdist's folder on PYTHONPATH, JIT-built on first use), its
+top_k_top_p_sampling_from_logits (top-k first, then top-p: our order) on the same logits divided
+by the temperature beforehand and rotated over the same copies, as a torch CUDA graph of many
+calls (eagerly where capture fails).
+The logits read per call over the time gives GB/s beside the device-to-device copy bandwidth
+measured in this run.
 
 Verification (ops.sample_token with drafts): 16-token blocks, n = 15 drafts plus the bonus row, so
 logits (rows, 16, vocab); rows 1, 8, 64. Greedy: drafts are the argmax for a random prefix, then
@@ -61,6 +66,53 @@ def torch_time_us(fn, launches: int, reps: int) -> float:
     return float(np.median(times))
 
 
+def torch_graph_time_us(fn, launches: int, reps: int) -> tuple[float, str]:
+    """(µs per call, "graph") from a torch CUDA graph of `launches` calls, or torch_time_us's eager
+    figure and "eager" where the calls cannot be captured."""
+    import torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                fn()
+    except Exception:                                     # noqa: BLE001 (any capture failure: time eagerly)
+        torch.cuda.synchronize()
+        return torch_time_us(fn, launches, reps), "eager"
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / launches)
+    return float(np.median(times)), "graph"
+
+
+def flashinfer_baseline(xs, launches: int, reps: int) -> dict:
+    """FlashInfer's top-k/top-p sampling from logits on the same logit sets (rotated call by call as
+    ours are), or {} where it does not import."""
+    try:
+        import flashinfer
+        import torch
+    except ImportError:
+        return {}
+    ts = [torch.from_dlpack(x) / PARAMS["temperature"] for x in xs]
+    turn = iter(range(1 << 62))
+
+    def call():
+        flashinfer.sampling.top_k_top_p_sampling_from_logits(ts[next(turn) % len(ts)], PARAMS["top_k"],
+                                                             PARAMS["top_p"], filter_apply_order="top_k_first")
+    us, how = torch_graph_time_us(call, launches, reps)
+    return {"flashinfer_sample_us": us, "flashinfer_timing": how,
+            "flashinfer_version": getattr(flashinfer, "__version__", "unknown")}
+
+
 def torch_baselines(x, launches: int, reps: int) -> dict:
     """PyTorch on the same logits (shared through DLPack), or {} where torch does not import."""
     try:
@@ -110,8 +162,11 @@ def run_case(batch: int, vocab: int, rng, launches: int, reps: int, copy_bw: flo
            "sample_timing": smp_how, "argmax_gbps": nbytes / arg_us / 1e3, "sample_gbps": nbytes / smp_us / 1e3,
            "copy_gbps": copy_bw / 1e9, "check_argmax": ok_arg, "check_sample": ok_sample}
     row.update(torch_baselines(xs[0], launches, reps))
+    row.update(flashinfer_baseline(xs, launches, reps))
     base = (f" | torch argmax {row['torch_argmax_us']:7.1f} us | torch softmax/topk/cumsum/multinomial "
             f"{row['torch_sample_us']:7.1f} us") if "torch_sample_us" in row else " | torch: not importable"
+    if "flashinfer_sample_us" in row:
+        base += f" | FlashInfer {row['flashinfer_sample_us']:7.1f} us ({row['flashinfer_timing']})"
     print(f"sampling B={batch:<3d} V={vocab:<6d} | argmax {arg_us:7.1f} us ({row['argmax_gbps']:6.0f} GB/s) | "
           f"top-k/top-p {smp_us:7.1f} us ({row['sample_gbps']:6.0f} GB/s, {smp_us / arg_us:4.2f}x argmax; "
           f"radix path {long_us:7.1f} us){base} | "
@@ -196,13 +251,18 @@ def markdown(meta: dict, rows: list[dict], vrows: list[dict]) -> str:
            f"Copy {meta['copy_tbps']:.2f} TB/s. Logits N(0, 9) float32; temperature {PARAMS['temperature']}, "
            f"top-k {PARAMS['top_k']}, top-p {PARAMS['top_p']}. CUDA graphs of many calls, median; PyTorch eager.", ""]
     if rows:
+        fi = [r for r in rows if "flashinfer_sample_us" in r]
+        if fi:
+            out += [f"FlashInfer {fi[0]['flashinfer_version']}: top_k_top_p_sampling_from_logits (top-k first), "
+                    f"timed as a torch CUDA graph ({', '.join(sorted({r['flashinfer_timing'] for r in fi}))}).", ""]
         out += ["| batch | vocab | argmax | top-k/top-p | / argmax | radix path | torch argmax | torch composition "
-                "| torch / ours |", "|---|---|---|---|---|---|---|---|---|"]
+                "| torch / ours | FlashInfer | FlashInfer / ours |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            ts = r.get("torch_sample_us")
+            ts, fs = r.get("torch_sample_us"), r.get("flashinfer_sample_us")
             out.append(f"| {r['batch']} | {r['vocab']} | {f(r['argmax_us'])} | {f(r['sample_us'])} | "
                        f"{f(r['sample_us'] / r['argmax_us'], '.2f')} | {f(r.get('sample_long_path_us'))} | "
-                       f"{f(r.get('torch_argmax_us'))} | {f(ts)} | {f(ts / r['sample_us'] if ts else None, '.1f')} |")
+                       f"{f(r.get('torch_argmax_us'))} | {f(ts)} | {f(ts / r['sample_us'] if ts else None, '.1f')} | "
+                       f"{f(fs)} | {f(fs / r['sample_us'] if fs else None, '.1f')} |")
         out.append("")
     if vrows:
         out += ["| verify | rows | vocab | us | mean accepted | floor all | floor examined | torch |",
@@ -220,6 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=40)
     ap.add_argument("--quick", action="store_true", help="batch 1 and 64, vocab 151936 only")
     ap.add_argument("--verify-only", action="store_true", help="only the speculative verification cases")
+    ap.add_argument("--no-verify", action="store_true", help="skip the speculative verification cases")
+    ap.add_argument("--batches", default="", help="comma-separated batches (default: the sweep's)")
+    ap.add_argument("--vocabs", default="", help="comma-separated vocabularies (default: the sweep's)")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     import cupy
@@ -229,13 +292,17 @@ def main(argv=None) -> int:
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; logits ~ N(0, 9), "
           f"T={PARAMS['temperature']} top-k {PARAMS['top_k']} top-p {PARAMS['top_p']}")
     batches, vocabs = ((1, 64), (151936,)) if args.quick else (BATCHES, VOCABS)
+    if args.batches:
+        batches = tuple(int(b) for b in args.batches.split(","))
+    if args.vocabs:
+        vocabs = tuple(int(v) for v in args.vocabs.split(","))
     rows = []
     for v in vocabs if not args.verify_only else ():
         for b in batches:
             rows.append(run_case(b, v, rng, args.launches, args.reps, copy_bw))
             cupy.get_default_memory_pool().free_all_blocks()
     vrows = []
-    for v in (151936,) if args.quick else VOCABS:
+    for v in () if args.no_verify else (151936,) if args.quick else VOCABS:
         for b in (1, 64) if args.quick else VERIFY_ROWS:
             for greedy in (True, False):
                 vrows.append(run_verify_case(b, v, greedy, rng, args.launches, args.reps, copy_bw))
