@@ -50,8 +50,10 @@
 //   PDL (pdl.cuh): before pdl_wait the block reads the index arrays and the cell table (the step's
 //     upload) and, when `early` is set (ops/attention.py: mma_early), issues the cp.async copies
 //     of its first STAGES - 1 tiles' K/V rows at positions below the lowest one the step writes
-//     for its sequence (earlier steps' rows, which no kernel of this step writes); q and the newer
-//     rows come after the wait. Without `early` every copy comes after the wait.
+//     for its sequence (earlier steps' rows, which no kernel of this step writes). After the wait
+//     the copies of the newer rows start first, and q is read while they are in flight. Without
+//     `early` every copy comes after the wait. prepare_qkv lets this kernel be scheduled when it
+//     starts (pdl_release), so the part before the wait overlaps the kernels before it.
 //   Tokens of one block from different sequences (a batch of decodes packed several to a block)
 //     are handled by one pass over the tiles per distinct sequence, the other rows masked.
 //   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(32 * WARPS,)
