@@ -84,7 +84,9 @@ def test_kq_config_fills_the_chip_within_a_row():
     from glimmer_cupy.ops.matmul import kq_config
     assert kq_config(1, 4096, 4096) == (2, 4)          # 2048 row sets: four warps each
     assert kq_config(1, 12288, 4096) == (2, 2)
-    assert kq_config(1, 151936, 4096) == (2, 1)        # the head fills the chip with one warp a set
+    assert kq_config(1, 151936, 4096, QType.Q4_K) == (2, 1)   # the head fills the chip with one warp a set
+    assert kq_config(1, 151936, 4096, QType.Q6_K) == (4, 1)   # Q6_K's head: 4 rows a warp
+    assert kq_config(2, 151936, 4096, QType.Q6_K) == (2, 1) and kq_config(1, 12288, 4096, QType.Q6_K) == (2, 2)
     assert kq_config(1, 1027, 768) == (2, 1)           # 3 super-blocks: one group of four at most
     assert kq_config(1, 515, 2560) == (2, 2)           # 10 super-blocks: three groups, two warps
     assert kq_config(8, 4096, 4096)[0] == 4 and kq_config(16, 4096, 4096)[0] == 2

@@ -89,16 +89,24 @@ KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of w
 # no bound helped on both types.
 KQ_OCCUPANCY = {(QType.Q6_K, 1): 5, (QType.Q4_K, 1): 5}
 KQ_OCC_MAX_ROWS = 65536
+# type -> rows per warp at M = 1 on matrices of more than KQ_OCC_MAX_ROWS rows (the heads): a warp's x
+# codes serve all its rows, and on the Q6_K head L1 traffic, not DRAM, is what binds (ncu,
+# bench/results/NOTES.md: L1/TEX 94% at 69% of DRAM with 2 rows). Measured on the H200 (PDL graph,
+# 151936x4096 at M = 1, bench/results/head_rows_d0b2f69.txt): Q6_K 148.5 us with 2 rows, 134.4 with
+# 4; Q4_K 87.4 with 2, 92.9 with 4, so Q4_K keeps the table's rows.
+KQ_HEAD_ROWS = {QType.Q6_K: 4}
 
 
-def kq_rows(m: int) -> int:
+def kq_rows(m: int, n: int = 0, qtype: QType | None = None) -> int:
+    if m == 1 and n > KQ_OCC_MAX_ROWS and qtype in KQ_HEAD_ROWS:
+        return KQ_HEAD_ROWS[qtype]
     return next(r for edge, r in KQ_ROWS if m <= edge)
 
 
-def kq_config(m: int, n: int, k: int) -> tuple[int, int]:
+def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
     """(rows per warp set, warps per set) for gemv_kq: the fewest warps per set that fill the chip,
     never more than a row has groups of four super-blocks."""
-    rows = kq_rows(m)
+    rows = kq_rows(m, n, qtype)
     sets = -(-n // rows)
     most = max(1, -(-(k // 256) // 4))           # groups of four super-blocks in a row
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
@@ -273,7 +281,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
                                    np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
             return out
         if b == "gemv_kq":
-            rows, ws = kq_config(m, n, k)
+            rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
             occ = KQ_OCCUPANCY.get((w.qtype, m), 0) if rows == 2 and n <= KQ_OCC_MAX_ROWS else 0
             _kq_kernel(t, m, rows, ws, occ)(
