@@ -207,7 +207,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 
     // > 1: this token's splits are the blocks of one cluster (ops: gridDim.x == ncl, one token a
     // block), which merge their partials through distributed shared memory
-    const int ncl = (int)attn::cluster_size();
+    const int ncl = (int)cluster_size();
     bool waited = false;                              // pdl_wait() is called in the first pass
     int active = 1;                                   // blocks with work (split mode: one pass)
     for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
@@ -476,14 +476,14 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         // every block's partial is in its shared memory: warp w of block b merges rows b WARPS + w,
         // + WARPS ncl, ... over the blocks of rank < active (rank = split), then all wait until
         // those reads are done before any block exits
-        attn::cluster_sync();
-        for (int r = (int)attn::cluster_rank() * WARPS + warp; r < M; r += WARPS * ncl) {
+        cluster_sync();
+        for (int r = (int)cluster_rank() * WARPS + warp; r < M; r += WARPS * ncl) {
             const int ti = r / hpb, hh = r % hpb;
             if (ti < ntb && hh < nh)
                 attn::cluster_merge_row<C>(active, cacc + r * D, cml + 2 * r, (long long)(t0 + ti) * q_heads + h0 + hh,
                                            lane, out, xq, xd, xs);
         }
-        attn::cluster_sync();
+        cluster_sync();
         STAMP(7);
         return;
     }

@@ -9,6 +9,7 @@
 // block leaves its partial in its own shared memory and the merge reads them through distributed
 // shared memory (cluster_merge_row): no global round trip, fence or counter.
 #pragma once
+#include "cluster.cuh"
 #include "q8.cuh"
 
 // -inf without math.h (NVRTC compiles these files with no headers)
@@ -119,28 +120,10 @@ __device__ __forceinline__ void merge_splits(int active, long long r, int rows, 
 
 // ---------------------------------------------------------------- thread block clusters (sm_90 PTX)
 
-// blocks in this block's cluster (1 when launched without one) and this block's rank in it
-__device__ __forceinline__ unsigned cluster_size() {
-    unsigned n;
-    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-    return n;
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// every thread of every block of the cluster: what each wrote to its shared memory before is
-// visible to all after (release / acquire)
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// the shared-memory address of *p in block `rank` of the cluster
+// the shared-memory address of *p in block `rank` of the cluster (cluster.cuh's map_rank; the
+// local address by the builtin, as attention_mma.cu converts its own)
 __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
-    const unsigned local = (unsigned)__cvta_generic_to_shared(p);
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    return remote;
+    return map_rank((unsigned)__cvta_generic_to_shared(p), rank);
 }
 __device__ __forceinline__ float2 ld_cluster2(unsigned a) {
     float2 v;

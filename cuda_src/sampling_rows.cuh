@@ -10,6 +10,7 @@
 // Every function is called by every thread of every block of the row's cluster, with the same
 // row-uniform arguments, and ends on a barrier that frees the shared memory it used.
 #pragma once
+#include "cluster.cuh"
 #include "philox.cuh"
 #include "row_math.cuh"         // draw_target; the verification's scalar rules
 
@@ -27,32 +28,6 @@ typedef unsigned long long u64;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
-
-// ---------------------------------------------------------------- cluster plumbing (PTX, no headers)
-
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-// The 32-bit shared-window address of p (a __shared__ address of this block).
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-// The same shared variable in the block of rank `rank` of the cluster.
-__device__ __forceinline__ u32 map_rank(u32 local, u32 rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
-    return r;
-}
 
 // The u64 at `p` (a __shared__ address of this block) in the shared memory of block `rank`.
 __device__ __forceinline__ u64 remote_u64(const u64* p, u32 rank) {
