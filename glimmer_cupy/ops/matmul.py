@@ -86,7 +86,7 @@ KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of w
 # M = 1 for 4096x4096, 24576x4096, 4096x12288 and the 151936x4096 head: Q6_K 7.7 / 30.5 / 18.0 /
 # 155.3 plain, 6.9 / 26.8 / 14.9 / 153.7 at B = 5; Q4_K 4.7 / 18.2 / 10.9 / 91.0 plain, 4.9 / 17.5 /
 # 9.9 / 99.2 at B = 5. So the layer shapes take it and the heads keep the plain kernel; at M = 2
-# no bound helped on both types.
+# no bound helped both types.
 KQ_OCCUPANCY = {(QType.Q6_K, 1): 5, (QType.Q4_K, 1): 5}
 KQ_OCC_MAX_ROWS = 65536
 # type -> rows per warp at M = 1 on matrices of more than KQ_OCC_MAX_ROWS rows (the heads): a warp's x
