@@ -120,7 +120,9 @@ def markdown(meta, rows) -> str:
              + (" Launched with programmatic dependent launch (--pdl): consecutive calls overlap as a decode"
                 " step's kernels do." if any(r.get("pdl") for r in rows) else ""), "",
              "gemv_kq compiled for B blocks per SM (gemv_kq_occ_kernel) at: "
-             + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none"), "",
+             + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none")
+             + (f"; {meta['kq_rows_m1']} rows a warp at M = 1 everywhere (--kq-rows)" if meta.get("kq_rows_m1") else
+                ""), "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -148,14 +150,21 @@ def main(argv=None) -> int:
     ap.add_argument("--kq-occupancy", type=int, default=None, metavar="B",
                     help="gemv_kq at M = 1 and 2 compiled for B blocks per SM (0: the plain kernel) instead of "
                          "ops/matmul.py's KQ_OCCUPANCY table")
+    ap.add_argument("--kq-rows", type=int, default=None, choices=(1, 2, 4), metavar="R",
+                    help="gemv_kq at M = 1 with R rows of W a warp on every matrix, heads included, instead of "
+                         "ops/matmul.py's KQ_ROWS / KQ_HEAD_ROWS (the launch-bound kernel serves 2 rows only)")
     args = ap.parse_args(argv)
+    if args.kq_rows is not None:
+        matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
+        matmul.KQ_HEAD_ROWS = {}
     if args.kq_occupancy is not None:
         matmul.KQ_OCCUPANCY = {(q, m): args.kq_occupancy for q in KQ_TYPES for m in (1, 2)} if args.kq_occupancy else {}
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
     flops = cublas_fp16_flops()
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
-                    kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()})
+                    kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
+                    kq_rows_m1=args.kq_rows)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:
