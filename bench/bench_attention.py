@@ -143,6 +143,19 @@ def graph_variants(d: int, splits: int) -> dict:
             "simt": dict(kernel="simt")}
 
 
+def decode_token_inputs(width: int, ctx: int, hq: int, d: int):
+    """One decode token at the last of ctx positions of one sequence whose cells are a fixed
+    permutation of a `width`-wide table (a captured step's): (table, seq_lens, tok_seq, pos, cells,
+    workspace), cells being the token's own."""
+    import cupy
+    table = cupy.asarray(np.random.default_rng(2).permutation(width).astype(np.int32)[None, :])
+    seq_lens = cupy.asarray([ctx], dtype=cupy.int32)
+    tok_seq = cupy.zeros(1, dtype=cupy.int32)
+    pos = cupy.asarray([ctx - 1], dtype=cupy.int32)
+    cells = table[0, ctx - 1:ctx].copy()
+    return table, seq_lens, tok_seq, pos, cells, cupy.empty(workspace_size(1, hq, d), dtype=cupy.float32)
+
+
 def graph_chain(name: str, ctx: int):
     """One decode token's attention half after its qkv matmul, as a step's graph runs it: (launch,
     sets, outs), launch(i, attn) running prepare_qkv_ and, given attention keywords, the attention
@@ -157,12 +170,7 @@ def graph_chain(name: str, ctx: int):
     qs = [cupy.empty((1, hq, d), dtype=cupy.float32) for _ in range(sets)]
     outs = [cupy.empty((1, hq, d), dtype=cupy.float32) for _ in range(sets)]
     qk_w = (1 + 0.1 * crng.standard_normal(d, dtype=cupy.float32)) if qk_norm else None
-    table = cupy.asarray(np.random.default_rng(2).permutation(GRAPH_TABLE).astype(np.int32)[None, :])
-    seq_lens = cupy.asarray([ctx], dtype=cupy.int32)
-    tok_seq = cupy.zeros(1, dtype=cupy.int32)
-    pos = cupy.asarray([ctx - 1], dtype=cupy.int32)
-    cells = table[0, ctx - 1:ctx].copy()
-    work = cupy.empty(workspace_size(1, hq, d), dtype=cupy.float32)
+    table, seq_lens, tok_seq, pos, cells, work = decode_token_inputs(GRAPH_TABLE, ctx, hq, d)
 
     def launch(i, attn=None):
         k_pool, v_pool = pools[i]

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.timing import device_name, graph_time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
-from glimmer_cupy.ops.attention import workspace_size  # noqa: E402
+from bench_attention import decode_token_inputs  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
@@ -99,12 +99,7 @@ def attention_chain(shape, sets: int, variant: str, rng: np.random.Generator):
     norm_w = 1 + 0.1 * crng.standard_normal(hidden, dtype=cupy.float32)
     h = ops.rms_norm(crng.standard_normal((1, hidden), dtype=cupy.float32), norm_w, 1e-6, q8=True)
     qk_w = (1 + 0.1 * crng.standard_normal(d, dtype=cupy.float32)) if qk_norm else None
-    table = cupy.asarray(np.random.default_rng(2).permutation(TABLE).astype(np.int32)[None, :])
-    seq_lens = cupy.asarray([CONTEXT], dtype=cupy.int32)
-    tok_seq = cupy.zeros(1, dtype=cupy.int32)
-    pos = cupy.asarray([CONTEXT - 1], dtype=cupy.int32)
-    cells = table[0, CONTEXT - 1:CONTEXT].copy()
-    ws = cupy.empty(workspace_size(1, hq, d), dtype=cupy.float32)
+    table, seq_lens, tok_seq, pos, cells, ws = decode_token_inputs(TABLE, CONTEXT, hq, d)
     q_fixed = crng.standard_normal((1, hq, d), dtype=cupy.float32)
     kernel = "mma" if "mma" in variant else "simt"
     splits = int(variant.split()[-2]) if variant.endswith(" splits") else None     # "full, 8 splits"
