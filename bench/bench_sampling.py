@@ -48,31 +48,40 @@ VOCABS = (49152, 151936, 262144)
 PARAMS = {"temperature": 0.8, "top_k": 50, "top_p": 0.9, "min_p": 0.0}
 
 
-def torch_time_us(fn, launches: int, reps: int) -> float:
-    """Median over reps of (time of `launches` eager calls) / launches, torch's events and stream."""
+def torch_events_us(run, launches: int, reps: int) -> float:
+    """Median over reps of (time of one run(), which makes `launches` calls) / launches, torch's
+    events and stream."""
     import torch
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(reps):
         start.record()
-        for _ in range(launches):
-            fn()
+        run()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / launches)
     return float(np.median(times))
 
 
-def torch_graph_time_us(fn, launches: int, reps: int) -> tuple[float, str]:
-    """(µs per call, "graph") from a torch CUDA graph of `launches` calls, or torch_time_us's eager
-    figure and "eager" where the calls cannot be captured."""
+def torch_warm(fn) -> None:
+    """Three calls (compile, first touch), then wait for them."""
     import torch
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+
+
+def torch_time_us(fn, launches: int, reps: int) -> float:
+    """Median over reps of (time of `launches` eager calls) / launches, torch's events and stream."""
+    torch_warm(fn)
+    return torch_events_us(lambda: [fn() for _ in range(launches)], launches, reps)
+
+
+def torch_graph_time_us(fn, launches: int, reps: int) -> tuple[float, str]:
+    """(µs per call, "graph") from a torch CUDA graph of `launches` calls, or the eager figure and
+    "eager" where the calls cannot be captured."""
+    import torch
+    torch_warm(fn)
     try:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -80,18 +89,10 @@ def torch_graph_time_us(fn, launches: int, reps: int) -> tuple[float, str]:
                 fn()
     except Exception:                                     # noqa: BLE001 (any capture failure: time eagerly)
         torch.cuda.synchronize()
-        return torch_time_us(fn, launches, reps), "eager"
+        return torch_events_us(lambda: [fn() for _ in range(launches)], launches, reps), "eager"
     graph.replay()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / launches)
-    return float(np.median(times)), "graph"
+    return torch_events_us(graph.replay, launches, reps), "graph"
 
 
 def flashinfer_baseline(xs, launches: int, reps: int) -> dict:
