@@ -94,12 +94,12 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
 def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M; the
     occupancy kernel where KQ_OCCUPANCY names the type and M; the heads' rows at M = 1)."""
-    from glimmer_cupy.ops.matmul import (DP4A_WIDTHS, KQ_OCC_MAX_ROWS, KQ_OCCUPANCY, KQ_SPLITS, kq_kernel_name,
-                                         kq_rows)
+    from glimmer_cupy.ops.matmul import DP4A_WIDTHS, KQ_HEAD_EDGE, KQ_SPLITS, kq_kernel_name, kq_occupancy, kq_rows
     from glimmer_cupy.weights.quant_tensor import QType
-    occ = {m: b for (t, m), b in KQ_OCCUPANCY.items() if t == QType[trait] and kq_rows(m) == 2}
-    exprs = [kq_kernel_name(trait, m, kq_rows(m), s, occ.get(m, 0)) for m in DP4A_WIDTHS for s in KQ_SPLITS]
-    head = kq_rows(1, KQ_OCC_MAX_ROWS + 1, QType[trait])
+    q = QType[trait]
+    exprs = [kq_kernel_name(trait, m, kq_rows(m), s, kq_occupancy(q, m, KQ_HEAD_EDGE, kq_rows(m)))
+             for m in DP4A_WIDTHS for s in KQ_SPLITS]
+    head = kq_rows(1, KQ_HEAD_EDGE + 1, q)
     exprs += [kq_kernel_name(trait, 1, head, s) for s in KQ_SPLITS if head != kq_rows(1)]
     src = tmp_path / "gemv_kq_names.cu"
     src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'

@@ -92,6 +92,13 @@ def test_kq_config_fills_the_chip_within_a_row():
     assert kq_config(8, 4096, 4096)[0] == 4 and kq_config(16, 4096, 4096)[0] == 2
 
 
+def test_kq_occupancy_serves_layers_at_m1_only():
+    from glimmer_cupy.ops.matmul import kq_occupancy
+    assert kq_occupancy(QType.Q6_K, 1, 24576, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 4096, 2) == 5
+    assert kq_occupancy(QType.Q4_K, 1, 151936, 2) == 0          # a head keeps the plain kernel
+    assert kq_occupancy(QType.Q6_K, 2, 4096, 2) == 0 and kq_occupancy(QType.Q6_K, 1, 4096, 4) == 0
+
+
 @gpu
 @pytest.mark.parametrize("q", [QType.Q4_K, QType.Q6_K, QType.Q8_0], ids=lambda q: q.name)
 def test_forced_buckets_agree(q):

@@ -80,7 +80,7 @@ KQ_ROWS = ((6, 2), (8, 4), (16, 2))
 KQ_WARPS = 4                        # kWarps in gemv_kq.cu
 KQ_SPLITS = (1, 2, 4)               # warps that share a set of rows, splitting its super-blocks
 KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of warps is launched
-# (type, M) -> B: the 2-row gemv_kq of a matrix of at most KQ_OCC_MAX_ROWS rows runs
+# (type, M) -> B: the 2-row gemv_kq of a matrix of at most KQ_HEAD_EDGE rows runs
 # gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu). Measured on the H200 (a16079f,
 # bench_quant_matmul --pdl --kq-occupancy 0/4/5/6, bench/results/quant_matmul_occ_a16079f.md), µs at
 # M = 1 for 4096x4096, 24576x4096, 4096x12288 and the 151936x4096 head: Q6_K 7.7 / 30.5 / 18.0 /
@@ -88,8 +88,8 @@ KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of w
 # 9.9 / 99.2 at B = 5. So the layer shapes take it and the heads keep the plain kernel; at M = 2
 # no bound helped both types.
 KQ_OCCUPANCY = {(QType.Q6_K, 1): 5, (QType.Q4_K, 1): 5}
-KQ_OCC_MAX_ROWS = 65536
-# type -> rows per warp at M = 1 on matrices of more than KQ_OCC_MAX_ROWS rows (the heads): a warp's x
+KQ_HEAD_EDGE = 65536                # matrices of more rows are heads (vocabulary-wide): KQ_HEAD_ROWS, no bound
+# type -> rows per warp at M = 1 on matrices of more than KQ_HEAD_EDGE rows (the heads): a warp's x
 # codes serve all its rows, and on the Q6_K head L1 traffic, not DRAM, is what binds (ncu,
 # bench/results/NOTES.md: L1/TEX 94% at 69% of DRAM with 2 rows). Measured on the H200 (PDL graph,
 # 151936x4096 at M = 1, bench/results/head_rows_d0b2f69.txt): Q6_K 148.5 us with 2 rows, 134.4 with
@@ -98,9 +98,14 @@ KQ_HEAD_ROWS = {QType.Q6_K: 4}
 
 
 def kq_rows(m: int, n: int = 0, qtype: QType | None = None) -> int:
-    if m == 1 and n > KQ_OCC_MAX_ROWS and qtype in KQ_HEAD_ROWS:
+    if m == 1 and n > KQ_HEAD_EDGE and qtype in KQ_HEAD_ROWS:
         return KQ_HEAD_ROWS[qtype]
     return next(r for edge, r in KQ_ROWS if m <= edge)
+
+
+def kq_occupancy(qtype: QType, m: int, n: int, rows: int) -> int:
+    """B of the gemv_kq_occ_kernel that serves this matrix and M, or 0 for the plain kernel."""
+    return KQ_OCCUPANCY.get((qtype, m), 0) if rows == 2 and n <= KQ_HEAD_EDGE else 0
 
 
 def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
@@ -283,8 +288,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
-            occ = KQ_OCCUPANCY.get((w.qtype, m), 0) if rows == 2 and n <= KQ_OCC_MAX_ROWS else 0
-            _kq_kernel(t, m, rows, ws, occ)(
+            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
