@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy.benchmarks.timing import (copy_bandwidth, graph_time_us, n_sets, run_meta, time_us,  # noqa: E402
                                             write_results)
 from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.kernels.build import sm_count  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
-from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS, _sm_count,  # noqa: E402
+from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS,  # noqa: E402
                                         mma_cluster, mma_cluster_cap, mma_plan, n_splits, workspace_size)
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
@@ -78,7 +79,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     outs = [cupy.empty((b, HQ, D), dtype=cupy.float32) for _ in range(sets)]
     work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
     scale = D ** -0.5
-    splits = n_splits(b * HKV, ctx, _sm_count())
+    splits = n_splits(b * HKV, ctx, sm_count())
     # Everything above ran on the legacy default stream (cuRAND fills, async uploads of the cell
     # tables and q, full/arange of seq_lens, tok_seq, tok_pos); time_us launches on a non-blocking
     # stream, which does not wait for it. Without this sync the first launches can read index
@@ -186,7 +187,7 @@ def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) 
     import cupy
     _, hkv, d, _ = GRAPH_SHAPES[name]
     launch, sets, outs = graph_chain(name, ctx)
-    splits = n_splits(hkv, GRAPH_TABLE, _sm_count(), MMA_TILE)
+    splits = n_splits(hkv, GRAPH_TABLE, sm_count(), MMA_TILE)
     row = dict(shape=name, context=ctx, table=GRAPH_TABLE, pdl=pdl, splits=splits,
                cluster=mma_cluster(d, 1, MMA_DEPTH, splits), prepare_us=None, attention_us={}, nmse_vs_global={})
     with overlapped(pdl):

@@ -346,7 +346,7 @@ def test_bench_case_waits_for_its_inputs():
         row = bench_attention.run_case(b, ctx, rng, launches=2, reps=1, copy_bw=1e12, torch=None,
                                        splits_sweep=())
         cupy.cuda.Device().synchronize()
-        assert row["splits"] == n_splits(b * 8, ctx, bench_attention._sm_count()) and row["us"] > 0
+        assert row["splits"] == n_splits(b * 8, ctx, bench_attention.sm_count()) and row["us"] > 0
 
 
 def test_bench_exact_arbiter_matches_reference_cpu():

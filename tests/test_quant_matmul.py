@@ -18,7 +18,7 @@ from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "mma_kq": 5e-4}
+               "gemv_kb": 5e-4, "mma_kq": 5e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -71,13 +71,30 @@ def test_large_shapes(q, n, k):
 
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 16, 32, 33, 64)] == \
-        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 32, 33)] == \
-        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
+    assert [bucket(m, QType.Q4_K) for m in (1, 2, 3, 4, 16, 32, 33, 64)] == \
+        ["gemv_kb", "gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas", "dequant_cublas"]
+    assert [bucket(m, QType.Q6_K) for m in (1, 2, 7, 8, 16, 32, 33)] == \
+        ["gemv_kb", "gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
     assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
+
+
+def test_kb_plan():
+    """gemv_kb takes only 16-byte aligned rows, its shared memory fits a block at K up to 24576,
+    and its persistent grid never exceeds the tiles or two blocks an SM."""
+    from glimmer_cupy.ops.matmul import KB_STAGES, kb_fits, kb_grid, kb_smem_bytes
+    assert kb_fits(QType.Q4_K, 1, 768, 3 * 144, 256) and kb_fits(QType.Q6_K, 2, 4096, 16 * 210, 0)
+    assert not kb_fits(QType.Q6_K, 1, 1024, 4 * 210, 0)          # 840-byte rows: 8-byte aligned
+    assert not kb_fits(QType.Q4_K, 3, 4096, 2304, 0) and not kb_fits(QType.Q8_0, 1, 4096, 4352, 0)
+    assert not kb_fits(QType.Q4_K, 1, 4096, 2304, 8)              # a misaligned base
+    for q in KB_STAGES:
+        for s in (2, 3, 4):
+            assert kb_smem_bytes(q, s, 2, 24576) <= 227 << 10
+    assert kb_smem_bytes(QType.Q4_K, 4, 1, 4096) == 4 * 8 * 16 * 144 + 4096 + 8 * 128 + 32
+    assert kb_grid(4096, kb_smem_bytes(QType.Q4_K, 4, 1, 4096), 132) == 264    # 89 KB: two a SM
+    assert kb_grid(4096, kb_smem_bytes(QType.Q6_K, 4, 1, 12288), 132) == 132   # 123 KB: one
+    assert kb_grid(77, 1 << 10, 132) == 10                                      # no more than tiles
 
 
 def test_kq_config_fills_the_chip_within_a_row():
@@ -146,6 +163,51 @@ def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
         if m <= 16:
             gemv = cupy.asnumpy(ops.quant_matmul(xin, w_dev, force_bucket="gemv_kq"))
             np.testing.assert_allclose(got, gemv, rtol=1e-4, atol=1e-4 * np.abs(gemv).max(), err_msg=str(what))
+
+
+@gpu
+@pytest.mark.parametrize("qtype,n,k", [(QType.Q4_K, 1027, 768), (QType.Q4_K, 5000, 4352), (QType.Q4_K, 8, 12288),
+                                       (QType.Q4_K, 70001, 256), (QType.Q6_K, 1029, 2048),
+                                       (QType.Q6_K, 3000, 6144), (QType.Q6_K, 13, 18432)])
+def test_gemv_kb_matches_the_reference_and_gemv_kq(qtype, n, k):
+    """The bulk-copy GEMV at M = 1 and 2: rows past the last tile, chunks of fewer than 16
+    super-blocks (K = 768, 4352, 6144, 18432), many tiles a block (N = 70001) and one block a tile
+    (N = 8, 13); NaN-poisoned outputs; on the same codes it differs from gemv_kq only in the
+    order of float additions."""
+    import cupy
+
+    from glimmer_cupy.ops.matmul import quantize_x
+    from glimmer_cupy.ops.q8 import Q8Rows
+    rng = np.random.default_rng(n * 7 + k)
+    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
+    ref_w = w.dequantize(np.float64)
+    w_dev = w.to_device()
+    for m in (1, 2):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        xin = Q8Rows(x, *quantize_x(x, qtype.name))
+        out = cupy.full((m, n), np.nan, np.float32)
+        got = cupy.asnumpy(ops.quant_matmul(xin, w_dev, out=out, force_bucket="gemv_kb"))
+        assert np.isfinite(got).all(), (qtype.name, n, k, m)
+        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["gemv_kb"], (qtype.name, m)
+        kq = cupy.asnumpy(ops.quant_matmul(xin, w_dev, force_bucket="gemv_kq"))
+        np.testing.assert_allclose(got, kq, rtol=1e-4, atol=1e-5 * np.abs(kq).max(), err_msg=f"{qtype.name} M={m}")
+
+
+@gpu
+def test_gemv_kb_falls_back_or_refuses_on_unaligned_rows():
+    """Q6_K rows of 4 super-blocks (840 bytes) are not 16-byte aligned: the table's gemv_kb runs
+    gemv_kq instead, and forcing gemv_kb is refused before any launch."""
+    import cupy
+
+    from glimmer_cupy.ops._check import OpArgumentError
+    rng = np.random.default_rng(11)
+    w = QuantTensor("w", QType.Q6_K, (300, 1024), random_blocks(QType.Q6_K, 300, 1024, rng, 0.05))
+    w_dev = w.to_device()
+    x = rng.normal(0, 1, (1, 1024)).astype(np.float32)
+    got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev))
+    assert nmse(got, x.astype(np.float64) @ w.dequantize(np.float64).T) < NMSE_BUDGET["gemv_kq"]
+    with pytest.raises(OpArgumentError, match="force_bucket must be gemv_kb on 16-byte aligned rows, got 840-byte rows"):
+        ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket="gemv_kb")
 
 
 @gpu

@@ -39,6 +39,14 @@ def device_arch() -> str:
 
 
 @cache
+def sm_count() -> int:
+    """Streaming multiprocessors of the current device (132 on an H200)."""
+    import cupy
+    device_arch()
+    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+
+
+@cache
 def _sources_hash() -> str:
     h = hashlib.sha256()
     for p in sorted(CUDA_SRC.glob("*.cu*")):
@@ -78,8 +86,8 @@ def load_module(name: str, defines: dict | None = None, name_expressions=()):
 
 # sources whose every kernel calls pdl_wait() before touching earlier kernels' data (pdl.cuh);
 # tests/test_launch.py checks the list against the sources
-PDL_SOURCES = frozenset({"activation", "attention", "attention_mma", "embed", "gemv_kq", "mma_kq", "norm",
-                         "prepare_qkv", "quant_matmul", "quant_mma", "rope"})
+PDL_SOURCES = frozenset({"activation", "attention", "attention_mma", "embed", "gemv_kb", "gemv_kq", "mma_kq",
+                         "norm", "prepare_qkv", "quant_matmul", "quant_mma", "rope"})
 
 
 def get_kernel(name: str, kernel: str, defines: dict | None = None, name_expressions=()) -> Kernel:

@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel
+from ..kernels.build import get_kernel, sm_count
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
@@ -259,12 +259,6 @@ def _counters(device_id: int):
         return cupy.zeros(COUNTERS, dtype=cupy.int32)
 
 
-@cache
-def _sm_count() -> int:
-    import cupy
-    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-
-
 def head_chunk(group: int) -> int:
     """Query heads per warp for a GQA group: the smallest chunk size that holds the group, else 8
     (then the group is split over ceil(group / 8) warps that each read the K row)."""
@@ -407,7 +401,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     if window and visible is None:
         max_len = min(max_len, int(window))
     if kernel == "mma":
-        mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, _sm_count(), force_splits,
+        mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, sm_count(), force_splits,
                                            force_rows)
         stages = int(force_stages) if force_stages else MMA_DEPTH
         if (d, mw, stages) not in MMA_VARIANTS:
@@ -430,7 +424,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     else:
         heads = head_chunk(group)
         chunks = -(-group // heads)
-        splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, _sm_count())
+        splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, sm_count())
         fn, grid, block, smem = _kernel(f"attn_kernel<{d}, {heads}>"), (splits, hkv * chunks, t), (32 * WARPS,), 0
         cluster, early = 1, ()
     if not 1 <= splits <= 65535:

@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel
+from ..kernels.build import get_kernel, sm_count
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -52,14 +52,17 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     at 32: 23.0 vs 41.8) and a graph can capture it. The GEMV wins at few rows: Q4_K through
 #     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
 #     wins on all; 5..7 not measured, left to the GEMV).
+#   gemv_kb: the same lanes fed from shared memory, W streamed in by the bulk-copy engine several
+#     stages ahead in persistent blocks (gemv_kb.cu), for one or two rows of x; matrices whose rows
+#     are not 16-byte aligned (kb_fits) take gemv_kq.
 BUCKETS = {
-    "q4k": ((3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
-    "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q4k": ((1, "gemv_kb"), (3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q6k": ((1, "gemv_kb"), (7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
-INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
+BUCKET_NAMES = ("gemv_kb", "gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
+INT8_BUCKETS = frozenset({"gemv_kb", "gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
 # MmaX<QT, 1>::kBytes in mma_kq_frag.cuh: one super-block of one n-tile of x as staged for weights
@@ -128,6 +131,39 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
            and 2 * MMA_KQ_STAGE_BYTES[qtype] * nt * (2 << bits) <= MMA_KQ_MAX_SMEM):
         bits += 1
     return nt, bits
+
+
+# gemv_kb.cu's geometry: kbRows rows of W by kbChunk super-blocks a stage, kbWarps warps a block
+KB_ROWS, KB_CHUNK, KB_WARPS = 8, 16, 8
+KB_WIDTHS = (1, 2)                  # the M gemv_kb_kernel is instantiated for
+KB_STAGES = {QType.Q4_K: 4, QType.Q6_K: 3}   # stages a block keeps (2, 3 and 4 are instantiated)
+KB_BLOCK_BYTES = {QType.Q4_K: 144, QType.Q6_K: 210}
+KB_SMEM_PER_SM = 228 << 10          # an H200 SM's shared memory; each block also reserves 1 KB
+KB_MAX_BLOCKS_PER_SM = 2
+
+
+def kb_fits(qtype: QType, m: int, k: int, row_bytes: int, ptr: int) -> bool:
+    """Whether gemv_kb can take this matrix: its rows and chunks start 16-byte aligned."""
+    return qtype in KB_STAGES and m in KB_WIDTHS and row_bytes % 16 == 0 and ptr % 16 == 0
+
+
+def kb_smem_bytes(qtype: QType, stages: int, m: int, k: int) -> int:
+    """gemv_kb_kernel's dynamic shared memory: the stages, x's codes, d and s, the mbarriers."""
+    return stages * KB_ROWS * KB_CHUNK * KB_BLOCK_BYTES[qtype] + m * (k + 8 * (k // 32)) + 8 * stages
+
+
+def kb_grid(n: int, smem: int, sms: int) -> int:
+    """Persistent blocks: as many as fit on the chip (at most KB_MAX_BLOCKS_PER_SM), no more than tiles."""
+    per_sm = max(1, min(KB_MAX_BLOCKS_PER_SM, KB_SMEM_PER_SM // (smem + 1024)))
+    return max(1, min(-(-n // KB_ROWS), sms * per_sm))
+
+
+@cache
+def _kb_kernel(trait: str, m: int, stages: int):
+    exprs = tuple(f"gemv_kb_kernel<gguf::{trait}, {w}, {s}>" for w in KB_WIDTHS for s in (2, 3, 4))
+    kern = get_kernel("gemv_kb", f"gemv_kb_kernel<gguf::{trait}, {m}, {stages}>", name_expressions=exprs)
+    kern.fn.max_dynamic_shared_size_bytes = 227 << 10               # above the default 48 KB
+    return kern
 
 
 @cache
@@ -205,6 +241,8 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in DOT_TYPES and m <= DP4A_WIDTHS[-1]
     if b == "gemv_kq":
         return qtype in KQ_TYPES and m <= DP4A_WIDTHS[-1]
+    if b == "gemv_kb":
+        return qtype in KB_STAGES and m in KB_WIDTHS
     if b == "mma_kq":
         return qtype in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
     if b == "gemv":
@@ -219,6 +257,22 @@ def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
         if edge is None or m <= edge:
             return "mma" if graph_safe and name == "dequant_cublas" else name
     raise AssertionError("unreachable")
+
+
+def run_bucket(m: int, w: QuantTensor, force_bucket: str | None = None) -> str:
+    """The bucket quant_matmul runs for M rows of x and device weights w: the table's (or the forced
+    one, checked), gemv_kq where gemv_kb cannot take w's rows."""
+    b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
+    if not serves(b, w.qtype, m):
+        raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
+    if b == "gemv_kb":
+        row_bytes = w.data.nbytes // w.shape[0]
+        if not kb_fits(w.qtype, m, w.shape[1], row_bytes, w.data.data.ptr):
+            if force_bucket:
+                raise fail("quant_matmul", "force_bucket", "gemv_kb on 16-byte aligned rows",
+                           f"{row_bytes}-byte rows at 0x{w.data.data.ptr:x}")
+            b = "gemv_kq"
+    return b
 
 
 def quantize_x(x, trait: str):
@@ -264,9 +318,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return out
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
-    b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
-    if not serves(b, w.qtype, m):
-        raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
+    b = run_bucket(m, w, force_bucket)
     if b in INT8_BUCKETS:
         if codes is not None:
             check(codes.q, "quant_matmul", "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
@@ -284,6 +336,13 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
                                   (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
                                    np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
+            return out
+        if b == "gemv_kb":
+            stages = KB_STAGES[w.qtype]
+            smem = kb_smem_bytes(w.qtype, stages, m, k)
+            _kb_kernel(t, m, stages)((kb_grid(n, smem, sm_count()),), (32 * KB_WARPS,),
+                                     (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
+                                     shared_mem=smem)
             return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
