@@ -162,7 +162,8 @@ def kb_grid(n: int, smem: int, sms: int) -> int:
 def _kb_kernel(trait: str, m: int, stages: int):
     exprs = tuple(f"gemv_kb_kernel<gguf::{trait}, {w}, {s}>" for w in KB_WIDTHS for s in (2, 3, 4))
     kern = get_kernel("gemv_kb", f"gemv_kb_kernel<gguf::{trait}, {m}, {stages}>", name_expressions=exprs)
-    kern.fn.max_dynamic_shared_size_bytes = 227 << 10               # above the default 48 KB
+    # above the default 48 KB: a block's 227 KB less the kernel's static shared memory
+    kern.fn.max_dynamic_shared_size_bytes = (227 << 10) - kern.fn.shared_size_bytes
     return kern
 
 
