@@ -4,6 +4,7 @@
 //
 //   mbar_init(bar, 1) by one thread, then mbar_init_fence() and a __syncthreads before any wait
 //   mbar_expect(bar, bytes)   the issuing thread's arrival, and the bytes the phase waits for
+//   mbar_arrive(bar)          an arrival with no bytes (a consumer giving a buffer back)
 //   bulk_load(dst, src, bytes, bar)  16-byte aligned dst and src, bytes a multiple of 16
 //   mbar_wait(bar, parity)    until the phase of that parity (0, 1, 0, ... per use) has completed
 #pragma once
@@ -20,6 +21,10 @@ __device__ __forceinline__ void mbar_init_fence() {
 __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
                  : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {

@@ -8,7 +8,10 @@
 // layer shapes it reaches 46-76% of the copy rate. Here one thread of each block asks for whole
 // stages, S ahead, each kRows consecutive rows by kChunk super-blocks (one bulk copy per row);
 // the block keeps S - 1 stages in flight with no registers held, and asks for its first S before
-// it waits for the kernel before it (pdl.cuh: weights are no kernel's output).
+// it waits for the kernel before it (pdl.cuh: weights are no kernel's output). That thread is a
+// warp of its own (warp kbWarps), which refills a stage once the kbWarps computing warps have each
+// arrived on its `empty` barrier; they wait on its `full` one. No barrier of the whole block, so a
+// slow warp holds back only the refill of the stage it is on.
 //
 // Blocks are persistent: block b takes row tiles b, b + G, ... (G = gridDim.x), each tile's
 // chunks in turn. In a stage, warp w takes rows 2 (w & 3) and 2 (w & 3) + 1, and its four groups
@@ -19,13 +22,13 @@
 // Rows and chunks must start 16-byte aligned: row_bytes % 16 == 0, true of every Q4_K matrix and of
 // Q6_K when K is a multiple of 2048 (ops/matmul.py: kb_fits).
 // Shared memory, dynamic: S stages of kRows * kChunk blocks, then x (M * K code bytes, M * K / 32
-// d, M * K / 32 s), then S mbarriers; ops/matmul.py: kb_smem_bytes (the kernel traps if given less).
-// grid = (min(tiles, SMs * blocks per SM),) block = (32 * kbWarps,)
+// d, M * K / 32 s), then 2 S mbarriers; ops/matmul.py: kb_smem_bytes (the kernel traps if given less).
+// grid = (min(tiles, SMs * blocks per SM),) block = (32 * (kbWarps + 1),)
 #include "bulk_copy.cuh"
 #include "kq_lanes.cuh"
 #include "pdl.cuh"
 
-constexpr int kbWarps = 8;
+constexpr int kbWarps = 8;      // warps that compute; one more issues the copies
 constexpr int kbRows = 8;       // rows of W in a stage
 constexpr int kbChunk = 16;     // super-blocks of each row in a stage
 
@@ -35,8 +38,13 @@ __device__ __forceinline__ unsigned dynamic_smem_size() {
     return n;
 }
 
+// the computing warps only (the copying warp never joins): named barrier 1
+__device__ __forceinline__ void compute_warps_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(32 * kbWarps) : "memory");
+}
+
 template <class QT, int M, int S>
-__global__ void __launch_bounds__(32 * kbWarps, 1)
+__global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
     gemv_kb_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
                    const float* __restrict__ xs, const unsigned char* __restrict__ w, int n, int k,
                    long long row_bytes) {
@@ -50,23 +58,29 @@ __global__ void __launch_bounds__(32 * kbWarps, 1)
     unsigned char* const xq_s = smem + S * kStage;
     float* const xd_s = reinterpret_cast<float*>(xq_s + M * k);
     float* const xs_s = xd_s + M * nsub;
-    unsigned long long* const bar = reinterpret_cast<unsigned long long*>(xs_s + M * nsub);
-    if (threadIdx.x == 0 && dynamic_smem_size() < (unsigned)(reinterpret_cast<unsigned char*>(bar + S) - smem))
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(xs_s + M * nsub);
+    unsigned long long* const empty = full + S;
+    const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool copier = wib == kbWarps;
+    if (threadIdx.x == 0 && dynamic_smem_size() < (unsigned)(reinterpret_cast<unsigned char*>(empty + S) - smem))
         __trap();
 
-    // thread 0: item i (tile i / nch of this block, chunk i % nch) into stage i % S
+    // the copying warp's lane 0: item i (tile i / nch of this block, chunk i % nch) into stage i % S
     auto issue = [&](int i) {
         const int r0 = ((int)blockIdx.x + (i / nch) * (int)gridDim.x) * kbRows, c = i % nch;
         const int rows = min(kbRows, n - r0);
         const unsigned bytes = min(kbChunk, nsb - c * kbChunk) * L::kBytes;
-        unsigned long long* b = bar + i % S;
+        unsigned long long* b = full + i % S;
         mbar_expect(b, bytes * rows);
         const unsigned char* src = w + (long long)r0 * row_bytes + (long long)c * kRowBytes;
         unsigned char* dst = stage + (i % S) * kStage;
         for (int r = 0; r < rows; ++r) bulk_load(dst + r * kRowBytes, src + r * row_bytes, bytes, b);
     };
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) mbar_init(bar + s, 1);
+    if (copier && lane == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(full + s, 1);
+            mbar_init(empty + s, kbWarps);
+        }
         mbar_init_fence();
         for (int i = 0; i < min(S, items); ++i) issue(i);
     }
@@ -78,11 +92,19 @@ __global__ void __launch_bounds__(32 * kbWarps, 1)
         xs_s[i] = xs[i];
     }
     __syncthreads();                        // x, and the barriers' initialisation, seen by all
+    if (copier) {                           // refill each stage once every computing warp is done with it
+        if (lane == 0)
+            for (int i = S; i < items; ++i) {
+                mbar_wait(empty + i % S, (i / S - 1) & 1);
+                issue(i);
+            }
+        return;
+    }
 
-    const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, part = lane & 7;
+    const int part = lane & 7;
     const int pr = 2 * (wib & 3);                       // the warp's first row of a tile
     const int j0 = 4 * (wib >> 2) + (lane >> 3);        // its super-blocks j0, j0 + 8 of a chunk
-    __shared__ float partial[2][kbWarps / 2][2][M];       // by tile parity: a tile's sums are read
+    __shared__ float partial[2][kbWarps / 2][2][M];     // by tile parity: a tile's sums are read
                                                         // after the next tile's may be written
     float acc[2][M];
 #pragma unroll
@@ -91,7 +113,7 @@ __global__ void __launch_bounds__(32 * kbWarps, 1)
         for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
     for (int i = 0; i < items; ++i) {
         const int s = i % S, c = i % nch;
-        mbar_wait(bar + s, (i / S) & 1);
+        mbar_wait(full + s, (i / S) & 1);
         const unsigned char* st = stage + s * kStage + pr * kRowBytes;
         const int sbs = min(kbChunk, nsb - c * kbChunk);
 #pragma unroll
@@ -111,9 +133,10 @@ __global__ void __launch_bounds__(32 * kbWarps, 1)
                 }
             }
         }
-        const bool last = c == nch - 1;
-        const int par = (i / nch) & 1;
-        if (last) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty + s);          // this warp is done with stage s
+        if (c == nch - 1) {                             // the tile's last chunk: its sums
+            const int par = (i / nch) & 1;
 #pragma unroll
             for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -122,10 +145,7 @@ __global__ void __launch_bounds__(32 * kbWarps, 1)
                     for (int off = 16; off > 0; off >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], off);
                     if (lane == 0 && wib >= 4) partial[par][wib - 4][r][m] = acc[r][m];
                 }
-        }
-        __syncthreads();                    // stage s read by every warp; the sums written
-        if (threadIdx.x == 0 && i + S < items) issue(i + S);
-        if (last) {
+            compute_warps_sync();
             const int r0 = ((int)blockIdx.x + (i / nch) * (int)gridDim.x) * kbRows + pr;
             if (wib < 4 && lane == 0)
 #pragma unroll

@@ -91,7 +91,7 @@ def test_kb_plan():
     for q in KB_STAGES:
         for s in (2, 3, 4):
             assert kb_smem_bytes(q, s, 2, 24576) <= 227 << 10
-    assert kb_smem_bytes(QType.Q4_K, 4, 1, 4096) == 4 * 8 * 16 * 144 + 4096 + 8 * 128 + 32
+    assert kb_smem_bytes(QType.Q4_K, 4, 1, 4096) == 4 * 8 * 16 * 144 + 4096 + 8 * 128 + 64
     assert kb_grid(4096, kb_smem_bytes(QType.Q4_K, 4, 1, 4096), 132) == 264    # 89 KB: two a SM
     assert kb_grid(4096, kb_smem_bytes(QType.Q6_K, 4, 1, 12288), 132) == 132   # 123 KB: one
     assert kb_grid(77, 1 << 10, 132) == 10                                      # no more than tiles

@@ -133,7 +133,8 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
     return nt, bits
 
 
-# gemv_kb.cu's geometry: kbRows rows of W by kbChunk super-blocks a stage, kbWarps warps a block
+# gemv_kb.cu's geometry: kbRows rows of W by kbChunk super-blocks a stage, kbWarps computing warps a
+# block (and one that issues the copies)
 KB_ROWS, KB_CHUNK, KB_WARPS = 8, 16, 8
 KB_WIDTHS = (1, 2)                  # the M gemv_kb_kernel is instantiated for
 KB_STAGES = {QType.Q4_K: 4, QType.Q6_K: 3}   # stages a block keeps (2, 3 and 4 are instantiated)
@@ -149,7 +150,7 @@ def kb_fits(qtype: QType, m: int, k: int, row_bytes: int, ptr: int) -> bool:
 
 def kb_smem_bytes(qtype: QType, stages: int, m: int, k: int) -> int:
     """gemv_kb_kernel's dynamic shared memory: the stages, x's codes, d and s, the mbarriers."""
-    return stages * KB_ROWS * KB_CHUNK * KB_BLOCK_BYTES[qtype] + m * (k + 8 * (k // 32)) + 8 * stages
+    return stages * KB_ROWS * KB_CHUNK * KB_BLOCK_BYTES[qtype] + m * (k + 8 * (k // 32)) + 16 * stages
 
 
 def kb_grid(n: int, smem: int, sms: int) -> int:
@@ -341,7 +342,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kb":
             stages = KB_STAGES[w.qtype]
             smem = kb_smem_bytes(w.qtype, stages, m, k)
-            _kb_kernel(t, m, stages)((kb_grid(n, smem, sm_count()),), (32 * KB_WARPS,),
+            _kb_kernel(t, m, stages)((kb_grid(n, smem, sm_count()),), (32 * (KB_WARPS + 1),),
                                      (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
                                      shared_mem=smem)
             return out
