@@ -79,7 +79,7 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
                "dequant_cublas": "mma", "mma_kq": "gemv_kq", "gemv_kb": "gemv_kq"}[b] \
             if m in (8, 16, 17, 64, 512) or b in ("gemv_kq", "gemv_kb") else None
         if alt_bucket:                           # --alt: this bucket beside the table's, where it serves
-            alt = alt_bucket if alt_bucket != b else None
+            alt = alt_bucket if alt_bucket != b else alt
         alt = alt if alt and serves(alt, q, m) and (baselines or alt_bucket) else None
         with overlapped(pdl):
             alt_us = time_us(lambda i: ops.quant_matmul(codes[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
@@ -124,7 +124,8 @@ def markdown(meta, rows) -> str:
              + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none")
              + (f"; {meta['kq_rows_m1']} rows a warp at M = 1 everywhere (--kq-rows)" if meta.get("kq_rows_m1") else
                 ""), "",
-             f"gemv_kb: stages {meta.get('kb_stages')}, at most {meta.get('kb_max_blocks_per_sm')} blocks an SM.", "",
+             f"gemv_kb: stages {meta.get('kb_stages')}; (largest N, computing warps, blocks an SM) "
+             f"{meta.get('kb_shapes')}.", "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -157,13 +158,15 @@ def main(argv=None) -> int:
                          "ops/matmul.py's KQ_ROWS / KQ_HEAD_ROWS (the launch-bound kernel serves 2 rows only)")
     ap.add_argument("--kb-stages", type=int, default=None, choices=(2, 3, 4), metavar="S",
                     help="gemv_kb with S stages a block for both types instead of ops/matmul.py's KB_STAGES")
-    ap.add_argument("--kb-blocks", type=int, default=None, choices=(1, 2), metavar="B",
-                    help="gemv_kb with at most B blocks an SM instead of KB_MAX_BLOCKS_PER_SM")
+    ap.add_argument("--kb-shape", default=None, metavar="W,B",
+                    help="gemv_kb with W computing warps (8 or 16) and at most B blocks an SM on every "
+                         "matrix instead of ops/matmul.py's KB_SHAPES")
     args = ap.parse_args(argv)
     if args.kb_stages is not None:
         matmul.KB_STAGES = {q: args.kb_stages for q in matmul.KB_STAGES}
-    if args.kb_blocks is not None:
-        matmul.KB_MAX_BLOCKS_PER_SM = args.kb_blocks
+    if args.kb_shape:
+        kb_w, kb_b = (int(v) for v in args.kb_shape.split(","))
+        matmul.KB_SHAPES = ((None, kb_w, kb_b),)
     if args.kq_rows is not None:
         matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
         matmul.KQ_HEAD_ROWS = {}
@@ -175,7 +178,7 @@ def main(argv=None) -> int:
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
                     kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
                     kq_rows_m1=args.kq_rows, kb_stages={q.name: v for q, v in matmul.KB_STAGES.items()},
-                    kb_max_blocks_per_sm=matmul.KB_MAX_BLOCKS_PER_SM)
+                    kb_shapes=[list(r) for r in matmul.KB_SHAPES])
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:

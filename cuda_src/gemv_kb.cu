@@ -9,26 +9,26 @@
 // stages, S ahead, each kRows consecutive rows by kChunk super-blocks (one bulk copy per row);
 // the block keeps S - 1 stages in flight with no registers held, and asks for its first S before
 // it waits for the kernel before it (pdl.cuh: weights are no kernel's output). That thread is a
-// warp of its own (warp kbWarps), which refills a stage once the kbWarps computing warps have each
-// arrived on its `empty` barrier; they wait on its `full` one. No barrier of the whole block, so a
-// slow warp holds back only the refill of the stage it is on.
+// warp of its own (warp W), which refills a stage once the W computing warps have each arrived on
+// its `empty` barrier; they wait on its `full` one. No barrier of the whole block, so a slow warp
+// holds back only the refill of the stage it is on.
 //
 // Blocks are persistent: block b takes row tiles b, b + G, ... (G = gridDim.x), each tile's
 // chunks in turn. In a stage, warp w takes rows 2 (w & 3) and 2 (w & 3) + 1, and its four groups
-// of eight lanes take super-blocks j and j + 8 of the chunk, j = 4 (w >> 2) + group; each lane
-// owns 32 values of a super-block (kq_lanes.cuh, load_shared). x's codes are copied into shared
-// memory once. Warps w and w + 4 hold the same rows; the first adds the second's sums.
+// of eight lanes take super-blocks j, j + 4 W / 4, ... of the chunk, j = 4 (w >> 2) + group (W = 8:
+// two a lane; W = 16: one); each lane owns 32 values of a super-block (kq_lanes.cuh, load_shared).
+// x's codes are copied into shared memory once. The W / 4 warps of a pair of rows add up in
+// shared memory at the tile's end, the first of them writes y.
 //
 // Rows and chunks must start 16-byte aligned: row_bytes % 16 == 0, true of every Q4_K matrix and of
 // Q6_K when K is a multiple of 2048 (ops/matmul.py: kb_fits).
 // Shared memory, dynamic: S stages of kRows * kChunk blocks, then x (M * K code bytes, M * K / 32
 // d, M * K / 32 s), then 2 S mbarriers; ops/matmul.py: kb_smem_bytes (the kernel traps if given less).
-// grid = (min(tiles, SMs * blocks per SM),) block = (32 * (kbWarps + 1),)
+// grid = (min(tiles, SMs * blocks per SM),) block = (32 * (W + 1),)
 #include "bulk_copy.cuh"
 #include "kq_lanes.cuh"
 #include "pdl.cuh"
 
-constexpr int kbWarps = 8;      // warps that compute; one more issues the copies
 constexpr int kbRows = 8;       // rows of W in a stage
 constexpr int kbChunk = 16;     // super-blocks of each row in a stage
 
@@ -38,17 +38,20 @@ __device__ __forceinline__ unsigned dynamic_smem_size() {
     return n;
 }
 
-// the computing warps only (the copying warp never joins): named barrier 1
+// the W computing warps only (the copying warp never joins): named barrier 1
+template <int W>
 __device__ __forceinline__ void compute_warps_sync() {
-    asm volatile("bar.sync 1, %0;" ::"n"(32 * kbWarps) : "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(32 * W) : "memory");
 }
 
-template <class QT, int M, int S>
-__global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
+template <class QT, int M, int S, int W>
+__global__ void __launch_bounds__(32 * (W + 1), 1)
     gemv_kb_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
                    const float* __restrict__ xs, const unsigned char* __restrict__ w, int n, int k,
                    long long row_bytes) {
     typedef gguf::Lanes<QT> L;
+    static_assert(W == 8 || W == 16, "W / 4 warps share each pair of rows");
+    constexpr int kShare = W / 4, kPasses = kbChunk / (4 * kShare);   // super-blocks of a chunk per lane
     constexpr int kRowBytes = kbChunk * L::kBytes, kStage = kbRows * kRowBytes;
     extern __shared__ __align__(16) unsigned char smem[];
     const int nsb = k >> 8, nsub = k >> 5, nch = (nsb + kbChunk - 1) / kbChunk;
@@ -61,7 +64,7 @@ __global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(xs_s + M * nsub);
     unsigned long long* const empty = full + S;
     const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool copier = wib == kbWarps;
+    const bool copier = wib == W;
     if (threadIdx.x == 0 && dynamic_smem_size() < (unsigned)(reinterpret_cast<unsigned char*>(empty + S) - smem))
         __trap();
 
@@ -79,7 +82,7 @@ __global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
     if (copier && lane == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(full + s, 1);
-            mbar_init(empty + s, kbWarps);
+            mbar_init(empty + s, W);
         }
         mbar_init_fence();
         for (int i = 0; i < min(S, items); ++i) issue(i);
@@ -102,9 +105,9 @@ __global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
     }
 
     const int part = lane & 7;
-    const int pr = 2 * (wib & 3);                       // the warp's first row of a tile
-    const int j0 = 4 * (wib >> 2) + (lane >> 3);        // its super-blocks j0, j0 + 8 of a chunk
-    __shared__ float partial[2][kbWarps / 2][2][M];     // by tile parity: a tile's sums are read
+    const int pr = 2 * (wib & 3), sh = wib >> 2;        // the warp's first row of a tile, its share
+    const int j0 = 4 * sh + (lane >> 3);                // its super-blocks j0 + 4 kShare p of a chunk
+    __shared__ float partial[2][kShare - 1][4][2][M];   // by tile parity: a tile's sums are read
                                                         // after the next tile's may be written
     float acc[2][M];
 #pragma unroll
@@ -117,8 +120,8 @@ __global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
         const unsigned char* st = stage + s * kStage + pr * kRowBytes;
         const int sbs = min(kbChunk, nsb - c * kbChunk);
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-            const int j = j0 + 8 * jj;
+        for (int jj = 0; jj < kPasses; ++jj) {
+            const int j = j0 + 4 * kShare * jj;
             if (j < sbs) {
                 typename L::Regs regs[2];
 #pragma unroll
@@ -143,17 +146,21 @@ __global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
                 for (int m = 0; m < M; ++m) {
 #pragma unroll
                     for (int off = 16; off > 0; off >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], off);
-                    if (lane == 0 && wib >= 4) partial[par][wib - 4][r][m] = acc[r][m];
+                    if (lane == 0 && sh > 0) partial[par][sh - 1][wib & 3][r][m] = acc[r][m];
                 }
-            compute_warps_sync();
+            compute_warps_sync<W>();
             const int r0 = ((int)blockIdx.x + (i / nch) * (int)gridDim.x) * kbRows + pr;
-            if (wib < 4 && lane == 0)
+            if (sh == 0 && lane == 0)
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
                     if (r0 + r < n)
 #pragma unroll
-                        for (int m = 0; m < M; ++m)
-                            y[(long long)m * n + r0 + r] = (acc[r][m] + partial[par][wib][r][m]) * L::kScale;
+                        for (int m = 0; m < M; ++m) {
+                            float v = acc[r][m];
+#pragma unroll
+                            for (int o = 0; o < kShare - 1; ++o) v += partial[par][o][wib][r][m];
+                            y[(long long)m * n + r0 + r] = v * L::kScale;
+                        }
 #pragma unroll
             for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -163,8 +170,9 @@ __global__ void __launch_bounds__(32 * (kbWarps + 1), 1)
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define KB(QT, M, S) template __global__ void gemv_kb_kernel<gguf::QT, M, S>( \
+#define KB(QT, M, S, W) template __global__ void gemv_kb_kernel<gguf::QT, M, S, W>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
-#define KB_S(QT, M) KB(QT, M, 2) KB(QT, M, 3) KB(QT, M, 4)
+#define KB_W(QT, M, S) KB(QT, M, S, 8) KB(QT, M, S, 16)
+#define KB_S(QT, M) KB_W(QT, M, 2) KB_W(QT, M, 3) KB_W(QT, M, 4)
 KB_S(Q4_K, 1) KB_S(Q4_K, 2) KB_S(Q6_K, 1) KB_S(Q6_K, 2)
 #endif

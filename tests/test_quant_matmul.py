@@ -71,10 +71,10 @@ def test_large_shapes(q, n, k):
 
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q4_K) for m in (1, 2, 3, 4, 16, 32, 33, 64)] == \
-        ["gemv_kb", "gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q6_K) for m in (1, 2, 7, 8, 16, 32, 33)] == \
-        ["gemv_kb", "gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
+    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 16, 32, 33, 64)] == \
+        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas", "dequant_cublas"]
+    assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 32, 33)] == \
+        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
     assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
@@ -94,7 +94,16 @@ def test_kb_plan():
     assert kb_smem_bytes(QType.Q4_K, 4, 1, 4096) == 4 * 8 * 16 * 144 + 4096 + 8 * 128 + 64
     assert kb_grid(4096, kb_smem_bytes(QType.Q4_K, 4, 1, 4096), 132) == 264    # 89 KB: two a SM
     assert kb_grid(4096, kb_smem_bytes(QType.Q6_K, 4, 1, 12288), 132) == 132   # 123 KB: one
-    assert kb_grid(77, 1 << 10, 132) == 10                                      # no more than tiles
+    assert kb_grid(4096, 1 << 10, 132, 1) == 132 and kb_grid(77, 1 << 10, 132) == 10   # no more than tiles
+
+
+def test_kb_picks_and_shapes():
+    from glimmer_cupy.ops.matmul import KB_PICK, KB_SHAPES, kb_picks, kb_shape
+    for q, (lo, hi, kmax) in KB_PICK.items():
+        assert kb_picks(q, 1, lo, kmax) and kb_picks(q, 1, hi, 64) and not kb_picks(q, 2, lo, kmax)
+        assert not kb_picks(q, 1, lo - 1, kmax) and not kb_picks(q, 1, hi + 1, kmax)
+    assert not kb_picks(QType.Q8_0, 1, 8192, 4096)
+    assert KB_SHAPES[-1][0] is None and all(kb_shape(n)[0] in (8, 16) for n in (1, 5000, 10 ** 6))
 
 
 def test_kq_config_fills_the_chip_within_a_row():
@@ -168,12 +177,12 @@ def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
 @gpu
 @pytest.mark.parametrize("qtype,n,k", [(QType.Q4_K, 1027, 768), (QType.Q4_K, 5000, 4352), (QType.Q4_K, 8, 12288),
                                        (QType.Q4_K, 70001, 256), (QType.Q6_K, 1029, 2048),
-                                       (QType.Q6_K, 3000, 6144), (QType.Q6_K, 13, 18432)])
+                                       (QType.Q6_K, 3000, 6144), (QType.Q6_K, 13, 18432), (QType.Q6_K, 9001, 2048)])
 def test_gemv_kb_matches_the_reference_and_gemv_kq(qtype, n, k):
     """The bulk-copy GEMV at M = 1 and 2: rows past the last tile, chunks of fewer than 16
     super-blocks (K = 768, 4352, 6144, 18432), many tiles a block (N = 70001) and one block a tile
-    (N = 8, 13); NaN-poisoned outputs; on the same codes it differs from gemv_kq only in the
-    order of float additions."""
+    (N = 8, 13), 16 computing warps (N <= 8192) and 8 (N = 9001, 70001: KB_SHAPES); NaN-poisoned
+    outputs; on the same codes it differs from gemv_kq only in the order of float additions."""
     import cupy
 
     from glimmer_cupy.ops.matmul import quantize_x
@@ -194,12 +203,60 @@ def test_gemv_kb_matches_the_reference_and_gemv_kq(qtype, n, k):
 
 
 @gpu
-def test_gemv_kb_falls_back_or_refuses_on_unaligned_rows():
-    """Q6_K rows of 4 super-blocks (840 bytes) are not 16-byte aligned: the table's gemv_kb runs
-    gemv_kq instead, and forcing gemv_kb is refused before any launch."""
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+def test_gemv_kb_chain_in_a_pdl_graph_equals_eager(qtype):
+    """Three GEMVs, each one's x the int8 codes of the one before (quantize_x between), captured
+    with programmatic dependent launch: a block's weight copies start before it waits, its reads
+    of x and writes of y after; replayed twice, the last product equals the eager chain's bit for
+    bit. Shapes cover both KB_SHAPES rows (16 warps a block, one an SM; 8 warps, two)."""
     import cupy
 
+    from glimmer_cupy.kernels.launch import overlapped
+    from glimmer_cupy.ops.matmul import quantize_x
+    from glimmer_cupy.ops.q8 import Q8Rows
+    rng = np.random.default_rng(int(qtype) + 5)
+    dims = (4096, 6144, 2048, 10240)                    # K of the first, then each N in turn
+    ws = [QuantTensor("w", qtype, (dims[i + 1], dims[i]),
+                      random_blocks(qtype, dims[i + 1], dims[i], rng, 0.05)).to_device() for i in range(3)]
+    x = cupy.asarray(rng.normal(0, 1, (1, dims[0])).astype(np.float32))
+    ys = [cupy.full((1, d), np.nan, cupy.float32) for d in dims[1:]]
+
+    def chain():                                        # returns the code buffers, kept for replays
+        v, codes = x, []
+        for w, y in zip(ws, ys):
+            codes.append(Q8Rows(v, *quantize_x(v, qtype.name)))
+            ops.quant_matmul(codes[-1], w, out=y, force_bucket="gemv_kb")
+            v = y
+        return codes
+    chain()
+    want = cupy.asnumpy(ys[-1])
+    assert np.isfinite(want).all()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream, overlapped():
+        chain()                                         # compile outside the capture
+        stream.synchronize()
+        for y in ys:
+            y.fill(np.nan)
+        stream.begin_capture()
+        kept = chain()                                  # the pool's blocks of the runs above
+        graph = stream.end_capture()
+        graph.launch(stream)
+        graph.launch(stream)
+        stream.synchronize()
+    assert len(kept) == 3
+    np.testing.assert_array_equal(cupy.asnumpy(ys[-1]), want)
+
+
+@gpu
+def test_gemv_kb_falls_back_or_refuses_on_unaligned_rows(monkeypatch):
+    """Q6_K rows of 4 super-blocks (840 bytes) are not 16-byte aligned: where the rule picks
+    gemv_kb, gemv_kq runs instead, and forcing gemv_kb is refused before any launch."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul
     from glimmer_cupy.ops._check import OpArgumentError
+    monkeypatch.setitem(matmul.KB_PICK, QType.Q6_K, (1, 1 << 20, 1 << 20))
+    assert matmul.kb_picks(QType.Q6_K, 1, 300, 1024)
     rng = np.random.default_rng(11)
     w = QuantTensor("w", QType.Q6_K, (300, 1024), random_blocks(QType.Q6_K, 300, 1024, rng, 0.05))
     w_dev = w.to_device()

@@ -52,12 +52,12 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     at 32: 23.0 vs 41.8) and a graph can capture it. The GEMV wins at few rows: Q4_K through
 #     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
 #     wins on all; 5..7 not measured, left to the GEMV).
-#   gemv_kb: the same lanes fed from shared memory, W streamed in by the bulk-copy engine several
-#     stages ahead in persistent blocks (gemv_kb.cu), for one or two rows of x; matrices whose rows
-#     are not 16-byte aligned (kb_fits) take gemv_kq.
+#   gemv_kb (not in the table; run_bucket takes it in gemv_kq's place where kb_picks says): the same
+#     lanes fed from shared memory, W streamed in by the bulk-copy engine several stages ahead in
+#     persistent blocks (gemv_kb.cu), for one or two rows of x and 16-byte aligned rows (kb_fits).
 BUCKETS = {
-    "q4k": ((1, "gemv_kb"), (3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
-    "q6k": ((1, "gemv_kb"), (7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q4k": ((3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
@@ -133,14 +133,28 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
     return nt, bits
 
 
-# gemv_kb.cu's geometry: kbRows rows of W by kbChunk super-blocks a stage, kbWarps computing warps a
-# block (and one that issues the copies)
-KB_ROWS, KB_CHUNK, KB_WARPS = 8, 16, 8
+# gemv_kb.cu's geometry: kbRows rows of W by kbChunk super-blocks a stage; W computing warps a
+# block (8 or 16) and one that issues the copies
+KB_ROWS, KB_CHUNK = 8, 16
 KB_WIDTHS = (1, 2)                  # the M gemv_kb_kernel is instantiated for
 KB_STAGES = {QType.Q4_K: 4, QType.Q6_K: 3}   # stages a block keeps (2, 3 and 4 are instantiated)
 KB_BLOCK_BYTES = {QType.Q4_K: 144, QType.Q6_K: 210}
 KB_SMEM_PER_SM = 228 << 10          # an H200 SM's shared memory; each block also reserves 1 KB
-KB_MAX_BLOCKS_PER_SM = 2
+# (largest N, computing warps, blocks an SM): one block of 16 warps leaves room on the SM for the
+# next kernel's block, which then fetches its first stages while this one finishes (pdl.cuh)
+KB_SHAPES = ((8192, 16, 1), (None, 8, 2))
+KB_PICK = {QType.Q4_K: (4097, KQ_HEAD_EDGE, 4096)}   # type -> (least N, largest N, largest K) at M = 1
+
+
+def kb_picks(qtype: QType, m: int, n: int, k: int) -> bool:
+    """Whether run_bucket takes gemv_kb in gemv_kq's place for this matrix (KB_PICK)."""
+    lo_n, hi_n, hi_k = KB_PICK.get(qtype, (1, 0, 0))
+    return m == 1 and lo_n <= n <= hi_n and k <= hi_k
+
+
+def kb_shape(n: int) -> tuple[int, int]:
+    """(computing warps, most blocks an SM) for a matrix of n rows."""
+    return next((w, b) for edge, w, b in KB_SHAPES if edge is None or n <= edge)
 
 
 def kb_fits(qtype: QType, m: int, k: int, row_bytes: int, ptr: int) -> bool:
@@ -153,16 +167,17 @@ def kb_smem_bytes(qtype: QType, stages: int, m: int, k: int) -> int:
     return stages * KB_ROWS * KB_CHUNK * KB_BLOCK_BYTES[qtype] + m * (k + 8 * (k // 32)) + 16 * stages
 
 
-def kb_grid(n: int, smem: int, sms: int) -> int:
-    """Persistent blocks: as many as fit on the chip (at most KB_MAX_BLOCKS_PER_SM), no more than tiles."""
-    per_sm = max(1, min(KB_MAX_BLOCKS_PER_SM, KB_SMEM_PER_SM // (smem + 1024)))
+def kb_grid(n: int, smem: int, sms: int, blocks_per_sm: int = 2) -> int:
+    """Persistent blocks: as many as fit on the chip (at most blocks_per_sm), no more than tiles."""
+    per_sm = max(1, min(blocks_per_sm, KB_SMEM_PER_SM // (smem + 1024)))
     return max(1, min(-(-n // KB_ROWS), sms * per_sm))
 
 
 @cache
-def _kb_kernel(trait: str, m: int, stages: int):
-    exprs = tuple(f"gemv_kb_kernel<gguf::{trait}, {w}, {s}>" for w in KB_WIDTHS for s in (2, 3, 4))
-    kern = get_kernel("gemv_kb", f"gemv_kb_kernel<gguf::{trait}, {m}, {stages}>", name_expressions=exprs)
+def _kb_kernel(trait: str, m: int, stages: int, warps: int):
+    exprs = tuple(f"gemv_kb_kernel<gguf::{trait}, {w}, {s}, {c}>" for w in KB_WIDTHS for s in (2, 3, 4)
+                  for c in (8, 16))
+    kern = get_kernel("gemv_kb", f"gemv_kb_kernel<gguf::{trait}, {m}, {stages}, {warps}>", name_expressions=exprs)
     # above the default 48 KB: a block's 227 KB less the kernel's static shared memory
     kern.fn.max_dynamic_shared_size_bytes = (227 << 10) - kern.fn.shared_size_bytes
     return kern
@@ -262,9 +277,11 @@ def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
 
 
 def run_bucket(m: int, w: QuantTensor, force_bucket: str | None = None) -> str:
-    """The bucket quant_matmul runs for M rows of x and device weights w: the table's (or the forced
-    one, checked), gemv_kq where gemv_kb cannot take w's rows."""
+    """The bucket quant_matmul runs for M rows of x and device weights w: the table's, gemv_kb in
+    gemv_kq's place where kb_picks says and kb_fits allows; or the forced one, checked."""
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
+    if b == "gemv_kq" and not force_bucket and kb_picks(w.qtype, m, *w.shape):
+        b = "gemv_kb"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b == "gemv_kb":
@@ -341,8 +358,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             return out
         if b == "gemv_kb":
             stages = KB_STAGES[w.qtype]
+            warps, per_sm = kb_shape(n)
             smem = kb_smem_bytes(w.qtype, stages, m, k)
-            _kb_kernel(t, m, stages)((kb_grid(n, smem, sm_count()),), (32 * (KB_WARPS + 1),),
+            _kb_kernel(t, m, stages, warps)((kb_grid(n, smem, sm_count(), per_sm),), (32 * (warps + 1),),
                                      (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
                                      shared_mem=smem)
             return out
