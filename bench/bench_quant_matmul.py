@@ -30,8 +30,8 @@ from glimmer_cupy.benchmarks.timing import copy_bandwidth, cublas_fp16_flops, n_
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
-from glimmer_cupy.ops.matmul import (DOT_TYPES, INT8_BUCKETS, KQ_TYPES, TRAITS, dequantize,  # noqa: E402
-                                     quantize_x, run_bucket, serves)
+from glimmer_cupy.ops.matmul import (DOT_TYPES, INT8_BUCKETS, KQ_TYPES, TRAITS, bucket, dequantize,  # noqa: E402
+                                     quantize_x, serves)
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
@@ -64,7 +64,7 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         got = cupy.asnumpy(ops.quant_matmul(xs[0], host_first, out=outs[0]))[:8, :head]
         ref = cupy.asnumpy(xs[0][:8]).astype(np.float64) @ w_ref.T
         err = float(np.mean((got - ref) ** 2) / np.mean(ref ** 2))
-        b = run_bucket(m, ws[0])
+        b = bucket(m, q)
         # the int8 buckets read x's codes, which in the model the op before the matmul makes
         # (ops/q8.py); timed that way, and again from float x (a quantize_x launch first)
         codes = [Q8Rows(x, *quantize_x(x, TRAITS[q])) for x in xs] if q in DOT_TYPES else None
@@ -76,8 +76,7 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         # the other bucket at the edge Ms, to place the edge by measurement
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
-               "dequant_cublas": "mma", "mma_kq": "gemv_kq", "gemv_kb": "gemv_kq"}[b] \
-            if m in (8, 16, 17, 64, 512) or b in ("gemv_kq", "gemv_kb") else None
+               "dequant_cublas": "mma", "mma_kq": "gemv_kq"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
         if alt_bucket:                           # --alt: this bucket beside the table's, where it serves
             alt = alt_bucket if alt_bucket != b else alt
         alt = alt if alt and serves(alt, q, m) and (baselines or alt_bucket) else None
@@ -116,7 +115,7 @@ def markdown(meta, rows) -> str:
              f"cuBLAS fp16 4096³: {meta['cublas_tflops']:.0f} TFLOP/s (both measured in this run).", "",
              "Timing: CUDA graph where the work can be captured; cuBLAS cannot be (CuPy refuses cuBLAS calls"
              " during capture), so those rows queue eagerly behind a spin kernel and time the device only.", "",
-             "int8 buckets (gemv_kb, gemv_kq, gemv_dp4a, mma_kq) are timed on x with its int8 codes made beforehand, as the"
+             "int8 buckets (gemv_kq, gemv_dp4a, mma_kq) are timed on x with its int8 codes made beforehand, as the"
              " model calls them; 'from float x' adds the quantize_x launch."
              + (" Launched with programmatic dependent launch (--pdl): consecutive calls overlap as a decode"
                 " step's kernels do." if any(r.get("pdl") for r in rows) else ""), "",
@@ -124,8 +123,6 @@ def markdown(meta, rows) -> str:
              + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none")
              + (f"; {meta['kq_rows_m1']} rows a warp at M = 1 everywhere (--kq-rows)" if meta.get("kq_rows_m1") else
                 ""), "",
-             f"gemv_kb: stages {meta.get('kb_stages')}; (largest N, computing warps, blocks an SM) "
-             f"{meta.get('kb_shapes')}.", "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -148,28 +145,19 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default="", help="comma-separated M values (default: the sweep)")
     ap.add_argument("--alt", default="", help="time this bucket beside the table's at every M it serves")
     ap.add_argument("--pdl", action="store_true", help="time with programmatic dependent launch, as decode runs")
-    ap.add_argument("--no-baselines", action="store_true", help="skip cuBLAS, the other bucket and float x")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="skip cuBLAS, the other bucket (unless --alt names it) and float x")
     ap.add_argument("--shapes", default="", help="comma-separated NxK shapes (default: the sweep)")
     ap.add_argument("--kq-occupancy", type=int, default=None, metavar="B",
                     help="gemv_kq at M = 1 and 2 compiled for B blocks per SM (0: the plain kernel) instead of "
                          "ops/matmul.py's KQ_OCCUPANCY table")
     ap.add_argument("--kq-rows", type=int, default=None, choices=(1, 2, 4), metavar="R",
                     help="gemv_kq at M = 1 with R rows of W a warp on every matrix, heads included, instead of "
-                         "ops/matmul.py's KQ_ROWS / KQ_HEAD_ROWS (the launch-bound kernel serves 2 rows only)")
-    ap.add_argument("--kb-stages", type=int, default=None, choices=(2, 3, 4), metavar="S",
-                    help="gemv_kb with S stages a block for both types instead of ops/matmul.py's KB_STAGES")
-    ap.add_argument("--kb-shape", default=None, metavar="W,B",
-                    help="gemv_kb with W computing warps (8 or 16) and at most B blocks an SM on every "
-                         "matrix instead of ops/matmul.py's KB_SHAPES")
+                         "ops/matmul.py's KQ_ROWS / KQ_M1_ROWS (the launch-bound kernel serves 2 rows only)")
     args = ap.parse_args(argv)
-    if args.kb_stages is not None:
-        matmul.KB_STAGES = {q: args.kb_stages for q in matmul.KB_STAGES}
-    if args.kb_shape:
-        kb_w, kb_b = (int(v) for v in args.kb_shape.split(","))
-        matmul.KB_SHAPES = ((None, kb_w, kb_b),)
     if args.kq_rows is not None:
         matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
-        matmul.KQ_HEAD_ROWS = {}
+        matmul.KQ_M1_ROWS = {}
     if args.kq_occupancy is not None:
         matmul.KQ_OCCUPANCY = {(q, m): args.kq_occupancy for q in KQ_TYPES for m in (1, 2)} if args.kq_occupancy else {}
     rng = np.random.default_rng(0)
@@ -177,8 +165,7 @@ def main(argv=None) -> int:
     flops = cublas_fp16_flops()
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
                     kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
-                    kq_rows_m1=args.kq_rows, kb_stages={q.name: v for q, v in matmul.KB_STAGES.items()},
-                    kb_shapes=[list(r) for r in matmul.KB_SHAPES])
+                    kq_rows_m1=args.kq_rows)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:

@@ -25,8 +25,6 @@
 //   signed byte each, built from the bits with no subtraction (codes()); each group's integer dot
 //   product times its int8 scale is exact in int and in float, so a lane converts one integer per
 //   group and multiplies by d once per super-block.
-// load_shared(b, part, r) is load() and settle() in one, for a super-block b that gemv_kb.cu has
-// copied into shared memory (Q4_K: b 16-byte aligned; Q6_K: 2-byte aligned, o computed from b).
 // Everything is __host__ __device__ with host stand-ins for the intrinsics, so the CPU tests run
 // this code against gguf's dequantizer (tests/test_gemv_kq_lanes.py).
 #pragma once
@@ -170,10 +168,6 @@ template <> struct Lanes<Q4_K> {
             r.qs = load16(b + 16 + 16 * part);
         }
     }
-    GQ_HD static void load_shared(const u8* b, int part, Regs& r) {
-        r.hd = load16(b);
-        r.qs = load16(b + 16 + 16 * part);
-    }
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {
         const int c = part >> 1, h = part & 1;
         const u8* q = reinterpret_cast<const u8*>(xq) + sb * 256 + 64 * c + 16 * h;
@@ -254,23 +248,6 @@ template <> struct Lanes<Q6_K> {
 #pragma unroll
         for (int t = 0; t < 4; ++t) r.sc[t] = global_s8(row.b + sc + 2 * t, true);
         r.d = global_u16(row.b + 208, true);
-    }
-    // From shared memory (plain loads): the same windows, pieces, scales and d
-    GQ_HD static void load_shared(const u8* b, int part, Regs& r) {
-        const int h = part >> 2, l0 = 8 * (part & 3);
-        r.o = (int)(reinterpret_cast<unsigned long long>(b) & 7);
-        const u8* a = b - r.o;
-        const u8* const p[3] = {a + 64 * h + l0, a + 64 * h + l0 + 32, a + 128 + 32 * h + l0};
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-            r.win[j][0] = load8(p[j]);
-            r.win[j][1] = load8(p[j] + 8);
-            r.win[j][0] = piece(r.win[j], r.o);
-        }
-        const u8* sc = b + 192 + 8 * h + ((part & 3) >> 1);
-#pragma unroll
-        for (int t = 0; t < 4; ++t) r.sc[t] = (int)(i8)sc[2 * t];
-        r.d = *reinterpret_cast<const u16*>(b + 208);
     }
     GQ_HD static void load_x(const int* xq, const float* xd, const float*, int sb, int part, X& x) {
         const int h = part >> 2, l0 = 8 * (part & 3);

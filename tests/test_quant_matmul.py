@@ -18,7 +18,7 @@ from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "gemv_kb": 5e-4, "mma_kq": 5e-4}
+               "mma_kq": 5e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -80,39 +80,14 @@ def test_bucket_table_covers_every_m():
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
 
 
-def test_kb_plan():
-    """gemv_kb takes only 16-byte aligned rows, its shared memory fits a block at K up to 24576,
-    and its persistent grid never exceeds the tiles or two blocks an SM."""
-    from glimmer_cupy.ops.matmul import KB_STAGES, kb_fits, kb_grid, kb_smem_bytes
-    assert kb_fits(QType.Q4_K, 1, 768, 3 * 144, 256) and kb_fits(QType.Q6_K, 2, 4096, 16 * 210, 0)
-    assert not kb_fits(QType.Q6_K, 1, 1024, 4 * 210, 0)          # 840-byte rows: 8-byte aligned
-    assert not kb_fits(QType.Q4_K, 3, 4096, 2304, 0) and not kb_fits(QType.Q8_0, 1, 4096, 4352, 0)
-    assert not kb_fits(QType.Q4_K, 1, 4096, 2304, 8)              # a misaligned base
-    for q in KB_STAGES:
-        for s in (2, 3, 4):
-            assert kb_smem_bytes(q, s, 2, 24576) <= 227 << 10
-    assert kb_smem_bytes(QType.Q4_K, 4, 1, 4096) == 4 * 8 * 16 * 144 + 4096 + 8 * 128 + 64
-    assert kb_grid(4096, kb_smem_bytes(QType.Q4_K, 4, 1, 4096), 132) == 264    # 89 KB: two a SM
-    assert kb_grid(4096, kb_smem_bytes(QType.Q6_K, 4, 1, 12288), 132) == 132   # 123 KB: one
-    assert kb_grid(4096, 1 << 10, 132, 1) == 132 and kb_grid(77, 1 << 10, 132) == 10   # no more than tiles
-
-
-def test_kb_picks_and_shapes():
-    from glimmer_cupy.ops.matmul import KB_PICK, KB_SHAPES, kb_picks, kb_shape
-    for q, (lo, hi, kmax) in KB_PICK.items():
-        assert kb_picks(q, 1, lo, kmax) and kb_picks(q, 1, hi, 64) and not kb_picks(q, 2, lo, kmax)
-        assert not kb_picks(q, 1, lo - 1, kmax) and not kb_picks(q, 1, hi + 1, kmax)
-    assert not kb_picks(QType.Q8_0, 1, 8192, 4096)
-    assert KB_SHAPES[-1][0] is None and all(kb_shape(n)[0] in (8, 16) for n in (1, 5000, 10 ** 6))
-
-
 def test_kq_config_fills_the_chip_within_a_row():
     from glimmer_cupy.ops.matmul import kq_config
     assert kq_config(1, 4096, 4096) == (2, 4)          # 2048 row sets: four warps each
     assert kq_config(1, 12288, 4096) == (2, 2)
     assert kq_config(1, 151936, 4096, QType.Q4_K) == (2, 1)   # the head fills the chip with one warp a set
     assert kq_config(1, 151936, 4096, QType.Q6_K) == (4, 1)   # Q6_K's head: 4 rows a warp
-    assert kq_config(2, 151936, 4096, QType.Q6_K) == (2, 1) and kq_config(1, 12288, 4096, QType.Q6_K) == (2, 2)
+    assert kq_config(2, 151936, 4096, QType.Q6_K) == (2, 1) and kq_config(1, 12288, 4096, QType.Q6_K) == (4, 4)
+    assert kq_config(1, 12288, 4096, QType.Q4_K) == (2, 2)
     assert kq_config(1, 1027, 768) == (2, 1)           # 3 super-blocks: one group of four at most
     assert kq_config(1, 515, 2560) == (2, 2)           # 10 super-blocks: three groups, two warps
     assert kq_config(8, 4096, 4096)[0] == 4 and kq_config(16, 4096, 4096)[0] == 2
@@ -120,7 +95,8 @@ def test_kq_config_fills_the_chip_within_a_row():
 
 def test_kq_occupancy_serves_layers_at_m1_only():
     from glimmer_cupy.ops.matmul import kq_occupancy
-    assert kq_occupancy(QType.Q6_K, 1, 24576, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 4096, 2) == 5
+    assert kq_occupancy(QType.Q4_K, 1, 24576, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 4096, 2) == 5
+    assert kq_occupancy(QType.Q6_K, 1, 4096, 2) == 0          # Q6_K takes 4 rows a warp at M = 1 instead
     assert kq_occupancy(QType.Q4_K, 1, 151936, 2) == 0          # a head keeps the plain kernel
     assert kq_occupancy(QType.Q6_K, 2, 4096, 2) == 0 and kq_occupancy(QType.Q6_K, 1, 4096, 4) == 0
 
@@ -172,99 +148,6 @@ def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
         if m <= 16:
             gemv = cupy.asnumpy(ops.quant_matmul(xin, w_dev, force_bucket="gemv_kq"))
             np.testing.assert_allclose(got, gemv, rtol=1e-4, atol=1e-4 * np.abs(gemv).max(), err_msg=str(what))
-
-
-@gpu
-@pytest.mark.parametrize("qtype,n,k", [(QType.Q4_K, 1027, 768), (QType.Q4_K, 5000, 4352), (QType.Q4_K, 8, 12288),
-                                       (QType.Q4_K, 70001, 256), (QType.Q6_K, 1029, 2048),
-                                       (QType.Q6_K, 3000, 6144), (QType.Q6_K, 13, 18432), (QType.Q6_K, 9001, 2048)])
-def test_gemv_kb_matches_the_reference_and_gemv_kq(qtype, n, k):
-    """The bulk-copy GEMV at M = 1 and 2: rows past the last tile, chunks of fewer than 16
-    super-blocks (K = 768, 4352, 6144, 18432), many tiles a block (N = 70001) and one block a tile
-    (N = 8, 13), 16 computing warps (N <= 8192) and 8 (N = 9001, 70001: KB_SHAPES); NaN-poisoned
-    outputs; on the same codes it differs from gemv_kq only in the order of float additions."""
-    import cupy
-
-    from glimmer_cupy.ops.matmul import quantize_x
-    from glimmer_cupy.ops.q8 import Q8Rows
-    rng = np.random.default_rng(n * 7 + k)
-    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
-    ref_w = w.dequantize(np.float64)
-    w_dev = w.to_device()
-    for m in (1, 2):
-        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
-        xin = Q8Rows(x, *quantize_x(x, qtype.name))
-        out = cupy.full((m, n), np.nan, np.float32)
-        got = cupy.asnumpy(ops.quant_matmul(xin, w_dev, out=out, force_bucket="gemv_kb"))
-        assert np.isfinite(got).all(), (qtype.name, n, k, m)
-        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["gemv_kb"], (qtype.name, m)
-        kq = cupy.asnumpy(ops.quant_matmul(xin, w_dev, force_bucket="gemv_kq"))
-        np.testing.assert_allclose(got, kq, rtol=1e-4, atol=1e-5 * np.abs(kq).max(), err_msg=f"{qtype.name} M={m}")
-
-
-@gpu
-@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
-def test_gemv_kb_chain_in_a_pdl_graph_equals_eager(qtype):
-    """Three GEMVs, each one's x the int8 codes of the one before (quantize_x between), captured
-    with programmatic dependent launch: a block's weight copies start before it waits, its reads
-    of x and writes of y after; replayed twice, the last product equals the eager chain's bit for
-    bit. Shapes cover both KB_SHAPES rows (16 warps a block, one an SM; 8 warps, two)."""
-    import cupy
-
-    from glimmer_cupy.kernels.launch import overlapped
-    from glimmer_cupy.ops.matmul import quantize_x
-    from glimmer_cupy.ops.q8 import Q8Rows
-    rng = np.random.default_rng(int(qtype) + 5)
-    dims = (4096, 6144, 2048, 10240)                    # K of the first, then each N in turn
-    ws = [QuantTensor("w", qtype, (dims[i + 1], dims[i]),
-                      random_blocks(qtype, dims[i + 1], dims[i], rng, 0.05)).to_device() for i in range(3)]
-    x = cupy.asarray(rng.normal(0, 1, (1, dims[0])).astype(np.float32))
-    ys = [cupy.full((1, d), np.nan, cupy.float32) for d in dims[1:]]
-
-    def chain():                                        # returns the code buffers, kept for replays
-        v, codes = x, []
-        for w, y in zip(ws, ys):
-            codes.append(Q8Rows(v, *quantize_x(v, qtype.name)))
-            ops.quant_matmul(codes[-1], w, out=y, force_bucket="gemv_kb")
-            v = y
-        return codes
-    chain()
-    want = cupy.asnumpy(ys[-1])
-    assert np.isfinite(want).all()
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream, overlapped():
-        chain()                                         # compile outside the capture
-        stream.synchronize()
-        for y in ys:
-            y.fill(np.nan)
-        stream.begin_capture()
-        kept = chain()                                  # the pool's blocks of the runs above
-        graph = stream.end_capture()
-        graph.launch(stream)
-        graph.launch(stream)
-        stream.synchronize()
-    assert len(kept) == 3
-    np.testing.assert_array_equal(cupy.asnumpy(ys[-1]), want)
-
-
-@gpu
-def test_gemv_kb_falls_back_or_refuses_on_unaligned_rows(monkeypatch):
-    """Q6_K rows of 4 super-blocks (840 bytes) are not 16-byte aligned: where the rule picks
-    gemv_kb, gemv_kq runs instead, and forcing gemv_kb is refused before any launch."""
-    import cupy
-
-    from glimmer_cupy.ops import matmul
-    from glimmer_cupy.ops._check import OpArgumentError
-    monkeypatch.setitem(matmul.KB_PICK, QType.Q6_K, (1, 1 << 20, 1 << 20))
-    assert matmul.kb_picks(QType.Q6_K, 1, 300, 1024)
-    rng = np.random.default_rng(11)
-    w = QuantTensor("w", QType.Q6_K, (300, 1024), random_blocks(QType.Q6_K, 300, 1024, rng, 0.05))
-    w_dev = w.to_device()
-    x = rng.normal(0, 1, (1, 1024)).astype(np.float32)
-    got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev))
-    assert nmse(got, x.astype(np.float64) @ w.dequantize(np.float64).T) < NMSE_BUDGET["gemv_kq"]
-    with pytest.raises(OpArgumentError, match="force_bucket must be gemv_kb on 16-byte aligned rows, got 840-byte rows"):
-        ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket="gemv_kb")
 
 
 @gpu

@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel, sm_count
+from ..kernels.build import get_kernel
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -52,17 +52,14 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     at 32: 23.0 vs 41.8) and a graph can capture it. The GEMV wins at few rows: Q4_K through
 #     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
 #     wins on all; 5..7 not measured, left to the GEMV).
-#   gemv_kb (not in the table; run_bucket takes it in gemv_kq's place where kb_picks says): the same
-#     lanes fed from shared memory, W streamed in by the bulk-copy engine several stages ahead in
-#     persistent blocks (gemv_kb.cu), for one or two rows of x and 16-byte aligned rows (kb_fits).
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kb", "gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
-INT8_BUCKETS = frozenset({"gemv_kb", "gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
+INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
 # MmaX<QT, 1>::kBytes in mma_kq_frag.cuh: one super-block of one n-tile of x as staged for weights
@@ -86,23 +83,25 @@ KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of w
 # (type, M) -> B: the 2-row gemv_kq of a matrix of at most KQ_HEAD_EDGE rows runs
 # gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu). Measured on the H200 (a16079f,
 # bench_quant_matmul --pdl --kq-occupancy 0/4/5/6, bench/results/quant_matmul_occ_a16079f.md), µs at
-# M = 1 for 4096x4096, 24576x4096, 4096x12288 and the 151936x4096 head: Q6_K 7.7 / 30.5 / 18.0 /
-# 155.3 plain, 6.9 / 26.8 / 14.9 / 153.7 at B = 5; Q4_K 4.7 / 18.2 / 10.9 / 91.0 plain, 4.9 / 17.5 /
-# 9.9 / 99.2 at B = 5. So the layer shapes take it and the heads keep the plain kernel; at M = 2
-# no bound helped both types.
-KQ_OCCUPANCY = {(QType.Q6_K, 1): 5, (QType.Q4_K, 1): 5}
-KQ_HEAD_EDGE = 65536                # matrices of more rows are heads (vocabulary-wide): KQ_HEAD_ROWS, no bound
-# type -> rows per warp at M = 1 on matrices of more than KQ_HEAD_EDGE rows (the heads): a warp's x
-# codes serve all its rows, and on the Q6_K head L1 traffic, not DRAM, is what binds (ncu,
-# bench/results/NOTES.md: L1/TEX 94% at 69% of DRAM with 2 rows). Measured on the H200 (PDL graph,
-# 151936x4096 at M = 1, bench/results/head_rows_d0b2f69.txt): Q6_K 148.5 us with 2 rows, 134.4 with
-# 4; Q4_K 87.4 with 2, 92.9 with 4, so Q4_K keeps the table's rows.
-KQ_HEAD_ROWS = {QType.Q6_K: 4}
+# M = 1 for 4096x4096, 24576x4096, 4096x12288 and the 151936x4096 head: Q4_K 4.7 / 18.2 / 10.9 /
+# 91.0 plain, 4.9 / 17.5 / 9.9 / 99.2 at B = 5. So the layer shapes take it and the head keeps the
+# plain kernel; at M = 2 no bound helped. (Q6_K took B = 5 too, until 4 rows a warp beat it.)
+KQ_OCCUPANCY = {(QType.Q4_K, 1): 5}
+KQ_HEAD_EDGE = 65536                # matrices of more rows are heads (vocabulary-wide): no bound
+# type -> rows per warp at M = 1 on every matrix: a warp's x codes serve all its rows, and on Q6_K
+# L1 traffic, not DRAM, is what binds (ncu on the head, bench/results/NOTES.md: L1/TEX 94% at 69%
+# of DRAM with 2 rows). Measured on the H200 (PDL graph, one session each, bench_quant_matmul
+# --kq-rows): the 151936x4096 head, Q6_K 148.5 us with 2 rows, 134.4 with 4; Q4_K 87.4 with 2, 92.9
+# with 4 (head_rows_d0b2f69.txt). The layer shapes (quant_matmul_m1_1088d70.md and NOTES, 4 rows
+# plain against 2 rows at B = 5), 4096x4096 / 6144x4096 / 24576x4096 / 4096x12288: Q6_K 6.6 / 8.8 /
+# 25.2 / 13.6 us against 6.8 / 9.2 / 26.7 / 14.8; Q4_K 5.4 / 7.1 / 18.8 / 13.1 against 4.9 / 6.4 /
+# 17.5 / 9.9. So Q6_K takes 4 rows everywhere at M = 1 and Q4_K keeps the table's.
+KQ_M1_ROWS = {QType.Q6_K: 4}
 
 
 def kq_rows(m: int, n: int = 0, qtype: QType | None = None) -> int:
-    if m == 1 and n > KQ_HEAD_EDGE and qtype in KQ_HEAD_ROWS:
-        return KQ_HEAD_ROWS[qtype]
+    if m == 1 and qtype in KQ_M1_ROWS:
+        return KQ_M1_ROWS[qtype]
     return next(r for edge, r in KQ_ROWS if m <= edge)
 
 
@@ -131,56 +130,6 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
            and 2 * MMA_KQ_STAGE_BYTES[qtype] * nt * (2 << bits) <= MMA_KQ_MAX_SMEM):
         bits += 1
     return nt, bits
-
-
-# gemv_kb.cu's geometry: kbRows rows of W by kbChunk super-blocks a stage; W computing warps a
-# block (8 or 16) and one that issues the copies
-KB_ROWS, KB_CHUNK = 8, 16
-KB_WIDTHS = (1, 2)                  # the M gemv_kb_kernel is instantiated for
-KB_STAGES = {QType.Q4_K: 4, QType.Q6_K: 3}   # stages a block keeps (2, 3 and 4 are instantiated)
-KB_BLOCK_BYTES = {QType.Q4_K: 144, QType.Q6_K: 210}
-KB_SMEM_PER_SM = 228 << 10          # an H200 SM's shared memory; each block also reserves 1 KB
-# (largest N, computing warps, blocks an SM): one block of 16 warps leaves room on the SM for the
-# next kernel's block, which then fetches its first stages while this one finishes (pdl.cuh)
-KB_SHAPES = ((8192, 16, 1), (None, 8, 2))
-KB_PICK = {QType.Q4_K: (4097, KQ_HEAD_EDGE, 4096)}   # type -> (least N, largest N, largest K) at M = 1
-
-
-def kb_picks(qtype: QType, m: int, n: int, k: int) -> bool:
-    """Whether run_bucket takes gemv_kb in gemv_kq's place for this matrix (KB_PICK)."""
-    lo_n, hi_n, hi_k = KB_PICK.get(qtype, (1, 0, 0))
-    return m == 1 and lo_n <= n <= hi_n and k <= hi_k
-
-
-def kb_shape(n: int) -> tuple[int, int]:
-    """(computing warps, most blocks an SM) for a matrix of n rows."""
-    return next((w, b) for edge, w, b in KB_SHAPES if edge is None or n <= edge)
-
-
-def kb_fits(qtype: QType, m: int, k: int, row_bytes: int, ptr: int) -> bool:
-    """Whether gemv_kb can take this matrix: its rows and chunks start 16-byte aligned."""
-    return qtype in KB_STAGES and m in KB_WIDTHS and row_bytes % 16 == 0 and ptr % 16 == 0
-
-
-def kb_smem_bytes(qtype: QType, stages: int, m: int, k: int) -> int:
-    """gemv_kb_kernel's dynamic shared memory: the stages, x's codes, d and s, the mbarriers."""
-    return stages * KB_ROWS * KB_CHUNK * KB_BLOCK_BYTES[qtype] + m * (k + 8 * (k // 32)) + 16 * stages
-
-
-def kb_grid(n: int, smem: int, sms: int, blocks_per_sm: int = 2) -> int:
-    """Persistent blocks: as many as fit on the chip (at most blocks_per_sm), no more than tiles."""
-    per_sm = max(1, min(blocks_per_sm, KB_SMEM_PER_SM // (smem + 1024)))
-    return max(1, min(-(-n // KB_ROWS), sms * per_sm))
-
-
-@cache
-def _kb_kernel(trait: str, m: int, stages: int, warps: int):
-    exprs = tuple(f"gemv_kb_kernel<gguf::{trait}, {w}, {s}, {c}>" for w in KB_WIDTHS for s in (2, 3, 4)
-                  for c in (8, 16))
-    kern = get_kernel("gemv_kb", f"gemv_kb_kernel<gguf::{trait}, {m}, {stages}, {warps}>", name_expressions=exprs)
-    # above the default 48 KB: a block's 227 KB less the kernel's static shared memory
-    kern.fn.max_dynamic_shared_size_bytes = (227 << 10) - kern.fn.shared_size_bytes
-    return kern
 
 
 @cache
@@ -258,8 +207,6 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in DOT_TYPES and m <= DP4A_WIDTHS[-1]
     if b == "gemv_kq":
         return qtype in KQ_TYPES and m <= DP4A_WIDTHS[-1]
-    if b == "gemv_kb":
-        return qtype in KB_STAGES and m in KB_WIDTHS
     if b == "mma_kq":
         return qtype in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
     if b == "gemv":
@@ -274,24 +221,6 @@ def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
         if edge is None or m <= edge:
             return "mma" if graph_safe and name == "dequant_cublas" else name
     raise AssertionError("unreachable")
-
-
-def run_bucket(m: int, w: QuantTensor, force_bucket: str | None = None) -> str:
-    """The bucket quant_matmul runs for M rows of x and device weights w: the table's, gemv_kb in
-    gemv_kq's place where kb_picks says and kb_fits allows; or the forced one, checked."""
-    b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
-    if b == "gemv_kq" and not force_bucket and kb_picks(w.qtype, m, *w.shape):
-        b = "gemv_kb"
-    if not serves(b, w.qtype, m):
-        raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
-    if b == "gemv_kb":
-        row_bytes = w.data.nbytes // w.shape[0]
-        if not kb_fits(w.qtype, m, w.shape[1], row_bytes, w.data.data.ptr):
-            if force_bucket:
-                raise fail("quant_matmul", "force_bucket", "gemv_kb on 16-byte aligned rows",
-                           f"{row_bytes}-byte rows at 0x{w.data.data.ptr:x}")
-            b = "gemv_kq"
-    return b
 
 
 def quantize_x(x, trait: str):
@@ -337,7 +266,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return out
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
-    b = run_bucket(m, w, force_bucket)
+    b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
+    if not serves(b, w.qtype, m):
+        raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
         if codes is not None:
             check(codes.q, "quant_matmul", "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
@@ -355,14 +286,6 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
                                   (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
                                    np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
-            return out
-        if b == "gemv_kb":
-            stages = KB_STAGES[w.qtype]
-            warps, per_sm = kb_shape(n)
-            smem = kb_smem_bytes(w.qtype, stages, m, k)
-            _kb_kernel(t, m, stages, warps)((kb_grid(n, smem, sm_count(), per_sm),), (32 * (warps + 1),),
-                                     (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
-                                     shared_mem=smem)
             return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)

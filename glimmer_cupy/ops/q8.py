@@ -1,6 +1,6 @@
 """Activations with their int8 form: what a dp4a GEMV reads, made by the op that produces them.
 
-quant_matmul's small-M buckets (gemv_kb, gemv_kq, gemv_dp4a) read x as int8 codes per 32 values (xq: one int32
+quant_matmul's small-M buckets (gemv_kq, gemv_dp4a) read x as int8 codes per 32 values (xq: one int32
 word per 4 values, xd = max|x| / 127 and xs = xd * sum(codes) per 32 values); made by a launch
 of its own, that costs about as much as a small GEMV. The ops that feed matmuls (rms_norm,
 add_rms_norm_, silu_mul, gelu_mul, and attention for the o-projection) make the same bits in
