@@ -30,7 +30,9 @@
 //   - a non-finite row: it ends with its argmax, flag 1;
 //   - greedy: accept iff the draft is the argmax, else end with the argmax;
 //   - stochastic: steps 2-5 (top-k, top-p, min-p; lists when top-k is on; a plain temperature
-//     row skips them and sums K in the same pass as S) and K = sum of kept E, then E(d) and q(d)
+//     row skips them and sums K in the same pass as S; with 0 < top-k <= kTopkFast and clusters of
+//     2 or 4, the thresholds come from sample_rows' short list, sampling_topk.cuh:
+//     row_filter_short, the same values with no radix passes) and K = sum of kept E, then E(d) and q(d)
 //     (one float each) and accept iff u < (E(d) / K) / q(d) in float64 (u = uniform(seed,
 //     pos + a, ACCEPT)). Ending positions draw their token:
 //       a = k: the bonus, step 6 over E with uniform(seed, pos + k, SAMPLE): sample_rows' draw;
@@ -48,6 +50,7 @@
 // from p, or from max(0, p - q)), n_drafts is clamped to [0, n], and q entries that are negative or
 // NaN act as 0 in the test and in the residual. Every written token is still a valid id.
 #include "sampling_rows.cuh"
+#include "sampling_topk.cuh"          // row_filter_short: steps 2-5 for rows with a small top-k
 
 using rowmath::kNonFinite;
 using rowmath::kZeroQDraft;
@@ -203,7 +206,8 @@ __device__ __forceinline__ void verify_body(
         const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
         const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
         const int* __restrict__ position, int rows, int n, int vocab, int has_q, int has_n_drafts, int cache_cap) {
-    __shared__ Smem sm;
+    __shared__ SampleSmem ssm;              // the long path's Smem, in a union with the short path's
+    Smem& sm = ssm.slow;
     extern __shared__ float4 dyn_cache[];
     // How the position ends, in shared memory (written by thread 0, read after a barrier):
     // registers are short across the radix selects
@@ -235,6 +239,16 @@ __device__ __forceinline__ void verify_body(
         float* cache = reinterpret_cast<float*>(dyn_cache);
         RowDist rd;
         max_pass<C>(x, lo, hi, cached ? cache : nullptr, sm, rd);
+        // steps 2-5 from the short path's list for a small top-k, here, while little else is held
+        // in registers; the others (and a list that overflowed) run row_filter below. Clusters of
+        // 2 and 4 only: at 1 and 8 the kernel spills under its 64 registers with it (ptxas)
+        bool filtered = false;
+        if ((C == 2 || C == 4) && !rd.bad && !greedy) {
+            const int tk = top_k[row];
+            if (tk > 0 && tk < vocab && tk <= kTopkFast)
+                filtered = row_filter_short<C>(cached ? cache - lo : x, lo, hi, tk, temperature[row], top_p[row],
+                                               min_p[row], ssm, rd);
+        }
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
         int fl;
@@ -252,7 +266,7 @@ __device__ __forceinline__ void verify_body(
             if (!(tk > 0 && tk < vocab) && !(tp < 1.f) && !(mp > 0.f)) {
                 kept = plain_sum<C>(xs, lo, hi, t, sm, rd, &before);
             } else {
-                row_filter<C>(xs, lo, hi, vocab, t, tk, tp, mp, sm, rd);
+                if (!filtered) row_filter<C>(xs, lo, hi, vocab, t, tk, tp, mp, sm, rd);
                 kept = weight_sum<C>(xs, lo, hi, rd, sm, KeptE{}, &before);
             }
             const u32 pa = (u32)position[row] + (u32)a;
