@@ -246,8 +246,7 @@ __device__ __forceinline__ void verify_body(
         if ((C == 2 || C == 4) && !rd.bad && !greedy) {
             const int tk = top_k[row];
             if (tk > 0 && tk < vocab && tk <= kTopkFast)
-                filtered = row_filter_short<C>(cached ? cache - lo : x, lo, hi, tk, temperature[row], top_p[row],
-                                               min_p[row], ssm, rd);
+                filtered = row_filter_short<C>(cached ? cache - lo : x, lo, hi, tk, t, top_p[row], min_p[row], ssm, rd);
         }
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
