@@ -99,7 +99,7 @@ def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     q = QType[trait]
     exprs = [kq_kernel_name(trait, m, kq_rows(m), s, kq_occupancy(q, m, KQ_HEAD_EDGE, kq_rows(m)))
              for m in DP4A_WIDTHS for s in KQ_SPLITS]
-    m1 = kq_rows(1, KQ_HEAD_EDGE + 1, q)
+    m1 = kq_rows(1, q)
     exprs += [kq_kernel_name(trait, 1, m1, s) for s in KQ_SPLITS if m1 != kq_rows(1)]
     src = tmp_path / "gemv_kq_names.cu"
     src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'

@@ -99,7 +99,7 @@ KQ_HEAD_EDGE = 65536                # matrices of more rows are heads (vocabular
 KQ_M1_ROWS = {QType.Q6_K: 4}
 
 
-def kq_rows(m: int, n: int = 0, qtype: QType | None = None) -> int:
+def kq_rows(m: int, qtype: QType | None = None) -> int:
     if m == 1 and qtype in KQ_M1_ROWS:
         return KQ_M1_ROWS[qtype]
     return next(r for edge, r in KQ_ROWS if m <= edge)
@@ -113,7 +113,7 @@ def kq_occupancy(qtype: QType, m: int, n: int, rows: int) -> int:
 def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
     """(rows per warp set, warps per set) for gemv_kq: the fewest warps per set that fill the chip,
     never more than a row has groups of four super-blocks."""
-    rows = kq_rows(m, n, qtype)
+    rows = kq_rows(m, qtype)
     sets = -(-n // rows)
     most = max(1, -(-(k // 256) // 4))           # groups of four super-blocks in a row
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
