@@ -1,12 +1,13 @@
 """Time decode attention over the KV cell pool on the GPU, against the copy ceiling and PyTorch SDPA.
 
 Qwen3-8B geometry: 32 query heads, 8 KV heads, head_dim 128, bf16 K and V in a pool whose cells
-each sequence holds in scattered (permuted) order. One query token per sequence, batch 1, 8, 32, 64
-at context 1k, 8k, 32k and 128k (where the pool fits). For each case: µs per call (CUDA graph of
-many calls, pools rotated so L2 never holds the next call's cells), K+V bytes read per second and
-its fraction of the device-to-device copy bandwidth measured in this run, the split count, and
-PyTorch's scaled_dot_product_attention (bf16, contiguous K/V, enable_gqa) on the same work where
-torch imports, with the NMSE between the two outputs as a cross-check. JSON and a markdown table.
+each sequence holds in scattered (permuted) order (--run-cells R: in runs of R consecutive cells,
+the runs scattered). One query token per sequence, batch 1, 8, 32, 64 at context 1k, 8k, 32k
+and 128k (where the pool fits). For each case: µs per call (CUDA graph of many calls, pools
+rotated so L2 never holds the next call's cells), K+V bytes read per second and its fraction of
+the device-to-device copy bandwidth measured in this run, the split count, and PyTorch's
+scaled_dot_product_attention (bf16, contiguous K/V, enable_gqa) on the same work where torch
+imports, with the NMSE between the two outputs as a cross-check. JSON and a markdown table.
 
     PYTHONPATH=$PWD python3 bench/bench_attention.py --out bench/results/attention
 
@@ -62,15 +63,24 @@ def random_pool(cupy, cells: int):
     return pool
 
 
+def scattered_cells(rng, n: int, run: int) -> np.ndarray:
+    """Cells 1..n in runs of `run` consecutive cells, the runs in random order (run 1: every cell
+    on its own, the worst case for DRAM; a fresh pool's FIFO free list gives one long run)."""
+    if n % run:
+        raise ValueError(f"bench_attention: --run-cells {run} does not divide the {n} cells of a case")
+    starts = rng.permutation(n // run).astype(np.int64) * run + 1
+    return (starts[:, None] + np.arange(run)).ravel().astype(np.int32)
+
+
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=()):
+             mma: bool = False, stages=(), run_cells: int = 1):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
     cells = sets * b * ctx + 1                            # cell 0: scratch
     # every set's sequences own disjoint, scattered cells of one pool
     k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
-    perm = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32))
+    perm = cupy.asarray(scattered_cells(rng, cells - 1, run_cells))
     tables = [perm[i * b * ctx:(i + 1) * b * ctx].reshape(b, ctx) for i in range(sets)]
     seq_lens = cupy.full(b, ctx, dtype=cupy.int32)
     tok_seq = cupy.arange(b, dtype=cupy.int32)
@@ -99,7 +109,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
         for st in stages:                                 # the pipeline depths (the rule's is mma_us)
             mma_stages[st] = time_us(lambda i, st=st: launch(i, kernel="mma", st=st), sets, launches, reps)[0]
     us, how = time_us(launch, sets, launches, reps)
-    row = dict(batch=b, context=ctx, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
+    row = dict(batch=b, context=ctx, run_cells=run_cells, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
                torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None,
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
@@ -356,7 +366,8 @@ def fits(b: int, ctx: int, torch) -> bool:
 
 def markdown(meta, rows) -> str:
     lines = [f"# attention decode — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
-             f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, scattered cells). "
+             f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, "
+             f"{'scattered cells' if meta.get('run_cells', 1) == 1 else 'cells in runs of %d' % meta['run_cells']}). "
              f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run.", "",
              "| batch | context | splits | µs | K+V TB/s | of copy | torch SDPA µs | torch TB/s | mma kernel µs |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -390,13 +401,16 @@ def main(argv=None) -> int:
     ap.add_argument("--graph", action="store_true", help="time decode inside a PDL graph (prepare_qkv_ + "
                     "attention at contexts 600 and 1024 of a 1024-wide table; 8B, SmolLM2 and Gemma 3 shapes)")
     ap.add_argument("--no-pdl", action="store_true", help="with --graph: plain launches in the graph")
+    ap.add_argument("--run-cells", type=int, default=1, help="decode: each sequence's cells come in runs of this "
+                    "many consecutive cells, the runs scattered (1: every cell scattered)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
     import cupy
     rng = np.random.default_rng(0)
     torch = None if args.no_torch else torch_or_none()
     copy_bw = copy_bandwidth()
-    meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__)
+    meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__,
+                    run_cells=args.run_cells)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()
@@ -412,7 +426,8 @@ def main(argv=None) -> int:
             if not fits(b, ctx, torch):
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
-            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages))
+            rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages,
+                                 args.run_cells))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()
