@@ -73,7 +73,7 @@ def scattered_cells(rng, n: int, run: int) -> np.ndarray:
 
 
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=(), run_cells: int = 1):
+             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -108,13 +108,20 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
         mma_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
         for st in stages:                                 # the pipeline depths (the rule's is mma_us)
             mma_stages[st] = time_us(lambda i, st=st: launch(i, kernel="mma", st=st), sets, launches, reps)[0]
+    stream_us = stream_nmse = None
+    if stream:                                            # the decode kernel, before simt's outs[0]
+        stream_us = time_us(lambda i: launch(i, kernel="stream"), sets, launches, reps)[0]
+        rows0 = sorted({0, b - 1})
+        stream_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, run_cells=run_cells, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
                torch_us=None, torch_gbps=None, torch_timing=None, nmse_vs_torch=None,
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
-               mma_rule_stages=MMA_DEPTH if mma else None)
+               mma_rule_stages=MMA_DEPTH if mma else None, stream_us=stream_us, stream_nmse_vs_exact=stream_nmse,
+               stream_gbps=kv_bytes / stream_us / 1e3 if stream_us else None,
+               stream_of_copy=kv_bytes / stream_us / 1e3 / (copy_bw / 1e9) if stream_us else None)
     for s in splits_sweep:
         row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
@@ -133,6 +140,8 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + f" | kernel vs exact (seqs 0, B-1) {row['nmse_vs_exact']:.1e}, non-finite {row['nonfinite_out']}"
           + (f" | mma: {mma_us:.1f} us ({row['mma_rule_stages']} stages), vs exact {mma_nmse:.1e}" if mma else "")
           + "".join(f" | mma {st} stages: {t:.1f} us" for st, t in mma_stages.items())
+          + (f" | stream: {stream_us:.1f} us ({100 * row['stream_of_copy']:.0f}% of copy), vs exact {stream_nmse:.1e}"
+             if stream else "")
           + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
     return row
 
@@ -145,13 +154,15 @@ GRAPH_CONTEXTS, GRAPH_TABLE = (600, 1024), 1024
 def graph_variants(d: int, splits: int) -> dict:
     """name -> attention keywords: the rule; the global merge (early copies as the rule has them);
     neither shortcut (the kernel before 5ac370d); both forced (one cluster where the splits fit
-    one, else the global merge); CUDA cores."""
+    one, else the global merge); CUDA cores; the decode kernel by the rule and with the global
+    merge."""
     c = next((c for c in CLUSTER_SIZES if c >= splits), 1)
     both = c if 1 < c <= mma_cluster_cap(d, 1, MMA_DEPTH) else 1
     return {"mma": dict(kernel="mma"), "mma, global merge": dict(kernel="mma", force_cluster=1),
             "mma, no shortcuts": dict(kernel="mma", force_cluster=1, force_early=False),
             "mma, both shortcuts": dict(kernel="mma", force_cluster=both, force_early=True),
-            "simt": dict(kernel="simt")}
+            "simt": dict(kernel="simt"), "stream": dict(kernel="stream"),
+            "stream, global merge": dict(kernel="stream", force_cluster=1)}
 
 
 def decode_token_inputs(width: int, ctx: int, hq: int, d: int):
@@ -369,12 +380,14 @@ def markdown(meta, rows) -> str:
              f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, "
              f"{'scattered cells' if meta.get('run_cells', 1) == 1 else 'cells in runs of %d' % meta['run_cells']}). "
              f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run.", "",
-             "| batch | context | splits | µs | K+V TB/s | of copy | torch SDPA µs | torch TB/s | mma kernel µs |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| batch | context | splits | µs | K+V TB/s | of copy | torch SDPA µs | torch TB/s | mma kernel µs "
+             "| stream kernel µs | stream of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in (r for r in rows if "prefill" not in r):
         t = f"{r['torch_us']:.1f} | {r['torch_gbps'] / 1e3:.2f}" if r["torch_us"] else "– | –"
         lines.append(f"| {r['batch']} | {r['context']} | {r['splits']} | {r['us']:.1f} | {r['kv_gbps'] / 1e3:.2f} | "
-                     f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |"))
+                     f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |")
+                     + (f" {r['stream_us']:.1f} | {100 * r['stream_of_copy']:.0f}% |" if r.get("stream_us") else " – | – |"))
     pre = [r for r in rows if "prefill" in r]
     if pre:
         lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
@@ -394,6 +407,7 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--mma", action="store_true", help="time the tensor-core kernel (kernel='mma') beside")
+    ap.add_argument("--stream", action="store_true", help="time the decode kernel (kernel='stream') beside")
     ap.add_argument("--prefill", default="", help="comma-separated prompt lengths for causal prefill cases")
     ap.add_argument("--stages", default="", help="with --mma: comma-separated pipeline depths (2,3,4) to time the "
                     "tensor-core kernel at, beside the rule's")
@@ -427,7 +441,7 @@ def main(argv=None) -> int:
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
             rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages,
-                                 args.run_cells))
+                                 args.run_cells, args.stream))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()

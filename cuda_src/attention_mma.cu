@@ -63,8 +63,8 @@
 // scale under a softcap whose factor carries log2 e). Error against the float64 reference: q and
 // P rounded to bf16 (K and V are bf16 already); see tests/test_attention_gpu.py for the budget.
 
-#include "attention_mma_frag.cuh"
-#include "attn_split.cuh"
+#include "attn_mma_end.cuh"
+#include "attn_mma_ptx.cuh"
 #include "pdl.cuh"
 #include "stamps.cuh"
 
@@ -72,42 +72,6 @@ namespace amma {
 
 constexpr int kTile = 64;                     // positions per K/V tile
 enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy issues (the PDL prologue)
-constexpr u32 kAll = 0xffffffffu;
-
-__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared through L2 only; n = 0 fills zeros and reads nothing
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-// c += a b (16 x 16 bf16 by 16 x 8 bf16, float accumulators)
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(kAll, x, 1));
-    return fmaxf(x, __shfl_xor_sync(kAll, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(kAll, x, 1);
-    return x + __shfl_xor_sync(kAll, x, 2);
-}
 
 }  // namespace amma
 
@@ -414,89 +378,14 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         }
     }
 
-    // merge the KW warps of each row group in shared memory (the stage buffers are free now):
-    // so[kw][row][D] floats, sml[kw][row] = (m, l)
-    float* so = reinterpret_cast<float*>(sK);
-    float* sml = so + KW * M * D;
-    float* cacc = sml + 2 * KW * M;                   // cluster merge: this block's partial [M][D] ...
-    float* cml = cacc + M * D;                        // ... and its (max, sum) [M][2]
+    // the stage buffers are free once the last copies (empty groups past the range) have landed
     STAMP(5);
     cp_wait<0>();
     __syncthreads();
-    {
-        const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
-#pragma unroll
-        for (int n = 0; n < NO; ++n)
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-                so[(kw * M + 16 * mw + c_row(lane, c)) * D + 8 * n + c_col(lane, c)] = o[n][c];
-        if ((lane & 3) == 0)
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int r = 16 * mw + (lane >> 2) + 8 * i;
-                sml[2 * (kw * M + r)] = m[i];
-                sml[2 * (kw * M + r) + 1] = lq[i];
-            }
-    }
-    __syncthreads();
-    const bool split = active > 1;
-    const bool clustered = MW == 1 && split && ncl > 1;
-    for (int r = warp; r < M; r += WARPS) {
-        const int ti = r / hpb, hh = r % hpb;
-        if (ti >= ntb || hh >= nh) continue;
-        float mx = kNegInf;
-#pragma unroll
-        for (int w = 0; w < KW; ++w) mx = fmaxf(mx, sml[2 * (w * M + r)]);
-        const float mu = mx == kNegInf ? 0.f : mx;
-        float total = 0.f, ov[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) ov[c] = 0.f;
-#pragma unroll
-        for (int w = 0; w < KW; ++w) {
-            const float wt = exp2f(sml[2 * (w * M + r)] - mu);   // 0 for a warp that saw nothing
-            total = fmaf(wt, sml[2 * (w * M + r) + 1], total);
-#pragma unroll
-            for (int c = 0; c < C; ++c) ov[c] = fmaf(wt, so[(w * M + r) * D + lane * C + c], ov[c]);
-        }
-        if (clustered) {                              // the partial stays in shared memory
-#pragma unroll
-            for (int c = 0; c < C; ++c) cacc[r * D + lane * C + c] = ov[c];
-            if (lane == 0) {
-                cml[2 * r] = mx;
-                cml[2 * r + 1] = total;
-            }
-        } else {
-            attn::end_row<C>(ov, mx, total, split, (int)blockIdx.x, (long long)(t0 + ti) * q_heads + h0 + hh, rows,
-                             lane, out, part_acc, part_ml, xq, xd, xs);
-        }
-    }
-    STAMP(6);
-    if (!split) return;
-    if (clustered) {
-        // every block's partial is in its shared memory: warp w of block b merges rows b WARPS + w,
-        // + WARPS ncl, ... over the blocks of rank < active (rank = split), then all wait until
-        // those reads are done before any block exits
-        cluster_sync();
-        for (int r = (int)cluster_rank() * WARPS + warp; r < M; r += WARPS * ncl) {
-            const int ti = r / hpb, hh = r % hpb;
-            if (ti < ntb && hh < nh)
-                attn::cluster_merge_row<C>(active, cacc + r * D, cml + 2 * r, (long long)(t0 + ti) * q_heads + h0 + hh,
-                                           lane, out, xq, xd, xs);
-        }
-        cluster_sync();
-        STAMP(7);
-        return;
-    }
-
-    // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
-    if (!attn::last_block(counters + (long long)t0 * gridDim.y + blockIdx.y, active)) return;
-    for (int r = warp; r < M; r += WARPS) {
-        const int ti = r / hpb, hh = r % hpb;
-        if (ti < ntb && hh < nh)
-            attn::merge_splits<C>(active, (long long)(t0 + ti) * q_heads + h0 + hh, rows, lane, out, part_acc,
-                                  part_ml, xq, xd, xs);
-    }
-    STAMP(7);
+    const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, rows, out, part_acc, part_ml,
+                       counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
+    end_block<D, M, KW, WARPS>(reinterpret_cast<float*>(sK), o, m, l, mw, kw, active,
+                               MW == 1 && active > 1 && ncl > 1, ends);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -1,10 +1,11 @@
 """attention and kv_write_ on the GPU against the NumPy reference (reference/attention.py).
 
-Every GPU test of attention runs both kernels (the `kernel` fixture): "mma" (attention_mma.cu, the
-default) and "simt" (attention.cu). The pools hold bf16; the reference reads the same bf16 values
-widened to float32, so only the kernel's own error counts: for simt float32 scores and sums with
-exp2f, NMSE ~1e-12 on these inputs, budget NMSE = mse(out, ref) / mse(ref, 0) < 1e-5; for mma
-also q and P rounded to bf16, budget MMA_NMSE_BUDGET (below). One wrong cell, position or head
+Every GPU test of attention runs every kernel (the `kernel` fixture): "mma" (attention_mma.cu, the
+default), "stream" (attention_stream.cu for decode-shaped steps) and "simt" (attention.cu). The
+pools hold bf16; the reference reads the same bf16 values widened to float32, so only the
+kernel's own error counts: for simt float32 scores and sums with exp2f, NMSE ~1e-12 on these
+inputs, budget NMSE = mse(out, ref) / mse(ref, 0) < 1e-5; for mma and stream also q and P
+rounded to bf16, budget MMA_NMSE_BUDGET (below). One wrong cell, position or head
 gives 1e-3 or worse. Cells no token may read (cell 0 the scratch, cells past seq_lens, the free ones) hold
 bf16 NaN, and outputs are filled with NaN before each call, so a stray read or a missing write
 shows. The reference loops over tokens in Python: long contexts run with few tokens and heads.
@@ -25,14 +26,15 @@ NMSE_BUDGET = 1e-5
 # test_bf16_rounding_error_is_inside_the_gpu_budget) that costs NMSE 2e-6 .. 7e-6; the budget is
 # ~7x the worst. A wrong cell, position, mask or row gives 1e-3 or worse.
 MMA_NMSE_BUDGET = 5e-5
-BUDGETS = {"simt": NMSE_BUDGET, "mma": MMA_NMSE_BUDGET}
+BUDGETS = {"simt": NMSE_BUDGET, "mma": MMA_NMSE_BUDGET, "stream": MMA_NMSE_BUDGET}
 BF16_NAN = 0x7FC0
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 
-@pytest.fixture(params=["mma", "simt"])
+@pytest.fixture(params=["mma", "simt", "stream"])
 def kernel(request):
-    """Both attention kernels for every GPU test that takes it."""
+    """Every attention kernel for every GPU test that takes it ("stream" runs decode-shaped steps
+    on attention_stream.cu, the others as "mma")."""
     return request.param
 
 
@@ -548,16 +550,35 @@ def test_mma_stages_rule_cpu():
     assert listed == set(MMA_VARIANTS)
 
 
+def test_stream_variants_rule_cpu():
+    """The decode kernel's depths: 3 stages at head dim 64 and 128 (two blocks an SM), 2 at 256 (one
+    block); its instances are every (D, depth) that fits one block, and attention_stream.cu
+    instantiates the same list."""
+    import re
+    from pathlib import Path
+    from glimmer_cupy.ops.attention import (STREAM_DEPTH, STREAM_VARIANTS, stream_blocks_per_sm,
+                                            stream_cluster_cap, stream_smem)
+    assert stream_smem(128, 3) == 108800 and stream_blocks_per_sm(128, 3) == 2 and stream_blocks_per_sm(128, 4) == 1
+    assert stream_blocks_per_sm(256, 2) == 1 and stream_blocks_per_sm(256, 4) == 0
+    assert all((d, st) in STREAM_VARIANTS for d, st in STREAM_DEPTH.items())
+    assert stream_cluster_cap(128, 3) == 16 and stream_cluster_cap(256, 2) == 8
+    src = (Path(__file__).resolve().parents[1] / "cuda_src" / "attention_stream.cu").read_text()
+    listed = {tuple(map(int, m)) for m in re.findall(r"ATTN_STREAM\((\d+), (\d+)\)", src)}
+    assert listed == set(STREAM_VARIANTS)
+
+
 @gpu
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("length", [1, 64, 65, 600, 1000])
 @pytest.mark.parametrize("cluster", [None, 1, 8, 16])
-def test_mma_cluster_merge(d, length, cluster):
+@pytest.mark.parametrize("kern", ["mma", "stream"])
+def test_mma_cluster_merge(d, length, cluster, kern):
     """Decode splits merged in a thread block cluster (distributed shared memory) or through
     global memory (cluster=1) give the reference's attention, q8 codes included; a 1024-wide
     table makes 16 splits, so blocks past a short sequence's work wait in the cluster idle.
     A forced cluster of c blocks runs c splits. Head dim 256 allows at most 8 a cluster: 16 is
-    refused there."""
+    refused there. Both kernels whose decode blocks merge so: "mma" and "stream" (whose head dim
+    256 blocks fill an SM too)."""
     import cupy
     from gpu_rounding import q8_blocks
     rng = np.random.default_rng(length * 7 + d)
@@ -566,16 +587,17 @@ def test_mma_cluster_merge(d, length, cluster):
     wide[0, :table.shape[1]] = table[0]
     if cluster == 16 and d == 256:
         with pytest.raises(OpArgumentError, match="force_cluster"):
-            run_mma(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, force_cluster=16, force_splits=16)
+            run_both(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, force_cluster=16, force_splits=16,
+                     kernel=kern)
         return
     kw = {} if cluster is None else {"force_cluster": cluster}
     if cluster and cluster > 1:
         kw["force_splits"] = cluster
-    got, ref = run_mma(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, **kw)
-    assert_mma_close(got, ref, (d, length, cluster))
+    got, ref = run_both(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, kernel=kern, **kw)
+    assert_close(got, ref, (d, length, cluster), kern)
     res = ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(wide),
                         cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), d ** -0.5,
-                        workspace=cupy.empty(workspace_size(1, 32, d), cupy.float32), q8=True, **kw)
+                        workspace=cupy.empty(workspace_size(1, 32, d), cupy.float32), q8=True, kernel=kern, **kw)
     if hasattr(res, "q"):                                     # the codes of the merged rows, exactly
         plain = cupy.asnumpy(res.x)
         codes, dd, sums = q8_blocks(plain.reshape(plain.shape[0], -1))
@@ -585,7 +607,7 @@ def test_mma_cluster_merge(d, length, cluster):
 
 @gpu
 @pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (9, 3, 64)])
-@pytest.mark.parametrize("kernel_", ["mma", "simt"])
+@pytest.mark.parametrize("kernel_", ["mma", "simt", "stream"])
 def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):
     """prepare_qkv_ then attention, captured in a graph with programmatic dependent launch: the
     attention kernel copies old K/V rows before it waits, so the rows this step writes (the new

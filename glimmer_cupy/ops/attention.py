@@ -67,6 +67,7 @@ def _kernel(expr: str):
 # attention_mma_prefill.md): decode batch 1 / 32k 53.0 us (attn_kernel 57.6), causal prefill
 # T = 2048 276 us (attn_kernel 2372; SDPA 81.3).
 MMA_TILE = 64                                # positions per K/V tile (kTile)
+KERNELS = ("mma", "simt", "stream")
 MMA_ROWS = (16, 64, 128)                     # rows per block: MW = 1, 4, 8
 SMEM_PER_SM = 228 * 1024                     # H100 / H200: shared memory of an SM ...
 SMEM_PER_BLOCK = 227 * 1024                  # ... the most one block may have ...
@@ -134,9 +135,25 @@ def mma_cluster(d: int, mw: int, stages: int, splits: int) -> int:
     """Blocks per cluster of attn_mma_kernel<d, mw, stages> at `splits` splits: 1 (partials
     merged through global memory) or the power of two 2..16 at or above splits (one cluster a
     token's splits, merged in distributed shared memory), the latter for SHORTCUT_DIMS only."""
-    if mw != 1 or splits <= 1 or d not in SHORTCUT_DIMS:
+    if mw != 1:
         return 1
-    if splits > mma_cluster_cap(d, mw, stages):
+    return cluster_for(d, splits, mma_cluster_cap(d, mw, stages))
+
+
+def pick_cluster(d: int, splits: int, cap: int, force_cluster: int | None, what: str) -> int:
+    """cluster_for's choice, or force_cluster checked against the split count and the cap."""
+    if force_cluster is None:
+        return cluster_for(d, splits, cap)
+    c = int(force_cluster)
+    if c not in CLUSTER_SIZES or (c > 1 and (c > cap or c < splits)):
+        raise fail("attention", "force_cluster", f"one of {CLUSTER_SIZES}, at least the {splits} splits and at "
+                   f"most {cap} for {what}", c)
+    return c
+
+
+def cluster_for(d: int, splits: int, cap: int) -> int:
+    """1, or the power of two 2..cap at or above splits (SHORTCUT_DIMS only)."""
+    if splits <= 1 or d not in SHORTCUT_DIMS or splits > cap:
         return 1
     c = 2
     while c < splits:
@@ -157,6 +174,48 @@ _MMA_EXPRS = tuple(f"attn_mma_kernel<{d}, {mw}, {st}>" for d, mw, st in MMA_VARI
 # us at T = 512 / 2048 with 2 stages against 54.6 / 440 with 3 (one block per SM). Bytes in flight
 # are not what limits these kernels; two blocks per SM is. Other depths: force_stages.
 MMA_DEPTH = 2
+
+
+# The decode kernel (attention_stream.cu, attn_stream_kernel<D, STAGES>): for decode-shaped steps
+# (one token a block) in place of attn_mma_kernel's 16-row blocks, with the same split rule, cluster
+# merge and outputs; every warp streams its own 16-position tiles, STAGES deep. Q (16 rows), then
+# per warp and stage 16 K and 16 V rows of d + 8 bf16.
+STREAM_POS = 16                              # positions of a warp's tile (kPos)
+STREAM_WARPS = 4
+
+
+def stream_smem(d: int, stages: int) -> int:
+    return (16 + STREAM_WARPS * stages * 2 * STREAM_POS) * (d + 8) * 2
+
+
+def stream_blocks_per_sm(d: int, stages: int) -> int:
+    """Blocks one SM holds by shared memory (16 bytes static), at most 2 (the launch bounds)."""
+    per = stream_smem(d, stages) + 16
+    if per > SMEM_PER_BLOCK:
+        return 0
+    return min(2, SMEM_PER_SM // (per + SMEM_RESERVED))
+
+
+STREAM_VARIANTS = tuple((d, st) for d in HEAD_DIMS for st in MMA_STAGES if stream_blocks_per_sm(d, st) > 0)
+_STREAM_EXPRS = tuple(f"attn_stream_kernel<{d}, {st}>" for d, st in STREAM_VARIANTS)
+# The depth of a decode step: the deepest that keeps two blocks an SM (3 at head dim 64 and 128);
+# head dim 256 fits one block of 2 stages (1 a SM either way at 2 or 3).
+STREAM_DEPTH = {64: 3, 128: 3, 256: 2}
+
+
+def stream_cluster_cap(d: int, stages: int) -> int:
+    """The most blocks a cluster of attn_stream_kernel<d, stages> may have: 16 (two blocks an SM),
+    else 8 (so that a cluster needs at most 8 SMs of a GPC)."""
+    return MMA_CLUSTER if stream_blocks_per_sm(d, stages) >= 2 else 8
+
+
+@cache
+def _stream_kernel(d: int, stages: int):
+    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", name_expressions=_STREAM_EXPRS)
+    kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
+    kern.fn.preferred_shared_memory_carveout = 100
+    _allow_large_clusters(kern.fn)
+    return kern
 
 
 @cache
@@ -360,18 +419,20 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
     return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
     kernel: "mma" (attn_mma_kernel, tensor cores, the default: q and the softmax weights rounded
-    to bf16, NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
-    force_stages, force_rows (benchmarks and tests, "mma" only): the pipeline depth (MMA_STAGES,
-    MMA_DEPTH otherwise; the same result at every depth) and the rows of a block
-    (MMA_ROWS, mma_plan's rule otherwise).
-    force_cluster (benchmarks and tests, "mma" only): blocks per cluster of a split decode step,
+    to bf16, NMSE ~5e-6 against the reference), "stream" (decode-shaped steps on attn_stream_kernel,
+    the same arithmetic with every warp streaming its own tiles; other steps as "mma") or "simt"
+    (attn_kernel, CUDA cores, float32).
+    force_stages, force_rows (benchmarks and tests, "mma" and "stream" only): the pipeline depth
+    (MMA_STAGES; MMA_DEPTH or STREAM_DEPTH otherwise; the same result at every depth) and the rows
+    of a block (MMA_ROWS, mma_plan's rule otherwise).
+    force_cluster (benchmarks and tests, "mma" and "stream" only): blocks per cluster of a split decode step,
     one of CLUSTER_SIZES, at least the split count (mma_cluster's rule otherwise); 1 merges the
     splits through global memory.
-    force_early (benchmarks and tests, "mma" only): whether K/V rows below the step's lowest new
+    force_early (benchmarks and tests, "mma" and "stream" only): whether K/V rows below the step's lowest new
     position are copied before pdl_wait (mma_early's rule otherwise; no effect outside overlapped()).
     """
-    if kernel not in ("simt", "mma"):
-        raise fail("attention", "kernel", '"simt" or "mma"', repr(kernel))
+    if kernel not in KERNELS:
+        raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))
     if is_host(q):
         return host_result(ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
                                          window, softcap, visible), out)
@@ -400,9 +461,22 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     max_len = width if host_len is None else host_len
     if window and visible is None:
         max_len = min(max_len, int(window))
-    if kernel == "mma":
+    if kernel != "simt":
         mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, sm_count(), force_splits,
                                            force_rows)
+    stream = kernel == "stream" and mw == 1
+    if stream:                                       # decode: one token a block
+        stages = int(force_stages) if force_stages else STREAM_DEPTH[d]
+        if (d, stages) not in STREAM_VARIANTS:
+            raise fail(op, "force_stages", f"one of {[st for dd, st in STREAM_VARIANTS if dd == d]} for head_dim {d}",
+                       stages)
+        cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
+                               f"head_dim {d}, {stages} stages")
+        fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
+        grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
+        smem = stream_smem(d, stages)
+        early = (np.int32(mma_early(d) if force_early is None else bool(force_early)),)
+    elif kernel != "simt":
         stages = int(force_stages) if force_stages else MMA_DEPTH
         if (d, mw, stages) not in MMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {[st for dd, m, st in MMA_VARIANTS if (dd, m) == (d, mw)]} "
@@ -410,13 +484,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         blocks_z = -(-t // tpb)
         if blocks_z > 65535:
             raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
-        cluster = mma_cluster(d, mw, stages, splits)
-        if force_cluster is not None:
-            cluster = int(force_cluster)
-            cap = mma_cluster_cap(d, mw, stages)
-            if cluster not in CLUSTER_SIZES or (cluster > 1 and (cluster > cap or cluster < splits)):
-                raise fail(op, "force_cluster", f"one of {CLUSTER_SIZES}, at least the {splits} splits and at "
-                           f"most {cap} for head_dim {d}, {16 * mw}-row blocks, {stages} stages", cluster)
+        cluster = pick_cluster(d, splits, mma_cluster_cap(d, mw, stages), force_cluster,
+                               f"head_dim {d}, {16 * mw}-row blocks, {stages} stages")
         fn, block = _mma_kernel(d, mw, stages), (32 * mma_warps(mw),)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, blocks_z)
         smem = mma_smem(d, mw, stages)

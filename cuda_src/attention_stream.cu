@@ -1,0 +1,261 @@
+// attention_stream.cu — decode attention over the KV cell pool (one query token a block) on
+// tensor cores, each warp streaming its own K/V tiles through the bulk-copy engine.
+//
+// The same inputs, outputs, visibility rules, split partials, cluster merge and int8 output codes
+// as attn_mma_kernel at 16 rows a block (attention_mma.cu; NumPy spec glimmer_cupy/reference/
+// attention.py), and the same argument list; ops/attention.py runs it for decode-shaped steps
+// (one token a block) and the mma kernel for the others.
+//
+// Why a second kernel: attn_mma_kernel's 16-row blocks copy 64-position tiles with cp.async and
+// meet at three block barriers a tile; ncu at batch 1 / 32k (bench/results/NOTES.md) found 2 warps
+// a scheduler issuing every 8.3 cycles, ~470 instructions per warp per 16 positions (a third of
+// them the copies' address arithmetic: a 64-bit offset from shared memory per piece), DRAM at 44%.
+// Here:
+//   - warp w takes tiles w, w + 4, ... of 16 positions of the block's split (whole tiles of 64,
+//     as attn_mma_kernel splits them), through its own STAGES-deep ring in shared memory and its
+//     own cp.async groups (one a tile), so a warp waits only for its own bytes and meets the other
+//     warps only at the end;
+//   - lane r < 16 loads the cell of row r of the warp's tile two tiles ahead; a copy takes its row's
+//     cell by a shuffle (bulk copies of a row each were tried: their operands are uniform
+//     registers, so ptxas issues a warp's 32 rows one lane at a time, twice the instructions);
+//   - O is rescaled only when some row's running max rose (after the first tiles, rarely).
+//   Then the warps merge as attn_mma_kernel's do (attn_mma_end.cuh: end_block).
+// Rows of a partial last tile past the range are zero-filled; their scores are masked.
+//
+// attn_stream_kernel<D, STAGES>  grid=(splits, kv_heads * head_chunks, n_tok) block=(128,)
+//   dynamic shared memory ATTN_STREAM_SMEM(D, STAGES) (ops/attention.py: stream_smem).
+// PDL: before pdl_wait the block reads the step's index arrays and the cell table and, with
+// `early`, issues the copies of its first tiles that lie wholly below the lowest position the step
+// writes for its sequence (earlier steps' rows); the rest, and q, after the wait.
+#include "attn_mma_end.cuh"
+#include "attn_mma_ptx.cuh"
+#include "pdl.cuh"
+
+namespace astream {
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16;          // query rows of a block: a token's group of heads, padded
+constexpr int kPos = 16;           // positions of a warp's tile
+constexpr int kSplitTile = 64;     // splits are whole tiles of this many positions (attn_mma_kernel's)
+
+}  // namespace astream
+
+// bytes of dynamic shared memory: Q (16 rows), then per warp and stage 16 K rows and 16 V rows
+#define ATTN_STREAM_SMEM(D, STAGES) ((16 + 4 * (STAGES) * 32) * ((D) + 8) * 2)
+
+template <int D, int STAGES>
+__global__ void __launch_bounds__(128, 2)
+attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                   int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
+                   const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
+                   const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
+                   const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
+                   int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,
+                   int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+    using namespace amma;
+    using namespace astream;
+    constexpr int M = kRows, NT = kPos / 8, NO = D / 8, RS = D + kRowPad;
+    static_assert((kWarps * M * D + 2 * kWarps * M + M * D + 2 * M) * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
+                  "the merge and the cluster partial fit the stages");
+    extern __shared__ __align__(16) unsigned short smem[];
+    unsigned short* sQ = smem;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    unsigned short* ring = smem + M * RS + warp * STAGES * 2 * kPos * RS;   // [stage][K rows, V rows][RS]
+    const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
+    const int group = q_heads / kv_heads;
+    const int hpb = min(group, M);
+    const int t0 = blockIdx.z;                        // this block's token
+    const int h0 = kvh * group + hc * hpb;
+    const int nh = min(hpb, group - hc * hpb);
+    const bool masked = visible != nullptr;
+    // a cell of a pool in 16-byte units (32 bits: pools up to 64 GB), and this lane's piece of the
+    // kv head's row in each pool
+    const u32 cell16 = (u32)(kv_heads * D / 8);
+
+    // Before pdl_wait: the step's upload only (tok_seq, tok_pos, seq_lens, the cell table)
+    const int seq = tok_seq[t0], pos = tok_pos[t0];
+    int lo, hi;
+    attn::visible_range(seq_lens[seq], pos, masked, window, lo, hi);
+    if (hi <= lo) lo = hi = 0;
+    const int tiles = (hi - lo + kSplitTile - 1) / kSplitTile;
+    const int per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
+    const int active = max(1, (tiles + per - 1) / per);
+    const int ncl = (int)cluster_size();
+    const bool idle = (int)blockIdx.x >= active;
+    if (idle && (ncl == 1 || active == 1)) return;
+    // this block's positions [p_begin, p_end) and this warp's tiles of them
+    const int p_begin = min(hi, lo + (int)blockIdx.x * per * kSplitTile);
+    const int p_end = idle ? p_begin : min(hi, p_begin + per * kSplitTile);
+    const int n_all = (p_end - p_begin + kPos - 1) / kPos;
+    const int n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
+    const int* crow = cell_table + (long long)seq * table_width;
+    auto tile_start = [&](int j) { return p_begin + kPos * (warp + kWarps * j); };
+    // the cell of row lane % 16 of this warp's tile j (0 past the range: never copied)
+    auto cell_of = [&](int j) {
+        const int p = tile_start(j) + (lane & (kPos - 1));
+        return j < n_mine && p < p_end ? crow[p] : 0;
+    };
+    int fresh = 0x7fffffff;                           // the step's lowest new position of this sequence
+    if (early && n_tok <= 64) {
+        for (int t2 = lane; t2 < n_tok; t2 += 32)
+            if (tok_seq[t2] == seq) fresh = min(fresh, tok_pos[t2]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) fresh = min(fresh, __shfl_xor_sync(kAll, fresh, off));
+    } else {
+        fresh = 0;                                    // nothing copied before the wait
+    }
+    // tile j into stage j % STAGES: lane copies 16-byte piece lane % PPR of rows lane / PPR + RPI i,
+    // each row's cell from the lane that loaded it (lane r: row r); rows past the range zero-filled
+    constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
+    const char* kp = reinterpret_cast<const char*>(k_pool + (long long)kvh * D + 8 * (lane % PPR));
+    const char* vp = reinterpret_cast<const char*>(v_pool + (long long)kvh * D + 8 * (lane % PPR));
+    auto issue = [&](int j, int cell) {
+        const int st = j % STAGES;
+        const int rows = j < n_mine ? min(kPos, p_end - tile_start(j)) : 0;
+        const u32 dst = smem_u32(ring + st * 2 * kPos * RS + at<D>(lane / PPR, 8 * (lane % PPR)));
+#pragma unroll
+        for (int i = 0; i < ITER; ++i) {
+            const int r = lane / PPR + RPI * i;
+            const unsigned long long off = (unsigned long long)((u32)__shfl_sync(kAll, cell, r) * cell16) * 16u;
+            const int n = r < rows ? 16 : 0;
+            cp_async16(dst + 2 * RPI * i * RS, kp + off, n);
+            cp_async16(dst + 2 * (kPos + RPI * i) * RS, vp + off, n);
+        }
+        cp_commit();
+    };
+
+    int cells[STAGES];
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) cells[s] = cell_of(s);
+    // the first tiles: the wholly old ones (a prefix) before the wait, one commit group each, so that
+    // group j is tile j's throughout
+    int n_early = 0;
+    while (n_early < STAGES && n_early < n_mine && min(p_end, tile_start(n_early) + kPos) <= fresh) {
+        issue(n_early, cells[n_early]);
+        ++n_early;
+    }
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s)
+        if (s >= n_early) issue(s, cells[s]);
+    int next_cell = cell_of(STAGES), next_cell2 = cell_of(STAGES + 1);
+
+    // Q rows (head r, of this token) scaled, as bf16, shared by the warps
+    {
+        constexpr int QN = M * D / 2 / (32 * kWarps);
+#pragma unroll
+        for (int j = 0; j < QN; ++j) {
+            const int i = tid + j * 32 * kWarps;
+            const int r = i / (D / 2), d = 2 * (i % (D / 2));
+            const float2 v = r < nh ? *reinterpret_cast<const float2*>(q + ((long long)t0 * q_heads + h0 + r) * D + d)
+                                    : make_float2(0.f, 0.f);
+            *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(v.x * q_scale, v.y * q_scale);
+        }
+    }
+    __syncthreads();
+
+    const unsigned char* rvis = masked ? visible + (long long)t0 * table_width : nullptr;
+    float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    for (int j = 0; j < n_mine; ++j) {
+        const int st = j % STAGES;
+        const unsigned short* tK = ring + st * 2 * kPos * RS;
+        const unsigned short* tV = tK + kPos * RS;
+        const int pb = tile_start(j);
+        cp_wait<STAGES - 1>();                        // tile j's group (one committed a tile since)
+        __syncwarp();                                 // and every lane's pieces of it
+        const bool full = !masked && pb + kPos <= hi;       // pb >= lo always
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+            u32 a[4], b[4];
+            const RowCol qa = q_addr(lane, ks);
+            ldsm_x4(a, smem_u32(sQ + at<D>(qa.row, qa.col)));
+            const RowCol ka = k_addr(lane, 0, ks);
+            ldsm_x4(b, smem_u32(tK + at<D>(ka.row, ka.col)));
+            mma_bf16(s[0], a, b[0], b[1]);
+            mma_bf16(s[1], a, b[2], b[3]);
+        }
+        if (softcap_log2 > 0.f)                       // uniform: one branch a tile
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) s[n][c] = softcap_log2 * tanhf(s[n][c] * inv_softcap);
+        if (!full)                                    // range (causal, window, the tile's end), visible
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int p = pb + 8 * n + c_col(lane, c);
+                    bool vis = p < hi;
+                    if (vis && rvis != nullptr) vis = rvis[p] != 0;
+                    s[n][c] = vis ? s[n][c] : kNegInf;
+                }
+        // online softmax (attention_mma_frag.cuh's update, with O rescaled only when a max rose)
+        float mx[2];
+        tile_max<NT>(s, mx);
+        u32 p[NT / 2][4];
+        float mu[2], alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const float mn = fmaxf(m[i], quad_max(mx[i]));
+            mu[i] = mn == kNegInf ? 0.f : mn;
+            alpha[i] = exp2_(m[i] - mu[i]);
+            m[i] = mn;
+            l[i] *= alpha[i];
+        }
+        if (__any_sync(kAll, alpha[0] != 1.f || alpha[1] != 1.f))
+#pragma unroll
+            for (int n = 0; n < NO; ++n) {
+                o[n][0] *= alpha[0]; o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1]; o[n][3] *= alpha[1];
+            }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            float e[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) e[c] = exp2_(s[n][c] - mu[c >> 1]);
+            l[0] += e[0] + e[1];
+            l[1] += e[2] + e[3];
+            p[n >> 1][2 * (n & 1)] = pack_bf16(e[0], e[1]);
+            p[n >> 1][2 * (n & 1) + 1] = pack_bf16(e[2], e[3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+            u32 b[4];
+            const RowCol va = v_addr(lane, 0, dp);
+            ldsm_x4_t(b, smem_u32(tV + at<D>(va.row, va.col)));
+            mma_bf16(o[2 * dp], p[0], b[0], b[1]);
+            mma_bf16(o[2 * dp + 1], p[0], b[2], b[3]);
+        }
+        // stage st is free (its reads are in registers, consumed by the mma above) once every lane
+        // is past them: the warp's tile j + STAGES goes there (an empty group past the last), its
+        // cell loaded two tiles ago
+        const int cell = next_cell;
+        next_cell = next_cell2;
+        next_cell2 = cell_of(j + STAGES + 2);
+        __syncwarp();
+        issue(j + STAGES, cell);
+    }
+    cp_wait<0>();                                     // the empty groups
+    __syncthreads();                                  // every warp's copies have landed and been read
+    const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
+                             counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
+    end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
+                                    active > 1 && ncl > 1, ends);
+}
+
+#ifdef GLIMMER_INSTANTIATE
+#define ATTN_STREAM(D, S) template __global__ void attn_stream_kernel<D, S>(float*, float*, float*, int*, \
+    const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
+    const unsigned char*, int, int, int, int, int, int, int, float, float, float, int*, float*, float*);
+// every (D, STAGES) whose shared memory fits a block (227 KB): ops/attention.py's STREAM_VARIANTS
+ATTN_STREAM(64, 2) ATTN_STREAM(64, 3) ATTN_STREAM(64, 4)
+ATTN_STREAM(128, 2) ATTN_STREAM(128, 3) ATTN_STREAM(128, 4)
+ATTN_STREAM(256, 2) ATTN_STREAM(256, 3)
+#endif

@@ -1,0 +1,117 @@
+// attn_mma_end.cuh — the end of a tensor-core attention block (attention_mma.cu, attention_stream.cu):
+// the KW warps that split a row group's positions merge their (m, l, O) in shared memory, then the
+// block writes its rows (one block of work), or leaves its partial for the cluster merge through
+// distributed shared memory, or writes a global partial and the last block of the (token, kv head x
+// head chunk) merges them (attn_split.cuh).
+//
+// A lane holds rows g and g + 8 of its warp's 16 (lane = 4 g + t), columns 2t, 2t + 1 of each
+// 8-wide n-tile of O (attention_mma_frag.cuh). `so` is shared memory free for reuse (the stage
+// buffers, after every copy into them has landed and a __syncthreads): KW * M * D + 2 * KW * M floats
+// for the merge, and M * D + 2 * M more for a clustered block's partial.
+#pragma once
+#include "attn_mma_ptx.cuh"
+#include "attn_split.cuh"
+#include "stamps.cuh"
+
+namespace amma {
+
+// Where the block's rows go: row r of the block is token t0 + r / hpb (of ntb), head h0 + r % hpb
+// (of nh); rows past those are padding and are never written.
+struct EndRows {
+    int hpb, ntb, nh, t0, h0, q_heads, rows;
+    float* out;
+    float* part_acc;
+    float* part_ml;
+    int* counter;                       // this (token block, kv head x head chunk)'s last-block counter
+    int* xq;
+    float* xd;
+    float* xs;
+};
+
+// active: blocks with work in this block's split group (1: no split); clustered: the split's
+// blocks are one cluster (MW = 1 decode), whose merge this does between two cluster barriers.
+template <int D, int M, int KW, int WARPS>
+__device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
+                                          const float (&l)[2], int mw, int kw, int active, bool clustered,
+                                          const EndRows& e) {
+    constexpr int NO = D / 8, C = D / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* sml = so + KW * M * D;
+    float* cacc = sml + 2 * KW * M;     // cluster merge: this block's partial [M][D] ...
+    float* cml = cacc + M * D;          // ... and its (max, sum) [M][2]
+    {
+        const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+#pragma unroll
+        for (int n = 0; n < NO; ++n)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                so[(kw * M + 16 * mw + c_row(lane, c)) * D + 8 * n + c_col(lane, c)] = o[n][c];
+        if ((lane & 3) == 0)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r = 16 * mw + (lane >> 2) + 8 * i;
+                sml[2 * (kw * M + r)] = m[i];
+                sml[2 * (kw * M + r) + 1] = lq[i];
+            }
+    }
+    __syncthreads();
+    const bool split = active > 1;
+    for (int r = warp; r < M; r += WARPS) {
+        const int ti = r / e.hpb, hh = r % e.hpb;
+        if (ti >= e.ntb || hh >= e.nh) continue;
+        float mx = kNegInf;
+#pragma unroll
+        for (int w = 0; w < KW; ++w) mx = fmaxf(mx, sml[2 * (w * M + r)]);
+        const float mu = mx == kNegInf ? 0.f : mx;
+        float total = 0.f, ov[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) ov[c] = 0.f;
+#pragma unroll
+        for (int w = 0; w < KW; ++w) {
+            const float wt = exp2f(sml[2 * (w * M + r)] - mu);   // 0 for a warp that saw nothing
+            total = fmaf(wt, sml[2 * (w * M + r) + 1], total);
+#pragma unroll
+            for (int c = 0; c < C; ++c) ov[c] = fmaf(wt, so[(w * M + r) * D + lane * C + c], ov[c]);
+        }
+        if (clustered) {                // the partial stays in shared memory
+#pragma unroll
+            for (int c = 0; c < C; ++c) cacc[r * D + lane * C + c] = ov[c];
+            if (lane == 0) {
+                cml[2 * r] = mx;
+                cml[2 * r + 1] = total;
+            }
+        } else {
+            attn::end_row<C>(ov, mx, total, split, (int)blockIdx.x, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh,
+                             e.rows, lane, e.out, e.part_acc, e.part_ml, e.xq, e.xd, e.xs);
+        }
+    }
+    STAMP(6);
+    if (!split) return;
+    if (clustered) {
+        // every block's partial is in its shared memory: warp w of block b merges rows b WARPS + w,
+        // + WARPS ncl, ... over the blocks of rank < active (rank = split), then all wait until
+        // those reads are done before any block exits
+        cluster_sync();
+        const int ncl = (int)cluster_size();
+        for (int r = (int)cluster_rank() * WARPS + warp; r < M; r += WARPS * ncl) {
+            const int ti = r / e.hpb, hh = r % e.hpb;
+            if (ti < e.ntb && hh < e.nh)
+                attn::cluster_merge_row<C>(active, cacc + r * D, cml + 2 * r, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh,
+                                           lane, e.out, e.xq, e.xd, e.xs);
+        }
+        cluster_sync();
+        STAMP(7);
+        return;
+    }
+    // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
+    if (!attn::last_block(e.counter, active)) return;
+    for (int r = warp; r < M; r += WARPS) {
+        const int ti = r / e.hpb, hh = r % e.hpb;
+        if (ti < e.ntb && hh < e.nh)
+            attn::merge_splits<C>(active, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh, e.rows, lane, e.out,
+                                  e.part_acc, e.part_ml, e.xq, e.xd, e.xs);
+    }
+    STAMP(7);
+}
+
+}  // namespace amma
