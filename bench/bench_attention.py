@@ -73,7 +73,7 @@ def scattered_cells(rng, n: int, run: int) -> np.ndarray:
 
 
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False):
+             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt"):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -109,10 +109,13 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
         for st in stages:                                 # the pipeline depths (the rule's is mma_us)
             mma_stages[st] = time_us(lambda i, st=st: launch(i, kernel="mma", st=st), sets, launches, reps)[0]
     stream_us = stream_nmse = None
+    stream_stages = {}
     if stream:                                            # the decode kernel, before simt's outs[0]
         stream_us = time_us(lambda i: launch(i, kernel="stream"), sets, launches, reps)[0]
         rows0 = sorted({0, b - 1})
         stream_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
+        for st in stages:
+            stream_stages[st] = time_us(lambda i, st=st: launch(i, kernel="stream", st=st), sets, launches, reps)[0]
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, run_cells=run_cells, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
@@ -120,10 +123,11 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
                mma_rule_stages=MMA_DEPTH if mma else None, stream_us=stream_us, stream_nmse_vs_exact=stream_nmse,
+               stream_stages=stream_stages, sweep_kernel=sweep_kernel,
                stream_gbps=kv_bytes / stream_us / 1e3 if stream_us else None,
                stream_of_copy=kv_bytes / stream_us / 1e3 / (copy_bw / 1e9) if stream_us else None)
     for s in splits_sweep:
-        row["sweep"][s] = time_us(lambda i, s=s: launch(i, s), sets, launches, reps)[0]
+        row["sweep"][s] = time_us(lambda i, s=s: launch(i, s, kernel=sweep_kernel), sets, launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
     rows = sorted({0, b - 1})
     exact = exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows, scale)
@@ -142,7 +146,8 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + "".join(f" | mma {st} stages: {t:.1f} us" for st, t in mma_stages.items())
           + (f" | stream: {stream_us:.1f} us ({100 * row['stream_of_copy']:.0f}% of copy), vs exact {stream_nmse:.1e}"
              if stream else "")
-          + ("".join(f" | {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
+          + "".join(f" | stream {st} stages: {t:.1f} us" for st, t in stream_stages.items())
+          + ("".join(f" | {sweep_kernel} {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
     return row
 
 
@@ -405,12 +410,14 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
+    ap.add_argument("--sweep-kernel", default="simt", choices=("simt", "mma", "stream"),
+                    help="the kernel --splits times")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--mma", action="store_true", help="time the tensor-core kernel (kernel='mma') beside")
     ap.add_argument("--stream", action="store_true", help="time the decode kernel (kernel='stream') beside")
     ap.add_argument("--prefill", default="", help="comma-separated prompt lengths for causal prefill cases")
-    ap.add_argument("--stages", default="", help="with --mma: comma-separated pipeline depths (2,3,4) to time the "
-                    "tensor-core kernel at, beside the rule's")
+    ap.add_argument("--stages", default="", help="with --mma or --stream: comma-separated pipeline depths (2,3,4) to "
+                    "time the tensor-core kernels at, beside the rule's")
     ap.add_argument("--rows", default="", help="with --mma: comma-separated rows per prefill block (64,128) to time")
     ap.add_argument("--graph", action="store_true", help="time decode inside a PDL graph (prepare_qkv_ + "
                     "attention at contexts 600 and 1024 of a 1024-wide table; 8B, SmolLM2 and Gemma 3 shapes)")
@@ -441,7 +448,7 @@ def main(argv=None) -> int:
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
             rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages,
-                                 args.run_cells, args.stream))
+                                 args.run_cells, args.stream, args.sweep_kernel))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()
