@@ -1,12 +1,15 @@
 """Attention over the KV cell pool and the KV write (see reference/attention.py for the rules;
-kernels: cuda_src/attention_mma.cu, the default, and cuda_src/attention.cu).
+kernels: cuda_src/attention_stream.cu and attention_mma.cu, the default pair, and
+cuda_src/attention.cu).
 
 On the GPU the pools hold bfloat16 bits (uint16; Gemma 3's activations overflow fp16), K and V
 are written from float32 with round to nearest even, and q and the output stay float32. The
-default kernel runs on tensor cores (attn_mma_kernel: q and the softmax weights rounded to bf16,
-NMSE ~5e-6 against the reference) and serves every step shape, decode (split over positions) and
-prefill; kernel="simt" keeps the CUDA-core kernel (attn_kernel, float32 scores, NMSE ~1e-12).
-Both read a KV head's cells once for its whole GQA group.
+default (kernel="stream") runs on tensor cores, q and the softmax weights rounded to bf16 (NMSE
+~5e-6 against the reference): decode-shaped steps (one token a block, split over positions) on
+attn_stream_kernel, whose warps each stream their own tiles, and the others (prefill, verification
+blocks) on attn_mma_kernel; kernel="mma" runs every shape on attn_mma_kernel; kernel="simt" keeps
+the CUDA-core kernel (attn_kernel, float32 scores, NMSE ~1e-12). All read a KV head's cells once
+for its whole GQA group.
 
 What is checked before a launch: dtypes, shapes, contiguity, head_dim, the GQA ratio, window and
 softcap. Index arrays given as NumPy arrays are checked on the host too (seq_lens within the table
@@ -201,6 +204,17 @@ _STREAM_EXPRS = tuple(f"attn_stream_kernel<{d}, {st}>" for d, st in STREAM_VARIA
 # The depth of a decode step: the deepest that keeps two blocks an SM (3 at head dim 64 and 128);
 # head dim 256 fits one block of 2 stages (1 a SM either way at 2 or 3).
 STREAM_DEPTH = {64: 3, 128: 3, 256: 2}
+
+
+def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
+    """Splits per (token, kv head, head chunk) of a decode step on attn_stream_kernel. units: tokens
+    x kv heads x head chunks. Measured on the H200 (Qwen3-8B heads, bench/results/NOTES.md): below
+    16 units one wave of two blocks an SM (n_splits: batch 1 at 32k 47.7 us at 33 splits, 52.5 at
+    16); from 16 units one block an SM (batch 8: 2 splits 17.2 / 79.2 / 287.8 us at 1k / 8k / 32k
+    against the two-a-SM wave's 4 splits' 25.0 / 94.0 / 340.2; batch 32 and 64 take 1)."""
+    if units < 16:
+        return n_splits(units, max_len, sms, MMA_TILE)
+    return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
 
 
 def stream_cluster_cap(d: int, stages: int) -> int:
@@ -405,7 +419,7 @@ def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window
 
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
-              force_splits: int | None = None, q8: bool = False, kernel: str = "mma",
+              force_splits: int | None = None, q8: bool = False, kernel: str = "stream",
               force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
               force_early: bool | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
@@ -418,10 +432,9 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_splits (benchmarks only) replaces the split rule's count.
     q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
     return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
-    kernel: "mma" (attn_mma_kernel, tensor cores, the default: q and the softmax weights rounded
-    to bf16, NMSE ~5e-6 against the reference), "stream" (decode-shaped steps on attn_stream_kernel,
-    the same arithmetic with every warp streaming its own tiles; other steps as "mma") or "simt"
-    (attn_kernel, CUDA cores, float32).
+    kernel: "stream" (the default: decode-shaped steps on attn_stream_kernel, others as "mma"),
+    "mma" (attn_mma_kernel for every step: tensor cores, q and the softmax weights rounded to bf16,
+    NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
     force_stages, force_rows (benchmarks and tests, "mma" and "stream" only): the pipeline depth
     (MMA_STAGES; MMA_DEPTH or STREAM_DEPTH otherwise; the same result at every depth) and the rows
     of a block (MMA_ROWS, mma_plan's rule otherwise).
@@ -466,6 +479,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
                                            force_rows)
     stream = kernel == "stream" and mw == 1
     if stream:                                       # decode: one token a block
+        if not force_splits:
+            splits = stream_splits(t * hkv * chunks, max_len, sm_count())
         stages = int(force_stages) if force_stages else STREAM_DEPTH[d]
         if (d, stages) not in STREAM_VARIANTS:
             raise fail(op, "force_stages", f"one of {[st for dd, st in STREAM_VARIANTS if dd == d]} for head_dim {d}",
