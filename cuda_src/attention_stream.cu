@@ -73,6 +73,7 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
     // kv head's row in each pool
     const u32 cell16 = (u32)(kv_heads * D / 8);
 
+    STAMP(0);
     // Before pdl_wait: the step's upload only (tok_seq, tok_pos, seq_lens, the cell table)
     const int seq = tok_seq[t0], pos = tok_pos[t0];
     int lo, hi;
@@ -135,7 +136,9 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
         issue(n_early, cells[n_early]);
         ++n_early;
     }
+    STAMP(1);
     pdl_wait();
+    STAMP(2);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)
         if (s >= n_early) issue(s, cells[s]);
@@ -154,6 +157,7 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
         }
     }
     __syncthreads();
+    STAMP(3);
 
     const unsigned char* rvis = masked ? visible + (long long)t0 * table_width : nullptr;
     float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
@@ -167,6 +171,7 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
         const int pb = tile_start(j);
         cp_wait<STAGES - 1>();                        // tile j's group (one committed a tile since)
         __syncwarp();                                 // and every lane's pieces of it
+        if (j == 0) STAMP(4);
         const bool full = !masked && pb + kPos <= hi;       // pb >= lo always
         float s[NT][4];
 #pragma unroll
@@ -244,6 +249,7 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
     }
     cp_wait<0>();                                     // the empty groups
     __syncthreads();                                  // every warp's copies have landed and been read
+    STAMP(5);
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                              counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
     end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
