@@ -57,12 +57,10 @@ __device__ __forceinline__ void end_row(float (&o)[C], float mx, float total, bo
         if (xq != nullptr) q8_lane<C>(o, (int)r * D + lane * C, xq, xd, xs);
     } else {
         const long long pr = (long long)split_index * rows + r;
+        float* dst = part_acc + pr * D + lane * C;   // 8 C-byte aligned (the workspace is)
 #pragma unroll
-        for (int c = 0; c < C; ++c) part_acc[pr * D + lane * C + c] = o[c];
-        if (lane == 0) {
-            part_ml[2 * pr] = mx;
-            part_ml[2 * pr + 1] = total;
-        }
+        for (int c = 0; c < C; c += 2) *reinterpret_cast<float2*>(dst + c) = make_float2(o[c], o[c + 1]);
+        if (lane == 0) *reinterpret_cast<float2*>(part_ml + 2 * pr) = make_float2(mx, total);
     }
 }
 
@@ -84,34 +82,65 @@ __device__ __forceinline__ bool last_block(int* counter, int active) {
 }
 
 // One warp merges output row r over the `active` splits' partials, in split order, read from L2
-// (ld.cg), and writes the normalised output and its codes.
+// (ld.cg), and writes the normalised output and its codes. The loads are a chain of L2 trips after
+// every other block's end, so they are issued as early as they can be: every split's (max, sum)
+// (lane s: splits s, s + 32, ...) together with the first B splits' columns, and each next B
+// splits' columns before the current ones are summed (B C = 32 floats a lane in flight). The sums
+// are the same, in the same order, as one split after another.
 template <int C>
 __device__ __forceinline__ void merge_splits(int active, long long r, int rows, int lane, float* __restrict__ out,
                                              const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                              int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
-    constexpr int D = 32 * C;
+    constexpr int D = 32 * C, B = 32 / C, K = 8;     // K * 32 >= MAX_SPLITS (ops/attention.py)
+    const float* col = part_acc + r * D + lane * C;  // split s: col + s * rows * D
+    const long long step = (long long)rows * D;
+    float v[2][B][C];
+    auto load = [&](float (&dst)[B][C], int s0) {
+#pragma unroll
+        for (int j = 0; j < B; ++j)
+            if (s0 + j < active)
+#pragma unroll
+                for (int c = 0; c < C; ++c) dst[j][c] = __ldcg(col + (s0 + j) * step + c);
+    };
+    float2 ml[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const int s = lane + 32 * k;
+        ml[k] = s < active ? __ldcg(reinterpret_cast<const float2*>(part_ml) + (long long)s * rows + r)
+                           : make_float2(kNegInf, 0.f);
+    }
+    load(v[0], 0);
     float mx = kNegInf;
-    for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(part_ml + 2 * ((long long)s * rows + r)));
+#pragma unroll
+    for (int k = 0; k < K; ++k) mx = fmaxf(mx, ml[k].x);
     mx = warp_max(mx);
     const float mu = mx == kNegInf ? 0.f : mx;
-    float total = 0.f, o[C];
+    float total = 0.f, wt[K], o[C];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        wt[k] = lane + 32 * k < active ? exp2f(ml[k].x - mu) : 0.f;
+        total = fmaf(wt[k], ml[k].y, total);
+    }
 #pragma unroll
     for (int c = 0; c < C; ++c) o[c] = 0.f;
-    for (int s0 = 0; s0 < active; s0 += 32) {
-        const int s = s0 + lane;
-        float wt = 0.f;
-        if (s < active) {
-            const long long pr = (long long)s * rows + r;
-            wt = exp2f(__ldcg(part_ml + 2 * pr) - mu);
-            total = fmaf(wt, __ldcg(part_ml + 2 * pr + 1), total);
-        }
-        const int cnt = min(32, active - s0);
-#pragma unroll 8
-        for (int j = 0; j < cnt; ++j) {
-            const float wj = __shfl_sync(kFull, wt, j);
-            const float* src = part_acc + ((long long)(s0 + j) * rows + r) * D + lane * C;
+    int cur = 0;                                     // the buffer of the batch being summed
 #pragma unroll
-            for (int c = 0; c < C; ++c) o[c] = fmaf(wj, __ldcg(src + c), o[c]);
+    for (int k = 0; k < K; ++k) {                    // splits 32 k .. 32 k + 31: weights in lane order
+        if (32 * k >= active) break;
+        for (int jb = 0; jb < 32 && 32 * k + jb < active; jb += B) {
+            const int s0 = 32 * k + jb;
+            if (s0 + B < active) {
+                if (cur == 0) load(v[1], s0 + B);
+                else load(v[0], s0 + B);
+            }
+#pragma unroll
+            for (int j = 0; j < B; ++j) {
+                const float wj = __shfl_sync(kFull, wt[k], jb + j);
+                if (s0 + j < active)
+#pragma unroll
+                    for (int c = 0; c < C; ++c) o[c] = fmaf(wj, cur == 0 ? v[0][j][c] : v[1][j][c], o[c]);
+            }
+            cur ^= 1;
         }
     }
     total = warp_sum(total);

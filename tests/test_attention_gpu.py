@@ -255,6 +255,13 @@ def test_bad_input_before_launch():
     with pytest.raises(OpArgumentError, match="kv_write_: k must be contiguous float32"):
         ops.kv_write_(kd, vd, cupy.ones((3, 2, 32), cupy.float32), cupy.ones((3, 2, 64), cupy.float32),
                       cupy.zeros(3, cupy.int32))
+    work = cupy.empty(workspace_size(1, 4, 64, 2) + 1, cupy.float32)
+    with pytest.raises(OpArgumentError, match="attention: workspace must be an 8-byte aligned array"):
+        ops.attention(qd, kd, vd, table, seq_lens, tok_seq, tok_pos, 0.1, workspace=work[1:], force_splits=2,
+                      force_cluster=1)
+    with pytest.raises(OpArgumentError, match="attention: workspace must be at least"):
+        ops.attention(qd, kd, vd, table, seq_lens, tok_seq, tok_pos, 0.1, workspace=work[:8], force_splits=2,
+                      force_cluster=1)
 
 
 # -- argument checks, on the CPU (check_args reads shapes and dtypes, and NumPy index values) --

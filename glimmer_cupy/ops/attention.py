@@ -520,6 +520,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         check(workspace, op, "workspace", dtypes=(F32,), ndim=1, like=q)
         if workspace.size < need:
             raise fail(op, "workspace", f"at least {need} float32 for {splits} splits", workspace.size)
+        if not aligned(workspace, to=8):             # the partials are stored in float2
+            raise fail(op, "workspace", "an 8-byte aligned array", "an offset view")
         if t * hkv * chunks > COUNTERS:
             raise fail(op, "q", f"at most {COUNTERS} (token, kv head) pairs in a step that splits",
                        f"{t * hkv * chunks} ({t} tokens, {splits} splits)")
