@@ -4,8 +4,9 @@
 // glimmer_cupy/reference/attention.py), the same argument list (plus `early`, below), the same
 // split partials and "last block merges" counters, the same optional int8 codes of the output
 // (q8.cuh).
-// The default kernel of ops.attention (kernel="simt" selects attn_kernel); its GPU tests are
-// tests/test_attention_gpu.py (all of them run both kernels), timings bench/results/attention_mma.md;
+// ops.attention's kernel for prefill-shaped steps (decode-shaped ones go to attn_stream_kernel,
+// attention_stream.cu, unless kernel="mma"); its GPU tests are tests/test_attention_gpu.py (all
+// of them run every kernel), timings bench/results/attention_mma.md;
 // its fragment arithmetic is also checked on the CPU (tests/test_attention_mma_frag.py, through
 // attention_mma_frag.cuh).
 //

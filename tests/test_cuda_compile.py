@@ -112,13 +112,16 @@ def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
 
 
 def test_probe_stamps_compile(tmp_path: Path):
-    """The stage stamps bench/probe_attention_decode.py builds in (GLIMMER_STAMPS, cuda_src/stamps.cuh)
-    compile into prepare_qkv and the decode attention kernel, and spill nothing there either."""
+    """The stage stamps bench/probe_attention_decode.py and probe_attention_stream.py build in
+    (GLIMMER_STAMPS, cuda_src/stamps.cuh) compile into prepare_qkv and both decode attention
+    kernels, and spill nothing there either."""
     src = tmp_path / "stamped.cu"
-    src.write_text('#include "prepare_qkv.cu"\n#include "attention_mma.cu"\nvoid* glimmer_name_expressions[] = {\n'
-                   "    (void*)&prepare_qkv_kernel<128, true, true>,\n    (void*)&attn_mma_kernel<128, 1, 2>,\n};\n")
+    src.write_text('#include "prepare_qkv.cu"\n#include "attention_mma.cu"\n#include "attention_stream.cu"\n'
+                   "void* glimmer_name_expressions[] = {\n"
+                   "    (void*)&prepare_qkv_kernel<128, true, true>,\n    (void*)&attn_mma_kernel<128, 1, 2>,\n"
+                   "    (void*)&attn_stream_kernel<128, 3>,\n};\n")
     rc, log = compile_cubin(src, tmp_path, defines=("GLIMMER_STAMPS",))
     assert rc == 0, f"the stamped kernels do not compile:\n{log}"
     kernels = ptxas_report(log)
-    assert len(kernels) == 2
+    assert len(kernels) == 3
     assert_no_spills(kernels, "stamped kernels")

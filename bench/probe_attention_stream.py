@@ -1,0 +1,82 @@
+"""Where a standalone decode attention call on attn_stream_kernel spends its time: attention_stream.cu
+compiled with GLIMMER_STAMPS (cuda_src/stamps.cuh), so thread 0 of every block writes the global
+timer at each stage. Qwen3-8B heads over scattered cells, one launch per case (the third of five);
+printed in µs from the first block's start: min / p10 / median / p90 / max over the blocks that
+reach the stage.
+
+    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import glimmer_cupy.kernels.build as build  # noqa: E402
+
+_options = build.compile_options
+build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
+
+from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
+from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
+
+STAGES = ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done", "rows/partials out",
+          "merged")
+CASES = ((1, 8192, None), (1, 32768, None), (1, 32768, 16), (8, 32768, None))   # batch, context, splits
+
+
+def probe(b: int, ctx: int, splits) -> None:
+    import cupy
+    rng = np.random.default_rng(0)
+    cells = b * ctx + 1
+    k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
+    table = cupy.asarray(scattered_cells(rng, cells - 1, 1)).reshape(b, ctx)
+    seq_lens = cupy.full(b, ctx, dtype=cupy.int32)
+    tok_seq = cupy.arange(b, dtype=cupy.int32)
+    tok_pos = cupy.full(b, ctx - 1, dtype=cupy.int32)
+    q = cupy.asarray(rng.normal(0, 1, (b, HQ, D)).astype(np.float32))
+    out = cupy.empty((b, HQ, D), dtype=cupy.float32)
+    work = cupy.empty(workspace_size(b, HQ, D), cupy.float32)
+
+    def call():
+        ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, D ** -0.5, out=out, workspace=work,
+                      kernel="stream", force_splits=splits)
+    call()
+    cupy.cuda.Device().synchronize()
+    mod = build._load("attention_stream", (), tuple(_STREAM_EXPRS))
+    st = cupy.ndarray((4096, 8), np.uint64, mod.get_global("glimmer_stamps"))
+    runs = []
+    for _ in range(5):
+        st.fill(0)
+        cupy.cuda.Device().synchronize()
+        call()
+        cupy.cuda.Device().synchronize()
+        runs.append(cupy.asnumpy(st).astype(np.int64))
+    s = runs[2]
+    used = s[:, 0] > 0
+    t0 = s[used, 0].min()
+    print(f"B={b} ctx={ctx} splits={splits or 'rule'} blocks={int(used.sum())}")
+    for i, name in enumerate(STAGES):
+        v = s[used, i]
+        v = (v[v > 0] - t0) / 1e3
+        if len(v):
+            p10, med, p90 = np.percentile(v, (10, 50, 90))
+            print(f"   {i} {name:18s} n={len(v):4d} min {v.min():6.2f} p10 {p10:6.2f} med {med:6.2f} "
+                  f"p90 {p90:6.2f} max {v.max():6.2f}", flush=True)
+    del k_pool, v_pool
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def main() -> int:
+    for case in CASES:
+        probe(*case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
