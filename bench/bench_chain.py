@@ -45,7 +45,7 @@ SHAPES = {"qwen3-8b": (4096, 12288, 32, 8, 128, True, QType.Q4_K, 4),
           "qwen3-0.6b": (1024, 3072, 16, 8, 128, True, QType.Q4_K, 8),
           "smollm2-135m": (576, 1536, 9, 3, 64, False, QType.Q4_1, 16)}
 FFN_VARIANTS = ("full", "no norms", "no silu_mul", "matmuls only")
-ATTN_VARIANTS = ("full", "full, mma kernel", "no prepare_qkv", "no attention", "matmul only")
+ATTN_VARIANTS = ("full", "full, mma kernel", "full, simt kernel", "no prepare_qkv", "no attention", "matmul only")
 CONTEXT, TABLE = 600, 1024
 
 
@@ -101,7 +101,8 @@ def attention_chain(shape, sets: int, variant: str, rng: np.random.Generator):
     qk_w = (1 + 0.1 * crng.standard_normal(d, dtype=cupy.float32)) if qk_norm else None
     table, seq_lens, tok_seq, pos, cells, ws = decode_token_inputs(TABLE, CONTEXT, hq, d)
     q_fixed = crng.standard_normal((1, hq, d), dtype=cupy.float32)
-    kernel = "mma" if "mma" in variant else "simt"
+    # the default kernel (ops.attention's: attn_stream_kernel for these decode steps), or the named one
+    kernel = "mma" if "mma kernel" in variant else "simt" if "simt kernel" in variant else "stream"
     splits = int(variant.split()[-2]) if variant.endswith(" splits") else None     # "full, 8 splits"
 
     def launch(i):
@@ -143,7 +144,8 @@ def main() -> None:
                     "silu_mul": ffn_t["full"] - ffn_t["no silu_mul"],
                     "prepare_qkv": attn_t["full"] - attn_t["no prepare_qkv"],
                     "attention": attn_t["full"] - attn_t["no attention"],
-                    "attention (mma)": attn_t["full, mma kernel"] - attn_t["no attention"]}
+                    "attention (mma)": attn_t["full, mma kernel"] - attn_t["no attention"],
+                    "attention (simt)": attn_t["full, simt kernel"] - attn_t["no attention"]}
         results["shapes"][name] = {"qtype": qtype.name, "ffn_us_per_layer": ffn_t, "attn_us_per_layer": attn_t,
                                    "marginal_us": marginal}
         print(f"{name:13s} marginal: " + ", ".join(f"{k} {v:.2f} us" for k, v in marginal.items()), flush=True)
