@@ -148,15 +148,8 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
         s_lo[i] = lo;
         s_hi[i] = hi;
     }
-    int fresh = 0;                                    // not early, or wide (eager) steps: nothing copied early
-    if (early && n_tok <= 64) {
-        const int seq0 = tok_seq[t0];
-        fresh = 0x7fffffff;
-        for (int t2 = lane; t2 < n_tok; t2 += 32)
-            if (tok_seq[t2] == seq0) fresh = min(fresh, tok_pos[t2]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) fresh = min(fresh, __shfl_xor_sync(kAll, fresh, off));
-    }
+    // not early, or wide (eager) steps: 0, nothing copied early
+    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, tok_seq[t0], lane) : 0;
     __syncthreads();
 
     // this lane's rows g and g + 8 of its warp: token index in the block (-1: padding)

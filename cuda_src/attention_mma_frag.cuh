@@ -127,10 +127,10 @@ AM_HD void tile_max(const float (&s)[NT][4], float (&mx)[2]) {
         mx[1] = max_(mx[1], max_(s[n][2], s[n][3]));
     }
 }
-template <int NT, int NO>
-AM_HD void update(const float (&s)[NT][4], const float (&quad_max)[2], float (&m)[2], float (&l)[2],
-                  float (&o)[NO][4], u32 (&p)[NT / 2][4]) {
-    float mu[2], alpha[2];
+// The steps of update, for a kernel that rescales O only when a max rose (attention_stream.cu):
+// new_max (m, l and the tile's mu and alpha), rescale (O by alpha), exp_pack (p = 2^(s - mu), added
+// to l, packed as P's A fragments).
+AM_HD void new_max(const float (&quad_max)[2], float (&m)[2], float (&l)[2], float (&mu)[2], float (&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         const float mn = max_(m[i], quad_max[i]);
@@ -139,11 +139,17 @@ AM_HD void update(const float (&s)[NT][4], const float (&quad_max)[2], float (&m
         m[i] = mn;
         l[i] *= alpha[i];
     }
+}
+template <int NO>
+AM_HD void rescale(float (&o)[NO][4], const float (&alpha)[2]) {
 #pragma unroll
     for (int n = 0; n < NO; ++n) {
         o[n][0] *= alpha[0]; o[n][1] *= alpha[0];
         o[n][2] *= alpha[1]; o[n][3] *= alpha[1];
     }
+}
+template <int NT>
+AM_HD void exp_pack(const float (&s)[NT][4], const float (&mu)[2], float (&l)[2], u32 (&p)[NT / 2][4]) {
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
         float e[4];
@@ -155,6 +161,14 @@ AM_HD void update(const float (&s)[NT][4], const float (&quad_max)[2], float (&m
         p[n >> 1][2 * (n & 1)] = pack_bf16(e[0], e[1]);       // row g: a0 or a2
         p[n >> 1][2 * (n & 1) + 1] = pack_bf16(e[2], e[3]);   // row g + 8: a1 or a3
     }
+}
+template <int NT, int NO>
+AM_HD void update(const float (&s)[NT][4], const float (&quad_max)[2], float (&m)[2], float (&l)[2],
+                  float (&o)[NO][4], u32 (&p)[NT / 2][4]) {
+    float mu[2], alpha[2];
+    new_max(quad_max, m, l, mu, alpha);
+    rescale<NO>(o, alpha);
+    exp_pack<NT>(s, mu, l, p);
 }
 
 }  // namespace amma

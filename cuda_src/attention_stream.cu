@@ -97,15 +97,9 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
         const int p = tile_start(j) + (lane & (kPos - 1));
         return j < n_mine && p < p_end ? crow[p] : 0;
     };
-    int fresh = 0x7fffffff;                           // the step's lowest new position of this sequence
-    if (early && n_tok <= 64) {
-        for (int t2 = lane; t2 < n_tok; t2 += 32)
-            if (tok_seq[t2] == seq) fresh = min(fresh, tok_pos[t2]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) fresh = min(fresh, __shfl_xor_sync(kAll, fresh, off));
-    } else {
-        fresh = 0;                                    // nothing copied before the wait
-    }
+    // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
+    // or a wide eager step)
+    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
     // tile j into stage j % STAGES: lane copies 16-byte piece lane % PPR of rows lane / PPR + RPI i,
     // each row's cell from the lane that loaded it (lane r: row r); rows past the range zero-filled
     constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
@@ -202,34 +196,14 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
                     s[n][c] = vis ? s[n][c] : kNegInf;
                 }
         // online softmax (attention_mma_frag.cuh's update, with O rescaled only when a max rose)
-        float mx[2];
+        float mx[2], mu[2], alpha[2];
         tile_max<NT>(s, mx);
+        mx[0] = quad_max(mx[0]);
+        mx[1] = quad_max(mx[1]);
+        new_max(mx, m, l, mu, alpha);
+        if (__any_sync(kAll, alpha[0] != 1.f || alpha[1] != 1.f)) rescale<NO>(o, alpha);
         u32 p[NT / 2][4];
-        float mu[2], alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const float mn = fmaxf(m[i], quad_max(mx[i]));
-            mu[i] = mn == kNegInf ? 0.f : mn;
-            alpha[i] = exp2_(m[i] - mu[i]);
-            m[i] = mn;
-            l[i] *= alpha[i];
-        }
-        if (__any_sync(kAll, alpha[0] != 1.f || alpha[1] != 1.f))
-#pragma unroll
-            for (int n = 0; n < NO; ++n) {
-                o[n][0] *= alpha[0]; o[n][1] *= alpha[0];
-                o[n][2] *= alpha[1]; o[n][3] *= alpha[1];
-            }
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            float e[4];
-#pragma unroll
-            for (int c = 0; c < 4; ++c) e[c] = exp2_(s[n][c] - mu[c >> 1]);
-            l[0] += e[0] + e[1];
-            l[1] += e[2] + e[3];
-            p[n >> 1][2 * (n & 1)] = pack_bf16(e[0], e[1]);
-            p[n >> 1][2 * (n & 1) + 1] = pack_bf16(e[2], e[3]);
-        }
+        exp_pack<NT>(s, mu, l, p);
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
             u32 b[4];

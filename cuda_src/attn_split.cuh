@@ -41,6 +41,18 @@ __device__ __forceinline__ void visible_range(int len, int pos, bool masked, int
     }
 }
 
+// The lowest position the step's tokens write for sequence seq (0x7fffffff: none), by a warp's
+// lanes together (tok_seq and tok_pos are the step's upload, so this may run before pdl_wait).
+__device__ __forceinline__ int first_new_position(const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
+                                                  int n_tok, int seq, int lane) {
+    int lowest = 0x7fffffff;
+    for (int t = lane; t < n_tok; t += 32)
+        if (tok_seq[t] == seq) lowest = min(lowest, tok_pos[t]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) lowest = min(lowest, __shfl_xor_sync(kFull, lowest, off));
+    return lowest;
+}
+
 // One warp ends output row r (lane holds columns lane * C ..): with one block of work, the
 // normalised output (zeros for a row that saw nothing) and its int8 codes when xq is not null;
 // otherwise split `split`'s partial (o unnormalised, with the row's max mx and sum total).
