@@ -101,22 +101,18 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     def launch(i, force=None, kernel="simt", st=None):
         ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, scale,
                       out=outs[i], workspace=work, force_splits=force, kernel=kernel, force_stages=st)
-    mma_us = mma_nmse = None
-    mma_stages = {}
-    if mma:                                               # the tensor-core kernel first: outs[0] ends as simt's
-        mma_us = time_us(lambda i: launch(i, kernel="mma"), sets, launches, reps)[0]
-        rows0 = sorted({0, b - 1})
-        mma_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
-        for st in stages:                                 # the pipeline depths (the rule's is mma_us)
-            mma_stages[st] = time_us(lambda i, st=st: launch(i, kernel="mma", st=st), sets, launches, reps)[0]
-    stream_us = stream_nmse = None
-    stream_stages = {}
-    if stream:                                            # the decode kernel, before simt's outs[0]
-        stream_us = time_us(lambda i: launch(i, kernel="stream"), sets, launches, reps)[0]
-        rows0 = sorted({0, b - 1})
-        stream_nmse = nmse(cupy, outs[0][rows0], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows0, scale))
-        for st in stages:
-            stream_stages[st] = time_us(lambda i, st=st: launch(i, kernel="stream", st=st), sets, launches, reps)[0]
+    rows = sorted({0, b - 1})                             # the arbiter's rows (below)
+
+    def beside(kernel):
+        """(µs, NMSE of the first and last sequence against the exact rows, {depth: µs}) of `kernel`,
+        run before simt so that outs[0] ends as simt's for the checks below."""
+        us_k = time_us(lambda i: launch(i, kernel=kernel), sets, launches, reps)[0]
+        err = nmse(cupy, outs[0][rows], exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows, scale))
+        depths = {st: time_us(lambda i, st=st: launch(i, kernel=kernel, st=st), sets, launches, reps)[0]
+                  for st in stages}                   # the pipeline depths beside the rule's
+        return us_k, err, depths
+    mma_us, mma_nmse, mma_stages = beside("mma") if mma else (None, None, {})
+    stream_us, stream_nmse, stream_stages = beside("stream") if stream else (None, None, {})
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, run_cells=run_cells, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
@@ -131,7 +127,6 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     for s in splits_sweep:
         row["sweep"][s] = time_us(lambda i, s=s: launch(i, s, kernel=sweep_kernel), sets, launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
-    rows = sorted({0, b - 1})
     exact = exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows, scale)
     row["nmse_vs_exact"] = nmse(cupy, outs[0][rows], exact)
     row["nonfinite_out"] = int((~cupy.isfinite(outs[0])).sum())

@@ -95,10 +95,14 @@ def mma_static_smem(mw: int, stages: int) -> int:
 def mma_blocks_per_sm(d: int, mw: int, stages: int) -> int:
     """Blocks one SM holds: shared memory, and at most 2 (the launch bounds of MW = 1; the 64-row
     blocks' ~190 registers also allow 2 of 128 threads, the 128-row blocks' only 1 of 256)."""
-    per = mma_smem(d, mw, stages) + mma_static_smem(mw, stages)
-    if per > SMEM_PER_BLOCK:
+    return blocks_by_smem(mma_smem(d, mw, stages) + mma_static_smem(mw, stages), 1 if mw == 8 else 2)
+
+
+def blocks_by_smem(per_block: int, most: int) -> int:
+    """Blocks of `per_block` bytes of shared memory one SM holds, at most `most` (0: too large)."""
+    if per_block > SMEM_PER_BLOCK:
         return 0
-    return min(1 if mw == 8 else 2, SMEM_PER_SM // (per + SMEM_RESERVED))
+    return min(most, SMEM_PER_SM // (per_block + SMEM_RESERVED))
 
 
 # Decode splits merged in a thread block cluster (attention_mma.cu): with one token a block and at
@@ -131,7 +135,13 @@ def mma_cluster_cap(d: int, mw: int, stages: int) -> int:
     """The most blocks a cluster of attn_mma_kernel<d, mw, stages> may have (1: no clusters)."""
     if mw != 1:
         return 1
-    return MMA_CLUSTER if mma_blocks_per_sm(d, mw, stages) >= 2 else 8
+    return cluster_cap(mma_blocks_per_sm(d, mw, stages))
+
+
+def cluster_cap(blocks_per_sm: int) -> int:
+    """MMA_CLUSTER for kernels of two blocks an SM, else 8 (so that a cluster needs at most 8 SMs of
+    a GPC)."""
+    return MMA_CLUSTER if blocks_per_sm >= 2 else 8
 
 
 def mma_cluster(d: int, mw: int, stages: int, splits: int) -> int:
@@ -193,10 +203,7 @@ def stream_smem(d: int, stages: int) -> int:
 
 def stream_blocks_per_sm(d: int, stages: int) -> int:
     """Blocks one SM holds by shared memory (16 bytes static), at most 2 (the launch bounds)."""
-    per = stream_smem(d, stages) + 16
-    if per > SMEM_PER_BLOCK:
-        return 0
-    return min(2, SMEM_PER_SM // (per + SMEM_RESERVED))
+    return blocks_by_smem(stream_smem(d, stages) + 16, 2)
 
 
 STREAM_VARIANTS = tuple((d, st) for d in HEAD_DIMS for st in MMA_STAGES if stream_blocks_per_sm(d, st) > 0)
@@ -218,9 +225,8 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
 
 
 def stream_cluster_cap(d: int, stages: int) -> int:
-    """The most blocks a cluster of attn_stream_kernel<d, stages> may have: 16 (two blocks an SM),
-    else 8 (so that a cluster needs at most 8 SMs of a GPC)."""
-    return MMA_CLUSTER if stream_blocks_per_sm(d, stages) >= 2 else 8
+    """The most blocks a cluster of attn_stream_kernel<d, stages> may have (cluster_cap)."""
+    return cluster_cap(stream_blocks_per_sm(d, stages))
 
 
 @cache
@@ -490,7 +496,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
-        early = (np.int32(mma_early(d) if force_early is None else bool(force_early)),)
     elif kernel != "simt":
         stages = int(force_stages) if force_stages else MMA_DEPTH
         if (d, mw, stages) not in MMA_VARIANTS:
@@ -504,13 +509,14 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, block = _mma_kernel(d, mw, stages), (32 * mma_warps(mw),)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, blocks_z)
         smem = mma_smem(d, mw, stages)
-        early = (np.int32(mma_early(d) if force_early is None else bool(force_early)),)
     else:
         heads = head_chunk(group)
         chunks = -(-group // heads)
         splits = int(force_splits) if force_splits else n_splits(t * hkv * chunks, max_len, sm_count())
         fn, grid, block, smem = _kernel(f"attn_kernel<{d}, {heads}>"), (splits, hkv * chunks, t), (32 * WARPS,), 0
-        cluster, early = 1, ()
+        cluster = 1
+    # the tensor-core kernels' `early` argument: copy old K/V rows before pdl_wait
+    early = () if kernel == "simt" else (np.int32(mma_early(d) if force_early is None else bool(force_early)),)
     if not 1 <= splits <= 65535:
         raise fail(op, "force_splits", "1..65535", splits)
     if splits > 1 and cluster == 1:                  # partials through global memory
