@@ -44,9 +44,7 @@ from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 SHAPES = {"qwen3-8b": (4096, 12288, 32, 8, 128, True, QType.Q4_K, 4),
           "qwen3-0.6b": (1024, 3072, 16, 8, 128, True, QType.Q4_K, 8),
           "smollm2-135m": (576, 1536, 9, 3, 64, False, QType.Q4_1, 16)}
-# "norm tails": the two norms as the o and down GEMVs' tails (ops.matmul_add_rms_norm_, as the
-# decoder runs them at decode width); "full": the norms as kernels of their own
-FFN_VARIANTS = ("full", "norm tails", "no norms", "no silu_mul", "matmuls only")
+FFN_VARIANTS = ("full", "no norms", "no silu_mul", "matmuls only")
 ATTN_VARIANTS = ("full", "full, mma kernel", "full, simt kernel", "no prepare_qkv", "no attention", "matmul only")
 CONTEXT, TABLE = 600, 1024
 
@@ -72,24 +70,17 @@ def chain(hidden: int, ffn: int, layers, variant: str):
     h_fixed = ops.rms_norm(x, norm_w, 1e-6, q8=True)
     act_fixed = ops.silu_mul(rng.standard_normal((1, 2 * ffn), dtype=cupy.float32), q8=True)
     norms = variant in ("full", "no silu_mul")
-    tails = variant == "norm tails"
-    act = variant in ("full", "norm tails", "no norms")
+    act = variant in ("full", "no norms")
 
     def launch(i):
         wo, wgu, wd = layers[i % len(layers)]
-        if tails:
-            h = ops.matmul_add_rms_norm_(a, wo, x, norm_w, 1e-6, q8=True)
-        else:
-            o = ops.quant_matmul(a, wo)
-            h = ops.add_rms_norm_(x, o, norm_w, 1e-6, q8=True) if norms else h_fixed
+        o = ops.quant_matmul(a, wo)
+        h = ops.add_rms_norm_(x, o, norm_w, 1e-6, q8=True) if norms else h_fixed
         gu = ops.quant_matmul(h, wgu)
         g = ops.silu_mul(gu, q8=True) if act else act_fixed
-        if tails:
-            ops.matmul_add_rms_norm_(g, wd, x, norm_w, 1e-6, q8=True)
-        else:
-            d = ops.quant_matmul(g, wd)
-            if norms:
-                ops.add_rms_norm_(x, d, norm_w, 1e-6, q8=True)
+        d = ops.quant_matmul(g, wd)
+        if norms:
+            ops.add_rms_norm_(x, d, norm_w, 1e-6, q8=True)
     return launch
 
 
@@ -132,7 +123,6 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--no-pdl", action="store_true", help="plain launches instead of PDL")
-    ap.add_argument("--halves", default="ffn,attn", help="which halves of a layer to time")
     ap.add_argument("--splits", default="", help="also time attention with these split counts, e.g. 1,4,16")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
@@ -144,23 +134,18 @@ def main() -> None:
         layers = layer_sets(hidden, ffn, qtype, sets, rng)
         ffn_t, attn_t = {}, {}
         with overlapped(not args.no_pdl):
-            for v in FFN_VARIANTS if "ffn" in args.halves else ():
+            for v in FFN_VARIANTS:
                 ffn_t[v] = graph_time_us(chain(hidden, ffn, layers, v), sets, args.layers, args.reps)
                 print(f"{name:13s} ffn  {v:17s} {ffn_t[v]:7.1f} us/layer", flush=True)
-            for v in (ATTN_VARIANTS + tuple(f"full, {n} splits" for n in args.splits.split(",") if n)
-                      if "attn" in args.halves else ()):
+            for v in ATTN_VARIANTS + tuple(f"full, {n} splits" for n in args.splits.split(",") if n):
                 attn_t[v] = graph_time_us(attention_chain(shape, sets, v, rng), sets, args.layers, args.reps)
                 print(f"{name:13s} attn {v:17s} {attn_t[v]:7.1f} us/layer", flush=True)
-        marginal = {}
-        if ffn_t:
-            marginal.update({"add_rms_norm": (ffn_t["full"] - ffn_t["no norms"]) / 2,
-                             "norm tail": (ffn_t["norm tails"] - ffn_t["no norms"]) / 2,
-                             "silu_mul": ffn_t["full"] - ffn_t["no silu_mul"]})
-        if attn_t:
-            marginal.update({"prepare_qkv": attn_t["full"] - attn_t["no prepare_qkv"],
-                             "attention": attn_t["full"] - attn_t["no attention"],
-                             "attention (mma)": attn_t["full, mma kernel"] - attn_t["no attention"],
-                             "attention (simt)": attn_t["full, simt kernel"] - attn_t["no attention"]})
+        marginal = {"add_rms_norm": (ffn_t["full"] - ffn_t["no norms"]) / 2,
+                    "silu_mul": ffn_t["full"] - ffn_t["no silu_mul"],
+                    "prepare_qkv": attn_t["full"] - attn_t["no prepare_qkv"],
+                    "attention": attn_t["full"] - attn_t["no attention"],
+                    "attention (mma)": attn_t["full, mma kernel"] - attn_t["no attention"],
+                    "attention (simt)": attn_t["full, simt kernel"] - attn_t["no attention"]}
         results["shapes"][name] = {"qtype": qtype.name, "ffn_us_per_layer": ffn_t, "attn_us_per_layer": attn_t,
                                    "marginal_us": marginal}
         print(f"{name:13s} marginal: " + ", ".join(f"{k} {v:.2f} us" for k, v in marginal.items()), flush=True)

@@ -18,9 +18,16 @@
 //
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only).
 
-#include "pack.cuh"
-#include "pdl.cuh"
 #include "q8.cuh"
+#include "pdl.cuh"
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+    T v[N];
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ void from_f32(float v, float& out) { out = v; }
 
 struct Silu {
     __device__ __forceinline__ static float apply(float g) { return g / (1.f + expf(-g)); }

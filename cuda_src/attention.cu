@@ -294,7 +294,7 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
     if (!split) return;
 
     // the last block of this (token, kv head, head chunk) to finish merges the blocks' partials
-    if (!last_block(counters + (long long)tok * gridDim.y + blockIdx.y, span.active)) return;
+    if (!attn::last_block(counters + (long long)tok * gridDim.y + blockIdx.y, span.active)) return;
     for (int h = warp; h < nh; h += kWarps)
         attn::merge_splits<C>(span.active, (long long)tok * q_heads + h0 + h, rows, lane, out, part_acc, part_ml,
                               xq, xd, xs);

@@ -104,7 +104,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         return;
     }
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
-    if (!last_block(e.counter, active)) return;
+    if (!attn::last_block(e.counter, active)) return;
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / e.hpb, hh = r % e.hpb;
         if (ti < e.ntb && hh < e.nh)

@@ -10,7 +10,6 @@
 // shared memory (cluster_merge_row): no global round trip, fence or counter.
 #pragma once
 #include "cluster.cuh"
-#include "last_block.cuh"
 #include "q8.cuh"
 
 // -inf without math.h (NVRTC compiles these files with no headers)
@@ -75,6 +74,23 @@ __device__ __forceinline__ void end_row(float (&o)[C], float mx, float total, bo
         for (int c = 0; c < C; c += 2) *reinterpret_cast<float2*>(dst + c) = make_float2(o[c], o[c + 1]);
         if (lane == 0) *reinterpret_cast<float2*>(part_ml + 2 * pr) = make_float2(mx, total);
     }
+}
+
+// Every thread of the block calls it after writing its partials: true in the last of `active`
+// blocks to get here for `counter`, which it sets back to 0 for the next launch (counters start
+// at 0; launches that share them must not overlap). The other blocks' partials are then in L2.
+__device__ __forceinline__ bool last_block(int* counter, int active) {
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == active - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    const bool mine = last;
+    if (mine) __threadfence();
+    return mine;
 }
 
 // One warp merges output row r over the `active` splits' partials, in split order, read from L2

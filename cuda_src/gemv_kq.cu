@@ -8,12 +8,7 @@
 // next super-block are issued before the arithmetic of this one (once the lane has settled this
 // one's bytes), and the first ones before the kernel waits for the one before it (pdl.cuh).
 // grid = (ceil(N / (R * kWarps / WS)),) block = (32 * kWarps,)
-//
-// gemv_kq_norm_kernel is the same GEMV followed by a norm tail (norm_row.cuh): its last block to
-// finish adds y into the residual stream and makes the next matmul's normed input and codes, so the
-// add + RMSNorm between two matmuls costs no launch of its own.
 #include "kq_lanes.cuh"
-#include "norm_row.cuh"
 #include "pdl.cuh"
 
 constexpr int kWarps = 4;
@@ -21,14 +16,10 @@ constexpr int kWarps = 4;
 // WS warps share each set of R rows, splitting its super-blocks between them (the block's four
 // warps hold 4 / WS row sets): a short row (K = 4096 is 16 super-blocks) then costs each warp one
 // round trip to memory instead of four, which is what a small matrix's time is made of.
-// TAIL: every warp reaches the end, where the block runs the norm tail (norm_row.cuh), and only
-// the set's first warp stores.
-template <class QT, int M, int R, int WS, bool TAIL = false>
+template <class QT, int M, int R, int WS>
 __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* __restrict__ xq,
                                              const float* __restrict__ xd, const float* __restrict__ xs,
-                                             const unsigned char* __restrict__ w, int n, int k, long long row_bytes,
-                                             const NormTail& tail = NormTail()) {
-    if (TAIL) norm_tail_prefetch(tail, n);
+                                             const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
     static_assert(kWarps % WS == 0, "WS divides the block's warps");
     typedef gguf::Lanes<QT> L;
     const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -74,8 +65,6 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
             for (int r = 0; r < R; ++r) cur[r] = ahead[r];
             sb = nxt;
         }
-    } else if (TAIL) {
-        pdl_wait();                     // the tail reads and writes what earlier kernels wrote
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -83,7 +72,6 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
         for (int m = 0; m < M; ++m)
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], off);
-    bool first = true;
     if (WS > 1) {                                     // the set's first warp adds the others' sums
         __shared__ float partial[kWarps][R][M];
         if (lane == 0)
@@ -92,23 +80,20 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
 #pragma unroll
                 for (int m = 0; m < M; ++m) partial[wib][r][m] = acc[r][m];
         __syncthreads();
-        first = wib % WS == 0;
-        if (!TAIL && !first) return;
-        if (first)
+        if (wib % WS) return;
 #pragma unroll
-            for (int j = 1; j < WS; ++j)
+        for (int j = 1; j < WS; ++j)
 #pragma unroll
-                for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma unroll
-                    for (int m = 0; m < M; ++m) acc[r][m] += partial[wib + j][r][m];
+                for (int m = 0; m < M; ++m) acc[r][m] += partial[wib + j][r][m];
     }
-    if (first && lane == 0)
+    if (lane == 0)
 #pragma unroll
         for (int r = 0; r < R; ++r)
             if (row0 + r < n)
 #pragma unroll
                 for (int m = 0; m < M; ++m) y[(long long)m * n + row0 + r] = acc[r][m] * L::kScale;
-    if (TAIL) norm_tail(y, M, n, tail);
 }
 
 #define GEMV_KQ_ARGS                                                                                         \
@@ -129,12 +114,6 @@ __global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARG
     gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
 }
 
-// The GEMV with the norm tail; B > 0: compiled for B blocks per SM, as gemv_kq_occ_kernel.
-template <class QT, int M, int R, int WS, int B>
-__global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_norm_kernel(GEMV_KQ_ARGS, NORM_TAIL_ARGS) {
-    gemv_kq_body<QT, M, R, WS, true>(y, xq, xd, xs, w, n, k, row_bytes, NormTail{NORM_TAIL_PASS});
-}
-
 #ifdef GLIMMER_INSTANTIATE
 #define KQ(QT, M, R, WS) template __global__ void gemv_kq_kernel<gguf::QT, M, R, WS>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
@@ -146,9 +125,4 @@ KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
 #define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
 KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q4_K, 1, 5)
-#define KQ_NORM(QT, M, R, B) KQ_NORM1(QT, M, R, 1, B) KQ_NORM1(QT, M, R, 2, B) KQ_NORM1(QT, M, R, 4, B)
-#define KQ_NORM1(QT, M, R, WS, B) template __global__ void gemv_kq_norm_kernel<gguf::QT, M, R, WS, B>( \
-    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long, float*,   \
-    const float*, const float*, float*, int*, float*, float*, int*, float);
-KQ_NORM(Q4_K, 1, 2, 5) KQ_NORM(Q4_K, 2, 2, 0) KQ_NORM(Q4_K, 1, 2, 0) KQ_NORM(Q6_K, 1, 4, 0) KQ_NORM(Q6_K, 2, 2, 0)
 #endif

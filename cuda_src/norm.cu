@@ -13,15 +13,71 @@
 // block. VEC=4: 16-byte loads and stores, for d % 4 == 0 with 16-byte aligned pointers (the
 // caller checks); VEC=1 for everything else.
 //
-// The steps are norm_row.cuh's, which a GEMV's norm tail shares. x is read twice (sum, then
-// scale): the second read hits L1/L2.
+// The sum of squares is float32 per thread, reduced by warp shuffles and then across the row's
+// warps through shared memory. x is read twice (sum, then scale): the second read hits L1/L2.
 // T is the storage type of x / residual / delta / out (float for now); weight is float.
 //
-#include "norm_row.cuh"
+#include "q8.cuh"
+#include "pdl.cuh"
 
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE, for offline compiles
 // (tests/test_cuda_compile.py passes -DGLIMMER_INSTANTIATE); at run time the same names come
 // from name_expressions in glimmer_cupy/ops/norm.py.
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+    T v[N];
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ void from_f32(float v, float& out) { out = v; }
+
+// Sum of `v` over the blockDim.x threads of this row (every thread of the block must call it).
+__device__ __forceinline__ float row_sum(float v, float* red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warps_per_row = blockDim.x >> 5;
+    if (warps_per_row == 1) return v;
+    const int warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    const float* mine = red + threadIdx.y * warps_per_row;
+    float s = 0.f;
+    for (int w = 0; w < warps_per_row; ++w) s += mine[w];
+    return s;
+}
+
+// The weight packs this thread scales by, into L1 before the kernel waits (pdl.cuh): they are read
+// only after the row's sum, so their trip from memory would otherwise follow it.
+template <int VEC>
+__device__ __forceinline__ void prefetch_weight(const float* weight, int nv) {
+    for (int k = threadIdx.x; k < nv; k += blockDim.x) prefetch_l1(weight + k * VEC);
+}
+
+// out row = p * inv * w, pack by pack; with Q8 also its codes. Every lane of the row's warps runs
+// the same trip count, so the Q8 shuffles see whole groups.
+template <typename T, int VEC, bool Q8>
+__device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, const float* __restrict__ weight,
+                                          float inv, int nv, int* xq, float* xd, float* xs) {
+    typedef Pack<T, VEC> PT;
+    typedef Pack<float, VEC> PF;
+    const PT* xr = reinterpret_cast<const PT*>(xrow);
+    const PF* wr = reinterpret_cast<const PF*>(weight);
+    PT* orp = reinterpret_cast<PT*>(orow);
+    for (int base = 0; base < nv; base += blockDim.x) {
+        const int k = base + threadIdx.x;
+        const bool act = k < nv;
+        const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, act) : 0u;
+        if (!act) continue;
+        const PT p = xr[k];
+        const PF w = wr[k];
+        PT o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
+        orp[k] = o;
+        if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq, xd, xs, mask);
+    }
+}
 
 template <typename T, int VEC, bool Q8>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(
@@ -34,7 +90,7 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(
     const bool active = row < rows;
     const int nv = d / VEC;
     pdl_release();                          // the next GEMV's weight loads overlap this kernel's wait
-    prefetch_weight<VEC>(weight, nv, threadIdx.x, blockDim.x);
+    prefetch_weight<VEC>(weight, nv);
     pdl_wait();
     const PT* xr = reinterpret_cast<const PT*>(x + (long long)row * d);
     float ss = 0.f;
@@ -48,10 +104,10 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(
             }
         }
     }
-    ss = row_sum(ss, red, threadIdx.x, blockDim.x, threadIdx.y);
+    ss = row_sum(ss, red);
     if (!active) return;
     const float inv = rsqrtf(ss / (float)d + eps);
-    scale_row<T, VEC, Q8>(out + (long long)row * d, x + (long long)row * d, weight, inv, nv, threadIdx.x, blockDim.x,
+    scale_row<T, VEC, Q8>(out + (long long)row * d, x + (long long)row * d, weight, inv, nv,
                           xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
 }
 
@@ -66,7 +122,7 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     const bool active = row < rows;
     const int nv = d / VEC;
     pdl_release();                          // the next GEMV's weight loads overlap this kernel's wait
-    prefetch_weight<VEC>(weight, nv, threadIdx.x, blockDim.x);
+    prefetch_weight<VEC>(weight, nv);
     pdl_wait();
     PT* rr = reinterpret_cast<PT*>(residual + (long long)row * d);
     const PT* dr = reinterpret_cast<const PT*>(delta + (long long)row * d);
@@ -84,12 +140,11 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
             rr[k] = s;
         }
     }
-    ss = row_sum(ss, red, threadIdx.x, blockDim.x, threadIdx.y);
+    ss = row_sum(ss, red);
     if (!active) return;
     const float inv = rsqrtf(ss / (float)d + eps);
     // each thread re-reads exactly the elements it wrote above, so no barrier is needed
     scale_row<T, VEC, Q8>(out + (long long)row * d, residual + (long long)row * d, weight, inv, nv,
-                          threadIdx.x, blockDim.x,
                           xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
 }
 

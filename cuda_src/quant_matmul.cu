@@ -6,8 +6,6 @@
 // gemv_dp4a_kernel<QT, M>  M <= 16, types with an integer path (quant_dot.cuh): one warp per output
 //                       row, each lane a 32-value sub-block at a time: eight dp4a per row of x,
 //                       one float fma per 32 values.  grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
-// gemv_dp4a_norm_kernel<QT, M>  the same GEMV and a norm tail (norm_row.cuh: the last block adds y
-//                       into the residual stream and makes the next matmul's normed input), M <= 2.
 // gemv_kernel<QT, M>    M <= 8, every type, float math: one warp per output row,
 //                       each lane decodes a 32-value sub-block at a time and uses every decoded
 //                       weight for all M rows of x, so each weight byte is read once.
@@ -20,7 +18,6 @@
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
 #include "quant_blocks.cuh"
-#include "norm_row.cuh"
 #include "pdl.cuh"
 #include "quant_dot.cuh"
 
@@ -203,23 +200,13 @@ __device__ __forceinline__ void dp4a_load(const unsigned char* wrow, int s0, boo
     if (two) gguf::Dot<QT>::load(wrow, s0 + 32, wv[1], d0[1], d1[1], mw[1]);
 }
 
-// TAIL: warps past the last row still reach the end, where the block runs the norm tail
-// (norm_row.cuh).
-template <class QT, int M, bool TAIL = false>
-__device__ __forceinline__ void gemv_dp4a_body(float* __restrict__ y, const int* __restrict__ xq,
-                                               const float* __restrict__ xd, const float* __restrict__ xs,
-                                               const unsigned char* __restrict__ w, int n, int k, long long row_bytes,
-                                               const NormTail& tail = NormTail()) {
+template <class QT, int M>
+__global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
+                                 const float* __restrict__ xs, const unsigned char* __restrict__ w,
+                                 int n, int k, long long row_bytes) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.y;
     const int lane = threadIdx.x;
-    if (TAIL) norm_tail_prefetch(tail, n);
-    if (row >= n) {
-        if (TAIL) {
-            pdl_wait();                 // the tail reads and writes what earlier kernels wrote
-            norm_tail(y, M, n, tail);
-        }
-        return;
-    }
+    if (row >= n) return;
     const unsigned char* wrow = w + row * row_bytes;
     const int nsub = k / 32;
     float acc[M];
@@ -237,22 +224,6 @@ __device__ __forceinline__ void gemv_dp4a_body(float* __restrict__ y, const int*
         dp4a_pass<M>(acc, wv, d0, d1, mw, s0, two, xq, xd, xs, k, nsub);
     }
     store_row_sums<M>(y, acc, n, row, lane);
-    if (TAIL) norm_tail(y, M, n, tail);
-}
-
-#define GEMV_DP4A_ARGS                                                                                     \
-    float *__restrict__ y, const int *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, \
-        const unsigned char *__restrict__ w, int n, int k, long long row_bytes
-
-template <class QT, int M>
-__global__ void gemv_dp4a_kernel(GEMV_DP4A_ARGS) {
-    gemv_dp4a_body<QT, M>(y, xq, xd, xs, w, n, k, row_bytes);
-}
-
-// gemv_dp4a_kernel followed by the norm tail (norm_row.cuh; as gemv_kq_norm_kernel).
-template <class QT, int M>
-__global__ void gemv_dp4a_norm_kernel(GEMV_DP4A_ARGS, NORM_TAIL_ARGS) {
-    gemv_dp4a_body<QT, M, true>(y, xq, xd, xs, w, n, k, row_bytes, NormTail{NORM_TAIL_PASS});
 }
 
 #ifdef GLIMMER_INSTANTIATE
@@ -265,11 +236,7 @@ __global__ void gemv_dp4a_norm_kernel(GEMV_DP4A_ARGS, NORM_TAIL_ARGS) {
 #define DP4A_M(QT, M) \
     template __global__ void gemv_dp4a_kernel<gguf::QT, M>(float*, const int*, const float*, const float*, \
                                                            const unsigned char*, int, int, long long);
-#define DP4A_NORM(QT, M) \
-    template __global__ void gemv_dp4a_norm_kernel<gguf::QT, M>(float*, const int*, const float*, const float*, \
-        const unsigned char*, int, int, long long, float*, const float*, const float*, float*, int*, float*, float*, \
-        int*, float);
-#define DP4A_ALL(QT) DP4A_NORM(QT, 1) DP4A_NORM(QT, 2) DP4A_M(QT, 1) DP4A_M(QT, 2) DP4A_M(QT, 3) DP4A_M(QT, 4) DP4A_M(QT, 5) DP4A_M(QT, 6) \
+#define DP4A_ALL(QT) DP4A_M(QT, 1) DP4A_M(QT, 2) DP4A_M(QT, 3) DP4A_M(QT, 4) DP4A_M(QT, 5) DP4A_M(QT, 6) \
     DP4A_M(QT, 7) DP4A_M(QT, 8) DP4A_M(QT, 9) DP4A_M(QT, 10) DP4A_M(QT, 11) DP4A_M(QT, 12)            \
     DP4A_M(QT, 13) DP4A_M(QT, 14) DP4A_M(QT, 15) DP4A_M(QT, 16)
 DP4A_ALL(Q4_0) DP4A_ALL(Q4_1) DP4A_ALL(Q5_0) DP4A_ALL(Q8_0) DP4A_ALL(Q4_K) DP4A_ALL(Q5_K) DP4A_ALL(Q6_K)

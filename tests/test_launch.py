@@ -57,10 +57,6 @@ EARLY_FETCH = {
     "gemv_kq_kernel": KQ_EARLY,
     "gemv_kq_occ_kernel": KQ_EARLY,
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
-    # and the norm weights into L2 for the tail (norm_row.cuh); the residual only after the wait
-    "gemv_kq_norm_kernel": KQ_EARLY + (r"norm_tail\(", r"residual"),
-    "gemv_dp4a_norm_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic",
-                              r"norm_tail\(", r"residual"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
     # the weights into L1; the RoPE angles from the uploaded positions
     "rms_norm_kernel": (r"(?<![.\w])x\s*\[", r"\bxr\s*\[", r"\bout\b", r"red\[", r"__syncthreads", r"row_sum",

@@ -41,14 +41,17 @@ class Decoder:
             a = ops.attention(q, k_pool, v_pool, step.cell_table, step.seq_lens, step.tok_seq,
                               step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible,
                               q8=True)
-            # x += wo(a) (Gemma: normed first); h = the FFN's normed input
-            h = lw.wo.add_rms_norm_(a.reshape(t, cfg.q_dim), x, lw.ffn_norm, cfg.rms_eps,
-                                    post=lw.post_attn_norm if cfg.post_norms else None, q8=True)
+            o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
+            if cfg.post_norms:
+                o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)
+            h = ops.add_rms_norm_(x, o, lw.ffn_norm, cfg.rms_eps, q8=True)       # x += o
             gu = lw.gate_up(h)                                                   # (T, 2 ffn)
             act = ops.gelu_mul(gu, q8=True) if cfg.activation == "gelu" else ops.silu_mul(gu, q8=True)
+            d = lw.down(act)
+            if cfg.post_norms:
+                d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
-            h = lw.down.add_rms_norm_(act, x, nxt, cfg.rms_eps, post=lw.post_ffn_norm if cfg.post_norms else None,
-                                      q8=i + 1 < len(w.layers))                  # x += down(act)
+            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers))   # x += d
         if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
             return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
         logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32

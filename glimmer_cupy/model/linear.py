@@ -86,16 +86,6 @@ class Linear:
             y = y + self.bias
         return y
 
-    def add_rms_norm_(self, x, residual, weight, eps: float, *, post=None, q8: bool = False):
-        """residual += self(x), normed by `post` first when given; returns rms_norm(residual) * weight
-        (ops.matmul_add_rms_norm_: on the GPU one launch at decode width)."""
-        if len(self.parts) == 1 and self.bias is None:
-            return ops.matmul_add_rms_norm_(x, self.parts[0], residual, weight, eps, post=post, q8=q8)
-        y = self(x)
-        if post is not None:
-            y = ops.rms_norm(y, post, eps)
-        return ops.add_rms_norm_(residual, y, weight, eps, q8=q8)
-
     def to_device(self, upload=None) -> Linear:
         """The same layer with its parts uploaded (QuantTensor.to_device, or `upload(part)`, which
         lets a caller upload a tensor shared by two layers once: a tied embedding and head) and

@@ -70,7 +70,6 @@ MMA_KQ_MAX_SMEM = 80 << 10          # x's two stage buffers at most: two blocks 
 MMA_KQ_TARGET_WARPS = 132 * 16      # slice K until about two blocks per SM of an H200 are launched
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
-NORM_TAIL_ROWS = 2                  # the widest M whose GEMVs have a norm-tail instance (ops/matmul_norm.py)
 GEMV_WIDTHS = tuple(range(1, 9))
 # gemv_kq: rows of W per warp, by (largest M, rows); more rows share each load of x's codes,
 # fewer keep registers (and so resident warps) for wide M. Measured on the H200 (a519f47, Qwen3-8B
@@ -143,20 +142,17 @@ def _mma_kq_kernel(trait: str, nt: int):
     return kern
 
 
-def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0, tail: bool = False) -> str:
-    """gemv_kq_kernel's instance, gemv_kq_occ_kernel's for `occ` blocks per SM, or with `tail`
-    gemv_kq_norm_kernel's (the GEMV and a norm tail, ops/matmul_norm.py; occ 0: no bound)."""
-    if tail:
-        return f"gemv_kq_norm_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}>"
+def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
+    """gemv_kq_kernel's instance, or gemv_kq_occ_kernel's for `occ` blocks per SM."""
     if occ:
         return f"gemv_kq_occ_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}>"
     return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
 
 
 @cache
-def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0, tail: bool = False):
-    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ, tail) for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ, tail), name_expressions=exprs)
+def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
+    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -182,7 +178,6 @@ def _kernel(trait: str, expr: str):
         (f"dequant_kernel<gguf::{trait}, float>", f"dequant_kernel<gguf::{trait}, unsigned short>")
     if QType[trait] in DOT_TYPES:
         exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
-        exprs += tuple(f"gemv_dp4a_norm_kernel<gguf::{trait}, {m}>" for m in range(1, NORM_TAIL_ROWS + 1))
     return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
 
 
@@ -228,11 +223,6 @@ def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-def active_bucket(m: int, qtype: QType) -> str:
-    """The bucket quant_matmul runs for M rows of x here (graph-safe inside graph_safe())."""
-    return bucket(m, qtype, _GRAPH_SAFE.get())
-
-
 def quantize_x(x, trait: str):
     """x (M, K) float32 -> (xq int8 as int32 words (M, K/4), xd (M, K/32), xs (M, K/32))."""
     import cupy
@@ -244,19 +234,6 @@ def quantize_x(x, trait: str):
     xs = cupy.empty((m, k // 32), dtype=cupy.float32)
     _kernel(trait, "quantize_x_kernel")(((nblocks + 255) // 256,), (256,), (xq, xd, xs, x, np.int64(nblocks)))
     return xq, xd, xs
-
-
-def check_device_operands(x, w: QuantTensor, op: str = "quant_matmul"):
-    """ValueError unless x (M, K) float32 on the device and w a device QuantTensor (N, K) of a type
-    with a kernel, K a multiple of 32."""
-    k = w.shape[1]
-    check(x, op, "x", dtypes=(F32,), shape=("M", k))
-    if w.qtype not in TRAITS:
-        raise fail(op, "w", f"one of {', '.join(t.name for t in TRAITS)}", w.qtype.name)
-    if not w.on_device:
-        raise fail(op, "w", "a QuantTensor on the device (w.to_device())", "host bytes")
-    if k % 32:
-        raise fail(op, "w", "K a multiple of 32", k)
 
 
 def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None):
@@ -274,7 +251,13 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return host_result(ref.quant_matmul(x, w), out)
     import cupy
 
-    check_device_operands(x, w)
+    check(x, "quant_matmul", "x", dtypes=(F32,), shape=("M", k))
+    if w.qtype not in TRAITS:
+        raise fail("quant_matmul", "w", f"one of {', '.join(t.name for t in TRAITS)}", w.qtype.name)
+    if not w.on_device:
+        raise fail("quant_matmul", "w", "a QuantTensor on the device (w.to_device())", "host bytes")
+    if k % 32:
+        raise fail("quant_matmul", "w", "K a multiple of 32", k)
     m = x.shape[0]
     if out is None:
         out = cupy.empty((m, n), dtype=cupy.float32)
@@ -283,11 +266,37 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return out
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
-    b = force_bucket or active_bucket(m, w.qtype)
+    b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
-        int8_matmul(b, x, codes, w, out)
+        if codes is not None:
+            check(codes.q, "quant_matmul", "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
+            check(codes.d, "quant_matmul", "x.d", dtypes=(F32,), shape=(m, k // 32), like=x)
+            check(codes.s, "quant_matmul", "x.s", dtypes=(F32,), shape=(m, k // 32), like=x)
+            xq, xd, xs = codes.q, codes.d, codes.s
+        else:
+            xq, xd, xs = quantize_x(x, t)
+        if b == "mma_kq":
+            # a block: 8 >> bits tiles of 16 weight rows, 1 << bits slices of K each; x's stage
+            # buffers in dynamic shared memory
+            nt, bits = mma_kq_config(m, n, k, w.qtype)
+            tiles = (n + 15) // 16
+            blocks = -(-tiles // (MMA_KQ_WARPS >> bits))
+            _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
+                                  (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
+                                   np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
+            return out
+        if b == "gemv_kq":
+            rows, ws = kq_config(m, n, k, w.qtype)
+            per_block = rows * KQ_WARPS // ws
+            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, rows))(
+                ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
+                (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
+            return out
+        _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
+            ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
+            (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
     if b == "gemv":
         _kernel(t, f"gemv_kernel<gguf::{t}, {m}>")(
@@ -312,47 +321,6 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return out
     gemm_bf16_nt(out, x16, dequantize(w, bf16=True))
     return out
-
-
-def x_codes(x, codes, w: QuantTensor, op: str = "quant_matmul"):
-    """(xq, xd, xs) for an int8 bucket: the producer's codes (checked), or x quantized here."""
-    m, k = x.shape
-    if codes is None:
-        return quantize_x(x, TRAITS[w.qtype])
-    check(codes.q, op, "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
-    check(codes.d, op, "x.d", dtypes=(F32,), shape=(m, k // 32), like=x)
-    check(codes.s, op, "x.s", dtypes=(F32,), shape=(m, k // 32), like=x)
-    return codes.q, codes.d, codes.s
-
-
-def int8_matmul(b: str, x, codes, w: QuantTensor, out, tail=()):
-    """out = x @ W^T in int8 bucket b (checked by the caller). tail: a norm tail's arguments
-    (norm_row.cuh's NORM_TAIL_ARGS) for a GEMV bucket at M <= NORM_TAIL_ROWS: the launch then runs
-    the GEMV's norm-tail instance."""
-    m, k = x.shape
-    n = w.shape[0]
-    row_bytes = np.int64(w.data.nbytes // n)
-    t = TRAITS[w.qtype]
-    xq, xd, xs = x_codes(x, codes, w)
-    args = (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes) + tuple(tail)
-    if b == "mma_kq":
-        # a block: 8 >> bits tiles of 16 weight rows, 1 << bits slices of K each; x's stage
-        # buffers in dynamic shared memory
-        assert not tail, "mma_kq has no norm tail"
-        nt, bits = mma_kq_config(m, n, k, w.qtype)
-        tiles = (n + 15) // 16
-        blocks = -(-tiles // (MMA_KQ_WARPS >> bits))
-        _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
-                              (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
-                               np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
-    elif b == "gemv_kq":
-        rows, ws = kq_config(m, n, k, w.qtype)
-        per_block = rows * KQ_WARPS // ws
-        _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, rows), bool(tail))(
-            ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,), args)
-    else:
-        name = "gemv_dp4a_norm_kernel" if tail else "gemv_dp4a_kernel"
-        _kernel(t, f"{name}<gguf::{t}, {m}>")(((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK), args)
 
 
 def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
