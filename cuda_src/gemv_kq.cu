@@ -114,6 +114,117 @@ __global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARG
     gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
 }
 
+// The same GEMV with a fixed grid (ops/matmul.py: KQ_LOOP): each warp walks row sets set,
+// set + gridDim.x * kWarps / WS, ..., and loads the first super-block of its next set while it
+// still computes the last one of this set, so a warp streams weights from its first load to its
+// last with no gap between sets, and the grid drains all at once instead of wave by wave. The
+// sums are the plain kernel's, in the same order, so y is the same bits.
+template <class QT, int M, int R, int WS>
+__device__ __forceinline__ void gemv_kq_loop_body(float* __restrict__ y, const int* __restrict__ xq,
+                                                  const float* __restrict__ xd, const float* __restrict__ xs,
+                                                  const unsigned char* __restrict__ w, int n, int k,
+                                                  long long row_bytes) {
+    static_assert(kWarps % WS == 0, "WS divides the block's warps");
+    typedef gguf::Lanes<QT> L;
+    constexpr int kSets = kWarps / WS;                // row sets a block holds at a time
+    const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = lane & 7;
+    const int nsb = k >> 8, nsub = k >> 5;
+    const int nsets = (n + R - 1) / R;
+    const int step = gridDim.x * kSets;               // sets between a warp's consecutive sets
+    const int stride = 4 * WS;
+    const int sb0 = (lane >> 3) + 4 * (wib % WS);
+    const bool works = sb0 < nsb;                     // lanes past a short row's last super-block idle
+    int set = blockIdx.x * kSets + wib / WS;
+    typename L::Row rows[R];
+    typename L::Regs cur[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        rows[r] = L::row(w + (long long)min(set * R + r, n - 1) * row_bytes, sb0, part);
+        L::load(rows[r], sb0, part, cur[r], works && set < nsets);
+    }
+    pdl_wait();                                       // the weights are no kernel's output: fetched before it
+    // every warp of the block runs the same number of sets (the WS reduction's barrier)
+    for (int first = blockIdx.x * kSets; first < nsets; first += step, set += step) {
+        const int next = set + step;
+        float acc[R][M];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+        typename L::Row after[R];                     // where the next set starts
+#pragma unroll
+        for (int r = 0; r < R; ++r) after[r] = L::row(w + (long long)min(next * R + r, n - 1) * row_bytes, sb0, part);
+        if (works && set < nsets) {
+            for (int sb = sb0; sb < nsb; sb += stride) {
+                const int nxt = sb + stride;
+                const bool same = nxt < nsb;
+                typename L::Regs ahead[R];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    L::settle(rows[r], part, cur[r]);
+                    if (same) {
+                        L::next(rows[r], stride);
+                        L::load(rows[r], nxt, part, ahead[r]);
+                    } else {
+                        L::load(after[r], sb0, part, ahead[r], next < nsets);
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    typename L::X xv;
+                    L::load_x(xq + (long long)m * (k >> 2), xd + (long long)m * nsub, xs + (long long)m * nsub,
+                              sb, part, xv);
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r][m] = L::accumulate(acc[r][m], cur[r], xv, part);
+                }
+#pragma unroll
+                for (int r = 0; r < R; ++r) cur[r] = ahead[r];
+            }
+        } else if (works && next < nsets) {           // no set this time round, one the next
+#pragma unroll
+            for (int r = 0; r < R; ++r) L::load(after[r], sb0, part, cur[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) rows[r] = after[r];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], off);
+        if (WS > 1) {                                 // the set's first warp adds the others' sums
+            __shared__ float partial[kWarps][R][M];
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int m = 0; m < M; ++m) partial[wib][r][m] = acc[r][m];
+            __syncthreads();
+            if (wib % WS == 0)
+#pragma unroll
+                for (int j = 1; j < WS; ++j)
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int m = 0; m < M; ++m) acc[r][m] += partial[wib + j][r][m];
+            __syncthreads();                          // partial is free for the next set
+        }
+        if (wib % WS == 0 && lane == 0 && set < nsets)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (set * R + r < n)
+#pragma unroll
+                    for (int m = 0; m < M; ++m) y[(long long)m * n + set * R + r] = acc[r][m] * L::kScale;
+    }
+}
+
+// B > 0: compiled for B blocks per SM (as gemv_kq_occ_kernel); 0: no bound.
+template <class QT, int M, int R, int WS, int B>
+__global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_loop_kernel(GEMV_KQ_ARGS) {
+    gemv_kq_loop_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
+}
+
 #ifdef GLIMMER_INSTANTIATE
 #define KQ(QT, M, R, WS) template __global__ void gemv_kq_kernel<gguf::QT, M, R, WS>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
@@ -125,4 +236,8 @@ KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
 #define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
 KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q4_K, 1, 5)
+#define KQ_LOOP(QT, M, R, B) KQ_LOOP1(QT, M, R, 1, B) KQ_LOOP1(QT, M, R, 2, B) KQ_LOOP1(QT, M, R, 4, B)
+#define KQ_LOOP1(QT, M, R, WS, B) template __global__ void gemv_kq_loop_kernel<gguf::QT, M, R, WS, B>( \
+    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
+KQ_LOOP(Q4_K, 1, 2, 5) KQ_LOOP(Q4_K, 1, 2, 0) KQ_LOOP(Q6_K, 1, 4, 0) KQ_LOOP(Q4_K, 2, 2, 0) KQ_LOOP(Q6_K, 4, 2, 0)
 #endif
