@@ -46,7 +46,7 @@ MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
 
 
 def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float,
-             alt_bucket: str | None = None, baselines: bool = True, pdl: bool = False, loops=()):
+             alt_bucket: str | None = None, baselines: bool = True, pdl: bool = False):
     import cupy
     host = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.02))
     sets = n_sets(host.nbytes)
@@ -84,16 +84,6 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
             alt_us = time_us(lambda i: ops.quant_matmul(codes[i] if alt in INT8_BUCKETS else xs[i], ws[i], out=outs[i],
                                                     force_bucket=alt), sets,
                          launches, reps)[0] if alt else None
-        # --kq-loop-sweep: gemv_kq_loop_kernel at each blocks-per-SM count, beside the table's kernel
-        loop_us = {}
-        if b == "gemv_kq":
-            saved = matmul.KQ_LOOP
-            for bps in loops:
-                matmul.KQ_LOOP = {(q, m): bps}
-                with overlapped(pdl):
-                    loop_us[bps] = time_us(lambda i: ops.quant_matmul(xin[i], ws[i], out=outs[i]), sets, launches,
-                                           reps)[0]
-            matmul.KQ_LOOP = saved
         x16 = [x.astype(np.float16) for x in xs[:len(w16)]]
         o16 = [cupy.empty((m, n), np.float16) for _ in range(len(w16))]
         us16, how16 = time_us(lambda i: cupy.matmul(x16[i], w16[i].T, out=o16[i]), len(w16), launches,
@@ -102,15 +92,14 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         row = dict(type=q.name, n=n, k=k, m=m, bucket=b, us=us, weight_gbps=wbytes / us / 1e3,
                    of_copy=wbytes / us / 1e3 / (copy_bw / 1e9), tflops=2 * m * n * k / us / 1e6,
                    cublas_fp16_us=us16, vs_m1=None, nmse=err, alt_bucket=alt, alt_us=alt_us, timing=how,
-                   float_x_us=float_us, pdl=pdl, loop_us=loop_us,
+                   float_x_us=float_us, pdl=pdl,
                    cublas_timing=how16)
         rows.append(row)
         print(f"quant_matmul {q.name:5s} M={m:<4d} N={n:<6d} K={k:<5d} | {us:8.1f} us | "
               f"{row['weight_gbps'] / 1e3:5.2f} TB/s ({100 * row['of_copy']:3.0f}% of copy) | "
               f"{row['tflops']:6.1f} TFLOP/s | cuBLAS f16: {us16:8.1f} us ({how16}) | {b} ({how}) | NMSE {err:.1e}"
               + (f" | {alt}: {alt_us:.1f} us" if alt else "")
-              + (f" | from float x: {float_us:.1f} us" if float_us else "")
-              + "".join(f" | loop {b_}/SM: {t:.1f} us" for b_, t in loop_us.items()), flush=True)
+              + (f" | from float x: {float_us:.1f} us" if float_us else ""), flush=True)
         del xs, xin, codes, outs, x16, o16
     base = rows[0]["us"]
     for r in rows:
@@ -133,10 +122,7 @@ def markdown(meta, rows) -> str:
              "gemv_kq compiled for B blocks per SM (gemv_kq_occ_kernel) at: "
              + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none")
              + (f"; {meta['kq_rows_m1']} rows a warp at M = 1 everywhere (--kq-rows)" if meta.get("kq_rows_m1") else
-                "")
-             + (("; gemv_kq_loop_kernel (a fixed grid, --kq-loop) at: "
-                 + ", ".join(f"{k} {b} blocks an SM" for k, b in meta["kq_loop"].items())) if meta.get("kq_loop") else ""),
-             "",
+                ""), "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -168,15 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kq-rows", type=int, default=None, choices=(1, 2, 4), metavar="R",
                     help="gemv_kq at M = 1 with R rows of W a warp on every matrix, heads included, instead of "
                          "ops/matmul.py's KQ_ROWS / KQ_M1_ROWS (the launch-bound kernel serves 2 rows only)")
-    ap.add_argument("--kq-loop", type=int, default=None, metavar="BPS",
-                    help="gemv_kq at M = 1, 2 as gemv_kq_loop_kernel with BPS blocks per SM (0: the one-set-a-warp "
-                         "kernels) instead of ops/matmul.py's KQ_LOOP table")
-    ap.add_argument("--kq-loop-sweep", default="", metavar="BPS,...",
-                    help="also time gemv_kq_loop_kernel at these blocks per SM beside the table's gemv_kq")
     args = ap.parse_args(argv)
-    loops = tuple(int(b) for b in args.kq_loop_sweep.split(",") if b)
-    if args.kq_loop is not None:
-        matmul.KQ_LOOP = {(q, m): args.kq_loop for q in KQ_TYPES for m in (1, 2)} if args.kq_loop else {}
     if args.kq_rows is not None:
         matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
         matmul.KQ_M1_ROWS = {}
@@ -187,8 +165,7 @@ def main(argv=None) -> int:
     flops = cublas_fp16_flops()
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
                     kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
-                    kq_rows_m1=args.kq_rows,
-                    kq_loop={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_LOOP.items()})
+                    kq_rows_m1=args.kq_rows)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:
@@ -204,7 +181,7 @@ def main(argv=None) -> int:
     rows = []
     for q, (n, k) in cases:
         rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw, args.alt or None,
-                         not args.no_baselines, args.pdl, loops)
+                         not args.no_baselines, args.pdl)
     if args.out:
         write_results(args.out, meta, rows, markdown(meta, rows))
     return 0

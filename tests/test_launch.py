@@ -56,7 +56,6 @@ KQ_EARLY = (r"\by\[", r"load_x", r"partial", r"__syncthreads", r"atomic", r"\bx[
 EARLY_FETCH = {
     "gemv_kq_kernel": KQ_EARLY,
     "gemv_kq_occ_kernel": KQ_EARLY,
-    "gemv_kq_loop_kernel": KQ_EARLY,
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
     # the weights into L1; the RoPE angles from the uploaded positions

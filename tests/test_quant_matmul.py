@@ -184,29 +184,3 @@ def test_host_path_checks_shape():
     w = QuantTensor("w", QType.F32, (4, 64), np.ones((4, 64), np.float32))
     with pytest.raises(OpArgumentError, match=r"quant_matmul: x must be float32\|float64 \(M, 64\), got float32 \(2, 63\)"):
         ops.quant_matmul(np.ones((2, 63), np.float32), w)
-
-
-@gpu
-@pytest.mark.parametrize("q", sorted(KQ_TYPES), ids=lambda q: q.name)
-@pytest.mark.parametrize("bps", [1, 3])
-def test_kq_loop_kernel_gives_the_plain_kernels_bits(q, bps, monkeypatch):
-    """gemv_kq_loop_kernel (a fixed grid of bps blocks per SM walking row sets) against the
-    one-set-a-warp kernels on shapes where warps walk many sets, rows end mid-set, lanes idle
-    (K = 768: 3 super-blocks) and rows split between warps (WS > 1): the same bits."""
-    import cupy
-
-    from glimmer_cupy.ops import matmul
-
-    rng = np.random.default_rng(bps + int(q))
-    for n, k in [(8195, 768), (4099, 4096), (6147, 2560), (20000, 1024)]:
-        w = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.05))
-        w_dev = w.to_device()
-        for m in (1, 2):
-            x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
-            monkeypatch.setattr(matmul, "KQ_LOOP", {})
-            want = ops.quant_matmul(x, w_dev)
-            monkeypatch.setattr(matmul, "KQ_LOOP", {(q, m): bps})
-            assert matmul.kq_grid(q, m, n, k)[1], (n, k, m)
-            got = cupy.full((m, n), np.nan, dtype=cupy.float32)
-            ops.quant_matmul(x, w_dev, out=got)
-            assert bool((got == want).all()), (q.name, n, k, m, bps)

@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel, sm_count
+from ..kernels.build import get_kernel
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -142,35 +142,17 @@ def _mma_kq_kernel(trait: str, nt: int):
     return kern
 
 
-# (type, M) -> blocks per SM of gemv_kq_loop_kernel (a fixed grid whose warps walk row sets and
-# load each next set's first weights before the last arithmetic of this one), for matrices that
-# would launch more blocks than that; absent: the one-set-a-warp kernels above.
-KQ_LOOP: dict = {}
-
-
-def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0, loop: bool = False) -> str:
-    """gemv_kq_kernel's instance, gemv_kq_occ_kernel's for `occ` blocks per SM, or with `loop`
-    gemv_kq_loop_kernel's (occ 0: no launch bound)."""
-    if loop:
-        return f"gemv_kq_loop_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}>"
+def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
+    """gemv_kq_kernel's instance, or gemv_kq_occ_kernel's for `occ` blocks per SM."""
     if occ:
         return f"gemv_kq_occ_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}>"
     return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
 
 
 @cache
-def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0, loop: bool = False):
-    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ, loop) for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ, loop), name_expressions=exprs)
-
-
-def kq_grid(qtype: QType, m: int, n: int, k: int) -> tuple[int, bool]:
-    """(blocks, loop) of a gemv_kq launch: a block per kWarps / WS row sets, or KQ_LOOP's fixed grid."""
-    rows, ws = kq_config(m, n, k, qtype)
-    per_block = rows * KQ_WARPS // ws
-    blocks = -(-n // per_block)
-    cap = KQ_LOOP.get((qtype, m), 0) * sm_count()
-    return (cap, True) if 0 < cap < blocks else (blocks, False)
+def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
+    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -307,9 +289,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
-            blocks, loop = kq_grid(w.qtype, m, n, k)
-            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, rows), loop)(
-                (blocks,), (32 * KQ_WARPS,), (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
+            per_block = rows * KQ_WARPS // ws
+            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, rows))(
+                ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
+                (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
         _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
