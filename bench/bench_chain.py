@@ -123,6 +123,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--no-pdl", action="store_true", help="plain launches instead of PDL")
+    ap.add_argument("--halves", default="ffn,attn", help="which halves of a layer to time")
     ap.add_argument("--splits", default="", help="also time attention with these split counts, e.g. 1,4,16")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
@@ -134,18 +135,22 @@ def main() -> None:
         layers = layer_sets(hidden, ffn, qtype, sets, rng)
         ffn_t, attn_t = {}, {}
         with overlapped(not args.no_pdl):
-            for v in FFN_VARIANTS:
+            for v in FFN_VARIANTS if "ffn" in args.halves else ():
                 ffn_t[v] = graph_time_us(chain(hidden, ffn, layers, v), sets, args.layers, args.reps)
                 print(f"{name:13s} ffn  {v:17s} {ffn_t[v]:7.1f} us/layer", flush=True)
-            for v in ATTN_VARIANTS + tuple(f"full, {n} splits" for n in args.splits.split(",") if n):
+            for v in (ATTN_VARIANTS + tuple(f"full, {n} splits" for n in args.splits.split(",") if n)
+                      if "attn" in args.halves else ()):
                 attn_t[v] = graph_time_us(attention_chain(shape, sets, v, rng), sets, args.layers, args.reps)
                 print(f"{name:13s} attn {v:17s} {attn_t[v]:7.1f} us/layer", flush=True)
-        marginal = {"add_rms_norm": (ffn_t["full"] - ffn_t["no norms"]) / 2,
-                    "silu_mul": ffn_t["full"] - ffn_t["no silu_mul"],
-                    "prepare_qkv": attn_t["full"] - attn_t["no prepare_qkv"],
-                    "attention": attn_t["full"] - attn_t["no attention"],
-                    "attention (mma)": attn_t["full, mma kernel"] - attn_t["no attention"],
-                    "attention (simt)": attn_t["full, simt kernel"] - attn_t["no attention"]}
+        marginal = {}
+        if ffn_t:
+            marginal.update({"add_rms_norm": (ffn_t["full"] - ffn_t["no norms"]) / 2,
+                             "silu_mul": ffn_t["full"] - ffn_t["no silu_mul"]})
+        if attn_t:
+            marginal.update({"prepare_qkv": attn_t["full"] - attn_t["no prepare_qkv"],
+                             "attention": attn_t["full"] - attn_t["no attention"],
+                             "attention (mma)": attn_t["full, mma kernel"] - attn_t["no attention"],
+                             "attention (simt)": attn_t["full, simt kernel"] - attn_t["no attention"]})
         results["shapes"][name] = {"qtype": qtype.name, "ffn_us_per_layer": ffn_t, "attn_us_per_layer": attn_t,
                                    "marginal_us": marginal}
         print(f"{name:13s} marginal: " + ", ".join(f"{k} {v:.2f} us" for k, v in marginal.items()), flush=True)
