@@ -6,8 +6,7 @@
 // owns 32 values of a super-block (kq_lanes.cuh). So a warp reads every weight byte once, in
 // 16-byte loads where the layout allows; the x codes a lane loads serve R rows; the loads of the
 // next super-block are issued before the arithmetic of this one (once the lane has settled this
-// one's bytes), and the first ones before the kernel waits for the one before it (pdl.cuh), with
-// the rest of the block's rows asked into L2 then too.
+// one's bytes), and the first ones before the kernel waits for the one before it (pdl.cuh).
 // grid = (ceil(N / (R * kWarps / WS)),) block = (32 * kWarps,)
 #include "kq_lanes.cuh"
 #include "pdl.cuh"
@@ -44,13 +43,6 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
 #pragma unroll
             for (int r = 0; r < R; ++r) L::load(rows[r], sb, part, cur[r]);
         }
-        // and, at M = 1, the rest of the lane's super-blocks into L2: while the kernel before runs
-        // (a norm or the gated activation, which read little), the memory streams this block's
-        // rows (at M >= 2 the addresses kept for it cost registers: Q4_K M = 2, 72 -> 93)
-        if (M == 1)
-            for (int s = stride; sb + s < nsb; s += stride)
-#pragma unroll
-                for (int r = 0; r < R; ++r) L::prefetch(rows[r], sb, s, part);
         pdl_wait();                     // the weights are no kernel's output: fetched before it
         while (sb < nsb) {
             const int nxt = sb + stride;

@@ -5,8 +5,6 @@
 // says, for Q4_K and Q6_K:
 //   Row, row(w, sb, part)    where the lane stands in the row that starts at w: at super-block sb
 //   next(row, n)             n super-blocks on (a multiple of 4)
-//   prefetch(row, n, part)   ask L2 for the super-block n on from where row stands (its eight
-//                            lanes' points cover every 128-byte line of it); holds no register
 //   Regs, load(row, sb, part, r, on)  the lane's raw bytes of super-block sb (where row stands), in
 //                            the widest loads the layout allows; nothing is loaded when !on
 //   settle(row, part, r)     what the lane does with them once they have landed, before the
@@ -142,17 +140,6 @@ GQ_HD const u8* opaque(const u8* p) {
     return p;
 }
 
-// Lane part's point in a block of kBytes bytes: eight points at most 21 (Q4_K) or 30 (Q6_K) bytes
-// apart, the first at the block's first byte and the last at its last, so every 128-byte line the
-// block touches holds one; a prefetch of each brings the whole block into L2.
-GQ_HD void prefetch_block(const u8* b, int bytes, int part) {
-#ifdef __CUDA_ARCH__
-    asm volatile("prefetch.global.L2 [%0];" :: "l"(b + part * (bytes - 1) / 7));
-#else
-    (void)b; (void)bytes; (void)part;
-#endif
-}
-
 // The 6-bit scales and mins of Q4_K sub-blocks 0..3 (j < 4) or 4..7, one per byte of sc and mn,
 // from the block's 16-byte header (d, dmin, 12 scale bytes); ggml's get_scale_min_k4 on words.
 struct Q4KScales { u32 sc, mn; };
@@ -174,9 +161,6 @@ template <> struct Lanes<Q4_K> {
     GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
     GQ_HD static void next(Row&, int) {}
     GQ_HD static void settle(const Row&, int, Regs&) {}
-    GQ_HD static void prefetch(const Row& row, int sb, int n, int part) {
-        prefetch_block(row.w + (sb + n) * kBytes, kBytes, part);
-    }
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
         if (on) {
             const u8* b = row.w + sb * kBytes;
@@ -235,7 +219,6 @@ template <> struct Lanes<Q6_K> {
         return Row{b, opaque((int)(reinterpret_cast<unsigned long long>(b) & 7))};
     }
     GQ_HD static void next(Row& r, int n) { r.b = opaque(r.b + n * kBytes); }
-    GQ_HD static void prefetch(const Row& row, int, int n, int part) { prefetch_block(row.b + n * kBytes, kBytes, part); }
     GQ_HD static void load(const Row& row, int, int part, Regs& r, bool on = true) {
         // the windows' offsets from the block's 8-byte aligned start
         const int h = part >> 2, l0 = 8 * (part & 3);
