@@ -134,3 +134,35 @@ def test_attention_makes_quantize_x_codes(d, splits, t):
         wide = (cupy.zeros((33, hq, d), np.float32), k_pool, v_pool, table, args[4], cupy.zeros(33, np.int32),
                 cupy.asarray(np.arange(length - 33, length, dtype=np.int32)), d ** -0.5)
         assert isinstance(ops.attention(*wide, force_splits=splits, q8=True), cupy.ndarray)
+
+
+@gpu
+@pytest.mark.parametrize("c", [2, 4, 8])
+@pytest.mark.parametrize("rows,d", [(1, 4096), (3, 2560), (2, 5120), (1, 2080)])
+def test_cluster_norm_matches_the_one_block_norm(c, rows, d, monkeypatch):
+    """add_rms_norm_ over a cluster of c blocks a row: the residual the same bits as one block's,
+    the normed row within float32 rounding of it (the sum of squares adds in another order), its
+    codes quantize_x's of the returned floats, and both within float64 of the reference."""
+    import cupy
+
+    from glimmer_cupy.ops import norm
+
+    rng = np.random.default_rng(rows * d + c)
+    x = cupy.asarray((rng.standard_normal((rows, d)) * 4).astype(np.float32))
+    w = cupy.asarray((1 + 0.2 * rng.standard_normal(d)).astype(np.float32))
+    delta = cupy.asarray(rng.standard_normal((rows, d)).astype(np.float32))
+    for q8 in (True, False):
+        r1, r2 = x.copy(), x.copy()
+        monkeypatch.setattr(norm, "CLUSTER", 0)
+        one = ops.add_rms_norm_(r1, delta, w, 1e-6, q8=q8)
+        monkeypatch.setattr(norm, "CLUSTER", c)
+        got = ops.add_rms_norm_(r2, delta, w, 1e-6, q8=q8)
+        assert bool((r1 == r2).all())
+        np.testing.assert_allclose(cupy.asnumpy(plain(got)), cupy.asnumpy(plain(one)), rtol=2e-6, atol=1e-6)
+        s = cupy.asnumpy(x).astype(np.float64) + cupy.asnumpy(delta)
+        ref = s / np.sqrt(np.mean(s * s, axis=-1, keepdims=True) + 1e-6) * cupy.asnumpy(w)
+        assert float(np.mean((cupy.asnumpy(plain(got)) - ref) ** 2) / np.mean(ref ** 2)) < 1e-12
+        if q8:
+            _same_codes(got)
+        else:
+            assert not isinstance(got, Q8Rows)
