@@ -166,3 +166,42 @@ def test_cluster_norm_matches_the_one_block_norm(c, rows, d, monkeypatch):
             _same_codes(got)
         else:
             assert not isinstance(got, Q8Rows)
+
+
+@gpu
+def test_cluster_norm_in_a_pdl_graph_equals_eager():
+    """The cluster norm between two GEMVs, captured with PDL and replayed: eager's bits."""
+    import cupy
+
+    from glimmer_cupy.kernels.launch import overlapped
+    from glimmer_cupy.ops import norm
+    from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
+    from glimmer_cupy.weights.random_blocks import random_blocks
+
+    assert norm.CLUSTER and 4096 >= norm.CLUSTER_MIN_D
+    rng = np.random.default_rng(9)
+    w = QuantTensor("w", QType.Q4_K, (4096, 4096), random_blocks(QType.Q4_K, 4096, 4096, rng, 0.05)).to_device()
+    nw = cupy.asarray((1 + 0.2 * rng.standard_normal(4096)).astype(np.float32))
+    start = cupy.asarray(rng.standard_normal((1, 4096)).astype(np.float32))
+    x = cupy.empty_like(start)
+
+    def chain():
+        h = ops.rms_norm(x, nw, 1e-6, q8=True)
+        for _ in range(3):
+            h = ops.add_rms_norm_(x, ops.quant_matmul(h, w), nw, 1e-6, q8=True)
+        return h
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream, overlapped():
+        x[...] = start
+        eager = chain()
+        want, want_x = eager.x.copy(), x.copy()
+        stream.synchronize()
+        stream.begin_capture()
+        got = chain()
+        graph = stream.end_capture()
+        for _ in range(2):
+            x[...] = start
+            graph.launch(stream)
+            stream.synchronize()
+            assert bool((got.x == want).all()) and bool((x == want_x).all())

@@ -22,7 +22,11 @@ _EXPRS = tuple(f"{k}<{t}, {v}, {q}>" for k in ("rms_norm_kernel", "add_rms_norm_
     f"add_rms_norm_cluster_kernel<{q}, {c}>" for q in ("false", "true") for c in CLUSTER_SIZES)
 # add_rms_norm_ of rows at least CLUSTER_MIN_D wide (float32, 16-byte packs) runs
 # add_rms_norm_cluster_kernel, a row split over a cluster of CLUSTER blocks; 0: one block a row.
-CLUSTER = 0
+# Measured on the H200 inside a PDL graph (bench_chain --norm-cluster, chain_norm_c*_3be8537.json,
+# Qwen3-8B's FFN half, hidden 4096): a norm costs 2.74 us in place with one block a row, 2.49 /
+# 2.19 / 2.08 with clusters of 2 / 4 / 8 (the half 39.2 -> 37.9 us a layer at 8); Qwen3-0.6B's
+# 1024-wide rows were not helped, so narrower rows keep one block.
+CLUSTER = 8
 CLUSTER_MIN_D = 2048
 
 
