@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.timing import device_name, graph_time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
-from glimmer_cupy.ops import norm  # noqa: E402
 from bench_attention import decode_token_inputs  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
@@ -125,17 +124,11 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--no-pdl", action="store_true", help="plain launches instead of PDL")
     ap.add_argument("--halves", default="ffn,attn", help="which halves of a layer to time")
-    ap.add_argument("--norm-cluster", type=int, default=None, metavar="C",
-                    help="add_rms_norm_ of wide rows over clusters of C blocks (0: one block a row) instead of "
-                         "ops/norm.py's CLUSTER")
     ap.add_argument("--splits", default="", help="also time attention with these split counts, e.g. 1,4,16")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
-    if args.norm_cluster is not None:
-        norm.CLUSTER = args.norm_cluster
     rng = np.random.default_rng(0)
-    results = {"gpu": device_name(), "pdl": not args.no_pdl, "norm_cluster": norm.CLUSTER, "layers": args.layers,
-               "context": CONTEXT,
+    results = {"gpu": device_name(), "pdl": not args.no_pdl, "layers": args.layers, "context": CONTEXT,
                "table": TABLE, "shapes": {}}
     for name in args.shapes.split(","):
         hidden, ffn, _, _, _, _, qtype, sets = shape = SHAPES[name]

@@ -17,7 +17,6 @@
 // warps through shared memory. x is read twice (sum, then scale): the second read hits L1/L2.
 // T is the storage type of x / residual / delta / out (float for now); weight is float.
 //
-#include "cluster.cuh"
 #include "q8.cuh"
 #include "pdl.cuh"
 
@@ -149,73 +148,6 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
                           xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
 }
 
-// add_rms_norm_kernel's work for a wide row (a hidden size: 4096 at Qwen3-8B) split over a cluster
-// of C blocks on C SMs: block `rank` adds, sums and scales packs [rank * per, (rank + 1) * per) of
-// the row (per a multiple of 8 packs, so a 32-value group of codes stays in one block), and the C
-// partial sums of squares are added through distributed shared memory in rank order, the same in
-// every block. One block a row has one SM read, reduce and write the whole row.
-//   grid=(rows * C,) block=(per packs rounded up to a multiple of 32,), clusters of C along x
-template <bool Q8, int C>
-__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024) add_rms_norm_cluster_kernel(
-    float* __restrict__ out, float* __restrict__ residual, const float* __restrict__ delta,
-    const float* __restrict__ weight, int rows, int d, float eps, int per, int* __restrict__ xq,
-    float* __restrict__ xd, float* __restrict__ xs) {
-    typedef Pack<float, 4> P;
-    __shared__ float red[32];
-    __shared__ float part;
-    const int rank = (int)cluster_rank();
-    const int row = blockIdx.x / C;                     // rows * C blocks: every cluster has a row
-    const int nv = d / 4, lo = rank * per, hi = min(nv, lo + per);
-    const int k = lo + (int)threadIdx.x;
-    const bool act = k < hi;
-    pdl_release();                          // the next GEMV's weight loads overlap this kernel's wait
-    if (act) prefetch_l1(weight + 4 * k);
-    pdl_wait();
-    P* rr = reinterpret_cast<P*>(residual + (long long)row * d);
-    const P* dr = reinterpret_cast<const P*>(delta + (long long)row * d);
-    P s;
-    float ss = 0.f;
-    if (act) {
-        const P a = rr[k], b = dr[k];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            from_f32(to_f32(a.v[j]) + to_f32(b.v[j]), s.v[j]);
-            ss += to_f32(s.v[j]) * to_f32(s.v[j]);
-        }
-        rr[k] = s;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = 0.f;
-        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += red[w];
-        part = t;
-    }
-    cluster_sync();                         // every block's partial is in its shared memory
-    float total = 0.f;
-    const unsigned mine = smem_addr(&part);
-#pragma unroll
-    for (int r = 0; r < C; ++r) {
-        float v;
-        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(mine, r)) : "memory");
-        total += v;
-    }
-    const float inv = rsqrtf(total / (float)d + eps);
-    const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, act) : 0u;
-    if (act) {
-        const P w = reinterpret_cast<const P*>(weight)[k];
-        P o;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) from_f32(to_f32(s.v[j]) * inv * w.v[j], o.v[j]);
-        reinterpret_cast<P*>(out + (long long)row * d)[k] = o;
-        if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq + (long long)row * nv, xd + (long long)row * (d / 32),
-                                     xs + (long long)row * (d / 32), mask);
-    }
-    cluster_sync();                         // no block leaves while another reads its partial
-}
-
 #ifdef GLIMMER_INSTANTIATE
 #define NORMS(VEC, Q8) \
     template __global__ void rms_norm_kernel<float, VEC, Q8>(float*, const float*, const float*, int, int, float, \
@@ -223,8 +155,4 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024) add_rms_norm_c
     template __global__ void add_rms_norm_kernel<float, VEC, Q8>(float*, float*, const float*, const float*, int, \
                                                                  int, float, int*, float*, float*);
 NORMS(1, false) NORMS(4, false) NORMS(4, true)
-#define NORM_CLUSTER(Q8, C) template __global__ void add_rms_norm_cluster_kernel<Q8, C>(float*, float*, const float*, \
-    const float*, int, int, float, int, int*, float*, float*);
-NORM_CLUSTER(false, 2) NORM_CLUSTER(true, 2) NORM_CLUSTER(false, 4) NORM_CLUSTER(true, 4) NORM_CLUSTER(false, 8) \
-NORM_CLUSTER(true, 8)
 #endif

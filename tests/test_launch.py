@@ -63,8 +63,6 @@ EARLY_FETCH = {
                         r"\bx[qds]\b"),
     "add_rms_norm_kernel": (r"\bresidual\s*\[", r"\bdelta\s*\[", r"\brr\s*\[", r"\bdr\s*\[", r"\bout\b", r"red\[",
                             r"__syncthreads", r"row_sum", r"\bx[qds]\b"),
-    "add_rms_norm_cluster_kernel": (r"\bresidual\s*\[", r"\bdelta\s*\[", r"\brr\s*\[", r"\bdr\s*\[", r"\bout\b",
-                                    r"red\[", r"__syncthreads", r"cluster_sync", r"\bpart\b\s*=", r"\bx[qds]\b"),
     "prepare_qkv_kernel": (r"\bqkv\s*\[", r"\bsrc\s*\[", r"(?<![.\w])x\s*\[", r"\bdst\b", r"_out\s*\[",
                            r"_pool\s*\[", r"_norm\s*\["),
     "attn_kernel": (r"\bq\[", r"\bout\[", r"part_acc", r"part_ml", r"\bsq\[", r"\bsp\[", r"\bsacc\[",

@@ -16,18 +16,8 @@ from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
 
 _CTYPE = {F32: "float"}
 _VARIANTS = ((1, "false"), (4, "false"), (4, "true"))          # (VEC, Q8)
-CLUSTER_SIZES = (2, 4, 8)
 _EXPRS = tuple(f"{k}<{t}, {v}, {q}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
-               for t in _CTYPE.values() for v, q in _VARIANTS) + tuple(
-    f"add_rms_norm_cluster_kernel<{q}, {c}>" for q in ("false", "true") for c in CLUSTER_SIZES)
-# add_rms_norm_ of rows at least CLUSTER_MIN_D wide (float32, 16-byte packs) runs
-# add_rms_norm_cluster_kernel, a row split over a cluster of CLUSTER blocks; 0: one block a row.
-# Measured on the H200 inside a PDL graph (bench_chain --norm-cluster, chain_norm_c*_3be8537.json,
-# Qwen3-8B's FFN half, hidden 4096): a norm costs 2.74 us in place with one block a row, 2.49 /
-# 2.19 / 2.08 with clusters of 2 / 4 / 8 (the half 39.2 -> 37.9 us a layer at 8); Qwen3-0.6B's
-# 1024-wide rows were not helped, so narrower rows keep one block.
-CLUSTER = 8
-CLUSTER_MIN_D = 2048
+               for t in _CTYPE.values() for v, q in _VARIANTS)
 
 
 @cache
@@ -117,15 +107,8 @@ def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
     if rows == 0:
         return out
     vec = _vec(d, residual, delta, weight, out)
-    codes = _codes(q8, residual, vec)
-    if CLUSTER and vec == 4 and d >= CLUSTER_MIN_D:
-        per = (-(-(d // 4) // CLUSTER) + 7) // 8 * 8        # packs a block, whole 32-value groups
-        get_kernel("norm", f"add_rms_norm_cluster_kernel<{'true' if codes else 'false'}, {CLUSTER}>",
-                   name_expressions=_EXPRS)(
-            (rows * CLUSTER,), (-(-per // 32) * 32,), (out, residual, delta, weight, np.int32(rows), np.int32(d),
-                                                      np.float32(eps), np.int32(per), *(codes or NO_CODES)))
-        return with_codes(out, codes)
     grid, block = _launch_shape(rows, d, vec)
+    codes = _codes(q8, residual, vec)
     _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None)(
         grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps),
                       *(codes or NO_CODES)))
