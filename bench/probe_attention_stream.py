@@ -4,7 +4,7 @@ timer at each stage. Qwen3-8B heads over scattered cells, one launch per case (t
 printed in µs from the first block's start: min / p10 / median / p90 / max over the blocks that
 reach the stage.
 
-    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py
+    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [B:CONTEXT[:SPLITS] ...]
 """
 
 from __future__ import annotations
@@ -72,9 +72,10 @@ def probe(b: int, ctx: int, splits) -> None:
     cupy.get_default_memory_pool().free_all_blocks()
 
 
-def main() -> int:
-    for case in CASES:
-        probe(*case)
+def main(argv=None) -> int:
+    cases = [tuple(int(v) for v in a.split(":")) for a in (sys.argv[1:] if argv is None else argv)] or CASES
+    for case in cases:
+        probe(case[0], case[1], case[2] if len(case) > 2 else None)
     return 0
 
 
