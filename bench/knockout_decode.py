@@ -85,22 +85,30 @@ def main() -> int:
     ap.add_argument("-m", "--model", action="append", default=[])
     ap.add_argument("--synthetic", action="append", default=[])
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME",
+                    help="compile the kernels with -DNAME (e.g. GLIMMER_PLAIN_WEIGHT_LOADS, to time a switch)")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
+    if args.define:
+        import glimmer_cupy.kernels.build as build
+        options = build.compile_options
+        build.compile_options = lambda defines=(): options(tuple(defines) + tuple((d, 1) for d in args.define))
+    variants = args.variants.split(",")
     targets = [(m, resolve_model(m)) for m in args.model]
     for name in args.synthetic:
         path = cache_dir() / f"synthetic-{name}.gguf"
         if not path.exists():
             write_synthetic_gguf(name, path)
         targets.append((f"synthetic {name}", path))
-    results = {"meta": run_meta(), "models": {}}
+    results = {"meta": run_meta(defines=args.define), "models": {}}
     for label, path in targets:
         model = load_model(path)
         got = {}
-        for v in VARIANTS:
+        for v in variants:
             with knocked_out(v):
                 got[v] = bench_decode(model, label, runs=args.runs).gpu_step_us
-            saved = got["everything"] - got[v]
+            saved = got.get("everything", got[v]) - got[v]
             print(f"{label:24s} {'without ' + v if v != 'everything' else v:18s} GPU step {got[v]:7.1f} us"
                   + (f"  ({saved:+.1f} us: {saved / model.cfg.n_layers:.2f} us a layer)" if v != "everything" else ""),
                   flush=True)
