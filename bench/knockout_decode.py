@@ -87,7 +87,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--define", action="append", default=[], metavar="NAME",
-                    help="compile the kernels with -DNAME (e.g. GLIMMER_PLAIN_WEIGHT_LOADS, to time a switch)")
+                    help="compile the kernels with -DNAME (to time a compile-time switch; every kernel then compiles afresh, "
+                         "minutes on a cold machine)")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
     if args.define:

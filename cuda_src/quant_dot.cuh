@@ -14,22 +14,11 @@
 
 namespace gguf {
 
-// Weight bytes are read once a step, so they are loaded cache-streaming (ld.global.cs: evict-first
-// in L1 and L2) and do not push out of L2 what the step reads again: the KV cells, which the next
-// step's attention reads, and the activations. GLIMMER_PLAIN_WEIGHT_LOADS (benchmarks only) gives
-// plain loads, to time the difference.
-#ifdef GLIMMER_PLAIN_WEIGHT_LOADS
-__device__ __forceinline__ u16 ld_w16(const u8* p) { return *reinterpret_cast<const u16*>(p); }
-__device__ __forceinline__ int ld32_a4(const u8* p) { return *reinterpret_cast<const int*>(p); }
-__device__ __forceinline__ int4 ld128(const u8* p) { return *reinterpret_cast<const int4*>(p); }
-#else
-__device__ __forceinline__ u16 ld_w16(const u8* p) { return __ldcs(reinterpret_cast<const unsigned short*>(p)); }
-__device__ __forceinline__ int ld32_a4(const u8* p) { return __ldcs(reinterpret_cast<const int*>(p)); }
-__device__ __forceinline__ int4 ld128(const u8* p) { return __ldcs(reinterpret_cast<const int4*>(p)); }
-#endif
 __device__ __forceinline__ int ld32_a2(const u8* p) {       // 2-byte aligned 32-bit load
-    return (int)((u32)ld_w16(p) | ((u32)ld_w16(p + 2) << 16));
+    const u16* h = reinterpret_cast<const u16*>(p);
+    return (int)((u32)h[0] | ((u32)h[1] << 16));
 }
+__device__ __forceinline__ int ld32_a4(const u8* p) { return *reinterpret_cast<const int*>(p); }
 
 // bits 0..3 of b into bit 4 of bytes 0..3
 __device__ __forceinline__ int spread4_to_bit4(u32 b) {
@@ -48,7 +37,7 @@ template <> struct Dot<Q4_0> {
             w[i] = v & 0x0F0F0F0F;
             w[i + 4] = (v >> 4) & 0x0F0F0F0F;
         }
-        d0 = d1 = half_to_float(ld_w16(b));
+        d0 = d1 = half_to_float(*reinterpret_cast<const u16*>(b));
         mw = -8.f * d0;
     }
 };
@@ -62,8 +51,9 @@ template <> struct Dot<Q4_1> {
             w[i] = v & 0x0F0F0F0F;
             w[i + 4] = (v >> 4) & 0x0F0F0F0F;
         }
-        d0 = d1 = half_to_float(ld_w16(b));
-        mw = half_to_float(ld_w16(b + 2));
+        const u16* h = reinterpret_cast<const u16*>(b);
+        d0 = d1 = half_to_float(h[0]);
+        mw = half_to_float(h[1]);
     }
 };
 
@@ -77,7 +67,7 @@ template <> struct Dot<Q5_0> {
             w[i] = (v & 0x0F0F0F0F) | spread4_to_bit4(qh >> (4 * i));
             w[i + 4] = ((v >> 4) & 0x0F0F0F0F) | spread4_to_bit4(qh >> (16 + 4 * i));
         }
-        d0 = d1 = half_to_float(ld_w16(b));
+        d0 = d1 = half_to_float(*reinterpret_cast<const u16*>(b));
         mw = -16.f * d0;
     }
 };
@@ -87,7 +77,7 @@ template <> struct Dot<Q8_0> {
         const u8* b = row + (long long)s * 34;
 #pragma unroll
         for (int i = 0; i < 8; ++i) w[i] = ld32_a2(b + 2 + 4 * i);
-        d0 = d1 = half_to_float(ld_w16(b));
+        d0 = d1 = half_to_float(*reinterpret_cast<const u16*>(b));
         mw = 0.f;
     }
 };
@@ -99,14 +89,15 @@ template <> struct Dot<Q4_K> {
         const u8* qs = b + 16 + 32 * (j >> 1);
         const int shift = 4 * (j & 1);
         // 16-byte aligned: a Q4_K block is 144 = 9 * 16 bytes and qs starts at byte 16
-        const int4 lo = ld128(qs), hi = ld128(qs + 16);
+        const int4 lo = *reinterpret_cast<const int4*>(qs), hi = *reinterpret_cast<const int4*>(qs + 16);
         const int v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) w[i] = (v[i] >> shift) & 0x0F0F0F0F;
         float sc, m;
         scale_min_k4(j, b + 4, sc, m);
-        d0 = d1 = half_to_float(ld_w16(b)) * sc;
-        mw = -half_to_float(ld_w16(b + 2)) * m;
+        const u16* h = reinterpret_cast<const u16*>(b);
+        d0 = d1 = half_to_float(h[0]) * sc;
+        mw = -half_to_float(h[1]) * m;
     }
 };
 
@@ -122,8 +113,9 @@ template <> struct Dot<Q5_K> {
             w[i] = ((ld32_a4(qs + 4 * i) >> shift) & 0x0F0F0F0F) | (((ld32_a4(qh + 4 * i) >> j) & 0x01010101) << 4);
         float sc, m;
         scale_min_k4(j, b + 4, sc, m);
-        d0 = d1 = half_to_float(ld_w16(b)) * sc;
-        mw = -half_to_float(ld_w16(b + 2)) * m;
+        const u16* h = reinterpret_cast<const u16*>(b);
+        d0 = d1 = half_to_float(h[0]) * sc;
+        mw = -half_to_float(h[1]) * m;
     }
 };
 
@@ -139,7 +131,7 @@ template <> struct Dot<Q6_K> {
             const int q = ((ld32_a2(ql + 4 * i) >> lshift) & 0x0F0F0F0F) | (((ld32_a2(qh + 4 * i) >> hshift) & 0x03030303) << 4);
             w[i] = __vsubss4(q, 0x20202020);      // codes 0..63 -> -32..31, per byte
         }
-        const float d = half_to_float(ld_w16(b + 208));
+        const float d = half_to_float(*reinterpret_cast<const u16*>(b + 208));
         const i8* sc = reinterpret_cast<const i8*>(b + 192);
         d0 = d * (float)sc[2 * j];
         d1 = d * (float)sc[2 * j + 1];
