@@ -274,20 +274,9 @@ attn_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __rest
     __syncthreads();
     const bool split = span.active > 1;
     for (int h = warp; h < nh; h += kWarps) {
-        float mx = kNegInf;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sml[w][h][0]);
-        const float mu = mx == kNegInf ? 0.f : mx;
-        float total = 0.f, o[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) o[c] = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float wt = exp2f(sml[w][h][0] - mu);   // 0 for a warp that saw nothing
-            total = fmaf(wt, sml[w][h][1], total);
-#pragma unroll
-            for (int c = 0; c < C; ++c) o[c] = fmaf(wt, sacc[w][h][lane * C + c], o[c]);
-        }
+        float mx, total, o[C];
+        attn::merge_warps<C, kWarps>([&](int w) { return sml[w][h]; }, [&](int w) { return sacc[w][h]; }, lane, o,
+                                     mx, total);
         attn::end_row<C>(o, mx, total, split, (int)blockIdx.x, (long long)tok * q_heads + h0 + h, rows, lane, out,
                          part_acc, part_ml, xq, xd, xs);
     }

@@ -83,13 +83,7 @@ enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy iss
 
 template <int D, int MW, int STAGES>
 __global__ void __launch_bounds__(32 * (MW == 8 ? 8 : 4), MW == 1 ? 2 : 1)    // the warps of ATTN_MMA_WARPS
-attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
-                const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
-                const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
-                const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
-                int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,
-                int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+attn_mma_kernel(ATTN_TC_ARGS) {
     using namespace amma;
     constexpr int WARPS = ATTN_MMA_WARPS(MW);
     constexpr int THREADS = 32 * WARPS;
@@ -383,9 +377,7 @@ attn_mma_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define ATTN_MMA(D, MW, S) template __global__ void attn_mma_kernel<D, MW, S>(float*, float*, float*, int*,     \
-    const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
-    const unsigned char*, int, int, int, int, int, int, int, float, float, float, int*, float*, float*);
+#define ATTN_MMA(D, MW, S) template __global__ void attn_mma_kernel<D, MW, S>(ATTN_TC_TYPES);
 // every (D, MW, STAGES) whose shared memory fits a block (227 KB): ops/attention.py's MMA_VARIANTS
 ATTN_MMA(64, 1, 2) ATTN_MMA(64, 1, 3) ATTN_MMA(64, 1, 4)
 ATTN_MMA(64, 4, 2) ATTN_MMA(64, 4, 3) ATTN_MMA(64, 4, 4)

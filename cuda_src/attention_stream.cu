@@ -45,13 +45,7 @@ constexpr int kSplitTile = 64;     // splits are whole tiles of this many positi
 
 template <int D, int STAGES>
 __global__ void __launch_bounds__(128, 2)
-attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                   int* __restrict__ counters, const float* __restrict__ q, const unsigned short* __restrict__ k_pool,
-                   const unsigned short* __restrict__ v_pool, const int* __restrict__ cell_table,
-                   const int* __restrict__ seq_lens, const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
-                   const unsigned char* __restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,
-                   int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,
-                   int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+attn_stream_kernel(ATTN_TC_ARGS) {
     using namespace amma;
     using namespace astream;
     constexpr int M = kRows, NT = kPos / 8, NO = D / 8, RS = D + kRowPad;
@@ -231,9 +225,7 @@ attn_stream_kernel(float* __restrict__ out, float* __restrict__ part_acc, float*
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define ATTN_STREAM(D, S) template __global__ void attn_stream_kernel<D, S>(float*, float*, float*, int*, \
-    const float*, const unsigned short*, const unsigned short*, const int*, const int*, const int*, const int*, \
-    const unsigned char*, int, int, int, int, int, int, int, float, float, float, int*, float*, float*);
+#define ATTN_STREAM(D, S) template __global__ void attn_stream_kernel<D, S>(ATTN_TC_TYPES);
 // every (D, STAGES) whose shared memory fits a block (227 KB): ops/attention.py's STREAM_VARIANTS
 ATTN_STREAM(64, 2) ATTN_STREAM(64, 3) ATTN_STREAM(64, 4)
 ATTN_STREAM(128, 2) ATTN_STREAM(128, 3) ATTN_STREAM(128, 4)

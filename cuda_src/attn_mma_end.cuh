@@ -13,6 +13,22 @@
 #include "attn_split.cuh"
 #include "stamps.cuh"
 
+// The argument list of both tensor-core kernels (attn_mma_kernel, attn_stream_kernel): attn_kernel's
+// plus `early`, so ops/attention.py launches either with the same arguments; ATTN_TC_TYPES is the
+// same list as types, for the explicit instantiations.
+#define ATTN_TC_ARGS                                                                                         \
+    float *__restrict__ out, float *__restrict__ part_acc, float *__restrict__ part_ml, int *__restrict__ counters, \
+        const float *__restrict__ q, const unsigned short *__restrict__ k_pool,                                \
+        const unsigned short *__restrict__ v_pool, const int *__restrict__ cell_table,                         \
+        const int *__restrict__ seq_lens, const int *__restrict__ tok_seq, const int *__restrict__ tok_pos,    \
+        const unsigned char *__restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,      \
+        int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,          \
+        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs
+#define ATTN_TC_TYPES                                                                                        \
+    float*, float*, float*, int*, const float*, const unsigned short*, const unsigned short*, const int*,      \
+        const int*, const int*, const int*, const unsigned char*, int, int, int, int, int, int, int, float, float, \
+        float, int*, float*, float*
+
 namespace amma {
 
 // Where the block's rows go: row r of the block is token t0 + r / hpb (of ntb), head h0 + r % hpb
@@ -59,20 +75,9 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / e.hpb, hh = r % e.hpb;
         if (ti >= e.ntb || hh >= e.nh) continue;
-        float mx = kNegInf;
-#pragma unroll
-        for (int w = 0; w < KW; ++w) mx = fmaxf(mx, sml[2 * (w * M + r)]);
-        const float mu = mx == kNegInf ? 0.f : mx;
-        float total = 0.f, ov[C];
-#pragma unroll
-        for (int c = 0; c < C; ++c) ov[c] = 0.f;
-#pragma unroll
-        for (int w = 0; w < KW; ++w) {
-            const float wt = exp2f(sml[2 * (w * M + r)] - mu);   // 0 for a warp that saw nothing
-            total = fmaf(wt, sml[2 * (w * M + r) + 1], total);
-#pragma unroll
-            for (int c = 0; c < C; ++c) ov[c] = fmaf(wt, so[(w * M + r) * D + lane * C + c], ov[c]);
-        }
+        float mx, total, ov[C];
+        attn::merge_warps<C, KW>([&](int w) { return sml + 2 * (w * M + r); },
+                                 [&](int w) { return so + (w * M + r) * D; }, lane, ov, mx, total);
         if (clustered) {                // the partial stays in shared memory
 #pragma unroll
             for (int c = 0; c < C; ++c) cacc[r * D + lane * C + c] = ov[c];

@@ -53,6 +53,27 @@ __device__ __forceinline__ int first_new_position(const int* __restrict__ tok_se
     return lowest;
 }
 
+// One warp merges a row's partials from the KW warps of its block that split its positions: warp
+// w's (max, sum) at ml(w)[0], ml(w)[1] and its unnormalised columns at acc(w)[column]; this lane's
+// columns lane * C .. into o, and the row's max and sum into mx and total (for end_row).
+template <int C, int KW, class ML, class ACC>
+__device__ __forceinline__ void merge_warps(ML ml, ACC acc, int lane, float (&o)[C], float& mx, float& total) {
+    mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < KW; ++w) mx = fmaxf(mx, ml(w)[0]);
+    const float mu = mx == kNegInf ? 0.f : mx;
+    total = 0.f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+#pragma unroll
+    for (int w = 0; w < KW; ++w) {
+        const float wt = exp2f(ml(w)[0] - mu);        // 0 for a warp that saw nothing
+        total = fmaf(wt, ml(w)[1], total);
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[c] = fmaf(wt, acc(w)[lane * C + c], o[c]);
+    }
+}
+
 // One warp ends output row r (lane holds columns lane * C ..): with one block of work, the
 // normalised output (zeros for a row that saw nothing) and its int8 codes when xq is not null;
 // otherwise split `split`'s partial (o unnormalised, with the row's max mx and sum total).
