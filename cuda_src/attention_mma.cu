@@ -97,8 +97,9 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     constexpr int PIECES = kTile * D / 8 / THREADS;   // 16-byte pieces of a tile's K (or V) per thread
     static_assert(NT % 2 == 0 && D % 64 == 0 && WARPS % MW == 0, "whole k-steps");
     static_assert(STAGES >= 2 && PIECES * THREADS == kTile * D / 8 && THREADS % (D / 8) == 0 && THREADS >= kTile, "tile copy");
-    static_assert((KW * M * D + 2 * KW * M) * 4 <= 2 * STAGES * kTile * RS * 2, "the merge fits the stages");
-    static_assert(MW != 1 || ((KW + 1) * M * D + 2 * (KW + 1) * M) * 4 <= 2 * STAGES * kTile * RS * 2,
+    static_assert((KW * M * merge_stride<D, KW>() + 2 * KW * M) * 4 <= 2 * STAGES * kTile * RS * 2,
+                  "the merge fits the stages");
+    static_assert(MW != 1 || attn_end_floats<D, M, KW>() * 4 <= 2 * STAGES * kTile * RS * 2,
                   "the cluster partial fits the stages too");
     extern __shared__ __align__(16) unsigned short smem[];
     unsigned short* sQ = smem;

@@ -49,7 +49,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     using namespace amma;
     using namespace astream;
     constexpr int M = kRows, NT = kPos / 8, NO = D / 8, RS = D + kRowPad;
-    static_assert((kWarps * M * D + 2 * kWarps * M + M * D + 2 * M) * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
+    static_assert(attn_end_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
                   "the merge and the cluster partial fit the stages");
     extern __shared__ __align__(16) unsigned short smem[];
     unsigned short* sQ = smem;

@@ -6,8 +6,11 @@
 //
 // A lane holds rows g and g + 8 of its warp's 16 (lane = 4 g + t), columns 2t, 2t + 1 of each
 // 8-wide n-tile of O (attention_mma_frag.cuh). `so` is shared memory free for reuse (the stage
-// buffers, after every copy into them has landed and a __syncthreads): KW * M * D + 2 * KW * M floats
-// for the merge, and M * D + 2 * M more for a clustered block's partial.
+// buffers, after every copy into them has landed and a __syncthreads): KW * M * merge_stride +
+// 2 * KW * M floats for the merge, and M * D + 2 * M more for a clustered block's partial
+// (attn_end_floats). The warps' O rows go there as float2 pairs, padding rows left out; in decode
+// blocks a row stride of D + 8 floats puts a quad's eight rows in distinct banks (with a stride of
+// D every store of the pattern hit four banks, 8-way conflicts).
 #pragma once
 #include "attn_mma_ptx.cuh"
 #include "attn_split.cuh"
@@ -31,6 +34,16 @@
 
 namespace amma {
 
+// The row stride of the warps' O in the merge: D + 8 floats where several warps split a row
+// group's positions (decode blocks), D where one warp holds each row (prefill blocks, whose stage
+// buffers the padded rows would not fit at 128 rows and two stages).
+template <int D, int KW>
+__host__ __device__ constexpr int merge_stride() { return D + (KW > 1 ? 8 : 0); }
+
+// floats of `so` that end_block uses: the merge, then a clustered block's partial
+template <int D, int M, int KW>
+__host__ __device__ constexpr int attn_end_floats() { return KW * M * merge_stride<D, KW>() + 2 * KW * M + M * D + 2 * M; }
+
 // Where the block's rows go: row r of the block is token t0 + r / hpb (of ntb), head h0 + r % hpb
 // (of nh); rows past those are padding and are never written.
 struct EndRows {
@@ -50,18 +63,21 @@ template <int D, int M, int KW, int WARPS>
 __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
                                           const float (&l)[2], int mw, int kw, int active, bool clustered,
                                           const EndRows& e) {
-    constexpr int NO = D / 8, C = D / 32;
+    constexpr int NO = D / 8, C = D / 32, SD = merge_stride<D, KW>();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* sml = so + KW * M * D;
+    float* sml = so + KW * M * SD;
     float* cacc = sml + 2 * KW * M;     // cluster merge: this block's partial [M][D] ...
     float* cml = cacc + M * D;          // ... and its (max, sum) [M][2]
     {
         const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
 #pragma unroll
-        for (int n = 0; n < NO; ++n)
+        for (int h = 0; h < 2; ++h) {   // rows g and g + 8: c = 2h, 2h + 1
+            const int r = 16 * mw + c_row(lane, 2 * h);
+            if (r / e.hpb >= e.ntb || r % e.hpb >= e.nh) continue;   // padding: never merged
+            float2* row = reinterpret_cast<float2*>(so + (kw * M + r) * SD + c_col(lane, 2 * h));
 #pragma unroll
-            for (int c = 0; c < 4; ++c)
-                so[(kw * M + 16 * mw + c_row(lane, c)) * D + 8 * n + c_col(lane, c)] = o[n][c];
+            for (int n = 0; n < NO; ++n) row[4 * n] = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+        }
         if ((lane & 3) == 0)
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
@@ -77,7 +93,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         if (ti >= e.ntb || hh >= e.nh) continue;
         float mx, total, ov[C];
         attn::merge_warps<C, KW>([&](int w) { return sml + 2 * (w * M + r); },
-                                 [&](int w) { return so + (w * M + r) * D; }, lane, ov, mx, total);
+                                 [&](int w) { return so + (w * M + r) * SD; }, lane, ov, mx, total);
         if (clustered) {                // the partial stays in shared memory
 #pragma unroll
             for (int c = 0; c < C; ++c) cacc[r * D + lane * C + c] = ov[c];
