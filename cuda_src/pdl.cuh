@@ -28,9 +28,30 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 
+#ifdef GLIMMER_STAMPS
+// A launch log for bench/probe_decode_stamps.py, compiled only with -DGLIMMER_STAMPS: thread 0 of
+// block 0 of every launch notes when its wait returned (the global timer, ns: the moment every
+// kernel before it had completed), its grid and its block shape, in a ring of kLogLaunches per module.
+constexpr unsigned kLogLaunches = 4096;
+__device__ unsigned glimmer_log_n;
+__device__ unsigned long long glimmer_log[kLogLaunches][3];
+__device__ __forceinline__ void log_wait() {
+    if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned i = atomicAdd(&glimmer_log_n, 1u) % kLogLaunches;
+    glimmer_log[i][0] = t;
+    glimmer_log[i][1] = gridDim.x | (unsigned long long)gridDim.y << 24 | (unsigned long long)gridDim.z << 44;
+    glimmer_log[i][2] = blockDim.x | (unsigned long long)blockDim.y << 16 | (unsigned long long)blockDim.z << 32;
+}
+#else
+__device__ __forceinline__ void log_wait() {}
+#endif
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    log_wait();
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }

@@ -125,3 +125,12 @@ def test_probe_stamps_compile(tmp_path: Path):
     kernels = ptxas_report(log)
     assert len(kernels) == 3
     assert_no_spills(kernels, "stamped kernels")
+
+
+@pytest.mark.parametrize("module", ["norm", "activation", "gemv_kq", "embed"])
+def test_launch_log_compiles(module: str, tmp_path: Path):
+    """The launch log in pdl_wait (cuda_src/pdl.cuh, for bench/probe_decode_stamps.py) compiles into
+    the kernels of a decode step that have no stage stamps, with no spills."""
+    rc, log = compile_cubin(CUDA_SRC / f"{module}.cu", tmp_path, defines=("GLIMMER_INSTANTIATE", "GLIMMER_STAMPS"))
+    assert rc == 0, f"{module}.cu does not compile with the launch log:\n{log}"
+    assert_no_spills(ptxas_report(log), f"{module} with the launch log")
