@@ -26,13 +26,13 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 
 _options = build.compile_options
 build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
-_loaded: dict[str, object] = {}
+_loaded: dict[tuple, object] = {}         # (source, defines, name expressions) -> module: each has its own log
 _load = build._load
 
 
 def _recording_load(name, defines, name_expressions):
     module = _load(name, defines, name_expressions)
-    _loaded[name] = module
+    _loaded[(name, defines, name_expressions)] = module
     return module
 
 
@@ -45,20 +45,22 @@ STAGES = {
 }
 
 
-def stamps(module_name: str) -> np.ndarray | None:
-    """(blocks, 8) global-timer ns of the module's last launch per block (0: not reached)."""
+def stamps(module_name: str, blocks: int) -> np.ndarray | None:
+    """(blocks, 8) global-timer ns of the module's last launch of `blocks` blocks (0: not reached);
+    slots past those hold older, wider launches' stamps."""
     import cupy
-    module = _loaded.get(module_name)
+    module = next((m for key, m in _loaded.items() if key[0] == module_name), None)
     if module is None:
         return None
-    return cupy.asnumpy(cupy.ndarray((4096, 8), np.uint64, module.get_global("glimmer_stamps"))).astype(np.int64)
+    got = cupy.asnumpy(cupy.ndarray((4096, 8), np.uint64, module.get_global("glimmer_stamps"))).astype(np.int64)
+    return got[:blocks]
 
 
 def launch_log() -> list[tuple[int, str]]:
     """(ns, 'module grid block') of every logged launch still in the modules' rings, in time order."""
     import cupy
     rows = []
-    for name, module in _loaded.items():
+    for (name, _, _), module in _loaded.items():
         try:
             log = module.get_global("glimmer_log")
             n = int(cupy.ndarray((1,), np.uint32, module.get_global("glimmer_log_n")).get()[0])
@@ -91,8 +93,16 @@ def report_launches(label: str) -> None:
     print(f"  {1:5d} {'-':>9s} {'-':>9s}  {step[-1][1]} (last logged; its end is not)")
 
 
+def last_grid(module_name: str) -> int:
+    """Blocks of the module's last logged launch (0: none)."""
+    for _, what in reversed(launch_log()):
+        if what.startswith(module_name + " "):
+            return int(np.prod([int(v) for v in what.split()[2].split("x")]))
+    return 0
+
+
 def report(label: str) -> None:
-    got = {name: stamps(name) for name in STAGES}
+    got = {name: stamps(name, last_grid(name)) for name in STAGES}
     prep = got["prepare_qkv"]
     if prep is None:
         print(f"{label}: prepare_qkv did not run")

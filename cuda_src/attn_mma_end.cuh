@@ -14,6 +14,7 @@
 #pragma once
 #include "attn_mma_ptx.cuh"
 #include "attn_split.cuh"
+#include "pdl.cuh"
 #include "stamps.cuh"
 
 // The argument list of both tensor-core kernels (attn_mma_kernel, attn_stream_kernel): attn_kernel's
@@ -120,6 +121,9 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 attn::cluster_merge_row<C>(active, cacc + r * D, cml + 2 * r, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh,
                                            lane, e.out, e.xq, e.xd, e.xs);
         }
+#ifdef GLIMMER_ATTN_LATE_RELEASE
+        pdl_release();
+#endif
         cluster_sync();
         STAMP(7);
         return;
