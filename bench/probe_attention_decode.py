@@ -36,7 +36,7 @@ ATTN = ("start", "old rows issued", "waited", "q in smem", "first K tile", "tile
 def stamps(module_name: str, exprs) -> object:
     import cupy
     mod = build._load(module_name, (), tuple(exprs))
-    return cupy.ndarray((4096, 8), np.uint64, mod.get_global("glimmer_stamps"))
+    return cupy.ndarray((4096, 10), np.uint64, mod.get_global("glimmer_stamps"))
 
 
 def probe(name: str, ctx: int, layers: int, reps: int):

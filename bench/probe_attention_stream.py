@@ -4,7 +4,7 @@ timer at each stage. Qwen3-8B heads over scattered cells, one launch per case (t
 printed in µs from the first block's start: min / p10 / median / p90 / max over the blocks that
 reach the stage.
 
-    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [B:CONTEXT[:SPLITS] ...]
+    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [B:CONTEXT[:SPLITS[:CODES]] ...]   (SPLITS 0: the rule; CODES 1: int8 codes out too)
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
 STAGES = ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done", "rows/partials out",
-          "merged")
+          "merged", "cluster met", "own merge rows done")
 CASES = ((1, 8192, None), (1, 32768, None), (1, 32768, 16), (8, 32768, None))   # batch, context, splits
 
 
-def probe(b: int, ctx: int, splits) -> None:
+def probe(b: int, ctx: int, splits, q8: bool = False) -> None:
     import cupy
     rng = np.random.default_rng(0)
     cells = b * ctx + 1
@@ -45,11 +45,11 @@ def probe(b: int, ctx: int, splits) -> None:
 
     def call():
         ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, D ** -0.5, out=out, workspace=work,
-                      kernel="stream", force_splits=splits)
+                      kernel="stream", force_splits=splits or None, q8=q8)
     call()
     cupy.cuda.Device().synchronize()
     mod = build._load("attention_stream", (), tuple(_STREAM_EXPRS))
-    st = cupy.ndarray((4096, 8), np.uint64, mod.get_global("glimmer_stamps"))
+    st = cupy.ndarray((4096, 10), np.uint64, mod.get_global("glimmer_stamps"))
     runs = []
     for _ in range(5):
         st.fill(0)
@@ -60,7 +60,7 @@ def probe(b: int, ctx: int, splits) -> None:
     s = runs[2]
     used = s[:, 0] > 0
     t0 = s[used, 0].min()
-    print(f"B={b} ctx={ctx} splits={splits or 'rule'} blocks={int(used.sum())}")
+    print(f"B={b} ctx={ctx} splits={splits or 'rule'} blocks={int(used.sum())}{' with int8 codes' if q8 else ''}")
     for i, name in enumerate(STAGES):
         v = s[used, i]
         v = (v[v > 0] - t0) / 1e3
@@ -75,7 +75,7 @@ def probe(b: int, ctx: int, splits) -> None:
 def main(argv=None) -> int:
     cases = [tuple(int(v) for v in a.split(":")) for a in (sys.argv[1:] if argv is None else argv)] or CASES
     for case in cases:
-        probe(case[0], case[1], case[2] if len(case) > 2 else None)
+        probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0)
     return 0
 
 

@@ -41,7 +41,8 @@ build._load = _recording_load
 STAGES = {
     "prepare_qkv": ("start", "waited", "done"),
     "attention_stream": ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done",
-                         "rows/partials out", "merged"),
+                         "rows/partials out", "merged", "cluster met",
+                         "own merge rows done"),
 }
 
 
@@ -52,7 +53,7 @@ def stamps(module_name: str, blocks: int) -> np.ndarray | None:
     module = next((m for key, m in _loaded.items() if key[0] == module_name), None)
     if module is None:
         return None
-    got = cupy.asnumpy(cupy.ndarray((4096, 8), np.uint64, module.get_global("glimmer_stamps"))).astype(np.int64)
+    got = cupy.asnumpy(cupy.ndarray((4096, 10), np.uint64, module.get_global("glimmer_stamps"))).astype(np.int64)
     return got[:blocks]
 
 

@@ -114,6 +114,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         // + WARPS ncl, ... over the blocks of rank < active (rank = split), then all wait until
         // those reads are done before any block exits
         cluster_sync();
+        STAMP(8);
         const int ncl = (int)cluster_size();
         for (int r = (int)cluster_rank() * WARPS + warp; r < M; r += WARPS * ncl) {
             const int ti = r / e.hpb, hh = r % e.hpb;
@@ -121,6 +122,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 attn::cluster_merge_row<C>(active, cacc + r * D, cml + 2 * r, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh,
                                            lane, e.out, e.xq, e.xd, e.xs);
         }
+        STAMP(9);
 #ifdef GLIMMER_ATTN_LATE_RELEASE
         pdl_release();
 #endif

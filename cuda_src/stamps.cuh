@@ -5,7 +5,7 @@
 #pragma once
 
 #ifdef GLIMMER_STAMPS
-constexpr int kStampBlocks = 4096, kStamps = 8;
+constexpr int kStampBlocks = 4096, kStamps = 10;
 __device__ unsigned long long glimmer_stamps[kStampBlocks][kStamps];
 __device__ __forceinline__ void stamp(int i) {
     const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
