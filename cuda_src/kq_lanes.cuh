@@ -49,16 +49,6 @@ GQ_HD V load_vec(const void* p) {
 #endif
 }
 GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
-// 16 bytes of weights: with GLIMMER_KQ_CS cache-streaming (evict first), so that a layer's weight
-// stream does not push other lines (code, K/V, activations) out of L2
-GQ_HD u32x4 wload16(const u8* p) {
-#if defined(__CUDA_ARCH__) && defined(GLIMMER_KQ_CS)
-    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
-    return u32x4{v.x, v.y, v.z, v.w};
-#else
-    return load16(p);
-#endif
-}
 GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
 // Global loads through a pointer the compiler cannot trace to a kernel argument (opaque() below),
@@ -69,13 +59,8 @@ GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 GQ_HD u32x2 global8(const u8* p, bool on) {
 #ifdef __CUDA_ARCH__
     u32x2 v;
-#ifdef GLIMMER_KQ_CS
-    asm("{ .reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global.cs.v2.u32 {%0, %1}, [%2]; }"
-        : "=r"(v.x), "=r"(v.y) : "l"(p), "r"((int)on));
-#else
     asm("{ .reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global.v2.u32 {%0, %1}, [%2]; }"
         : "=r"(v.x), "=r"(v.y) : "l"(p), "r"((int)on));
-#endif
     return v;
 #else
     return on ? load8(p) : u32x2{0, 0};
@@ -179,8 +164,8 @@ template <> struct Lanes<Q4_K> {
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
         if (on) {
             const u8* b = row.w + sb * kBytes;
-            r.hd = wload16(b);
-            r.qs = wload16(b + 16 + 16 * part);
+            r.hd = load16(b);
+            r.qs = load16(b + 16 + 16 * part);
         }
     }
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {
