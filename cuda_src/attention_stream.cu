@@ -125,11 +125,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         ++n_early;
     }
     STAMP(1);
-#ifdef GLIMMER_ATTN_LATE_RELEASE
-    pdl_wait_only();
-#else
     pdl_wait();
-#endif
     STAMP(2);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)

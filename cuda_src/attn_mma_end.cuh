@@ -14,7 +14,6 @@
 #pragma once
 #include "attn_mma_ptx.cuh"
 #include "attn_split.cuh"
-#include "pdl.cuh"
 #include "stamps.cuh"
 
 // The argument list of both tensor-core kernels (attn_mma_kernel, attn_stream_kernel): attn_kernel's
@@ -123,9 +122,6 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                                            lane, e.out, e.xq, e.xd, e.xs);
         }
         STAMP(9);
-#ifdef GLIMMER_ATTN_LATE_RELEASE
-        pdl_release();
-#endif
         cluster_sync();
         STAMP(7);
         return;

@@ -48,16 +48,10 @@ __device__ __forceinline__ void log_wait() {
 __device__ __forceinline__ void log_wait() {}
 #endif
 
-// pdl_wait without letting the next kernel be scheduled: for a kernel that does so later itself
-// (pdl_release), or lets its exit do it
-__device__ __forceinline__ void pdl_wait_only() {
+__device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     log_wait();
+    asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
-}
-
-__device__ __forceinline__ void pdl_wait() {
-    pdl_wait_only();
-    pdl_release();
 }
