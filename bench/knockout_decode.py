@@ -78,8 +78,8 @@ def knocked_out(variant: str):
 
 def main() -> int:
     from glimmer_cupy.model.model import load_model
-    from glimmer_cupy.weights.fetch import cache_dir, resolve_model
-    from glimmer_cupy.weights.synthetic import write_synthetic_gguf
+    from glimmer_cupy.weights.fetch import resolve_model
+    from glimmer_cupy.weights.synthetic import cached_synthetic_gguf
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", action="append", default=[])
@@ -97,11 +97,7 @@ def main() -> int:
         build.compile_options = lambda defines=(): options(tuple(defines) + tuple((d, 1) for d in args.define))
     variants = args.variants.split(",")
     targets = [(m, resolve_model(m)) for m in args.model]
-    for name in args.synthetic:
-        path = cache_dir() / f"synthetic-{name}.gguf"
-        if not path.exists():
-            write_synthetic_gguf(name, path)
-        targets.append((f"synthetic {name}", path))
+    targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]
     results = {"meta": run_meta(defines=args.define), "models": {}}
     for label, path in targets:
         model = load_model(path)

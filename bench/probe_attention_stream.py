@@ -22,6 +22,7 @@ _options = build.compile_options
 build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
 
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
+from stamp_stats import print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
@@ -61,13 +62,7 @@ def probe(b: int, ctx: int, splits, q8: bool = False) -> None:
     used = s[:, 0] > 0
     t0 = s[used, 0].min()
     print(f"B={b} ctx={ctx} splits={splits or 'rule'} blocks={int(used.sum())}{' with int8 codes' if q8 else ''}")
-    for i, name in enumerate(STAGES):
-        v = s[used, i]
-        v = (v[v > 0] - t0) / 1e3
-        if len(v):
-            p10, med, p90 = np.percentile(v, (10, 50, 90))
-            print(f"   {i} {name:18s} n={len(v):4d} min {v.min():6.2f} p10 {p10:6.2f} med {med:6.2f} "
-                  f"p90 {p90:6.2f} max {v.max():6.2f}", flush=True)
+    print_stages(s[used], t0, STAGES)
     del k_pool, v_pool
     cupy.get_default_memory_pool().free_all_blocks()
 

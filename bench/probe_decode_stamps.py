@@ -26,6 +26,7 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 
 _options = build.compile_options
 build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
+from stamp_stats import print_stages  # noqa: E402
 _loaded: dict[tuple, object] = {}         # (source, defines, name expressions) -> module: each has its own log
 _load = build._load
 
@@ -117,31 +118,21 @@ def report(label: str) -> None:
             continue
         used = s[:, 0] > 0
         print(f"  {name} ({int(used.sum())} blocks)")
-        for i, stage in enumerate(names):
-            v = s[used, i]
-            v = (v[v > 0] - t0) / 1e3
-            if len(v):
-                p10, med, p90 = np.percentile(v, (10, 50, 90))
-                print(f"     {i} {stage:18s} n={len(v):4d} min {v.min():7.2f} p10 {p10:7.2f} med {med:7.2f} "
-                      f"p90 {p90:7.2f} max {v.max():7.2f}", flush=True)
+        print_stages(s[used], t0, names, "     ")
 
 
 def main() -> int:
     from glimmer_cupy.benchmarks.decode import bench_decode
     from glimmer_cupy.model.model import load_model
-    from glimmer_cupy.weights.fetch import cache_dir, resolve_model
-    from glimmer_cupy.weights.synthetic import write_synthetic_gguf
+    from glimmer_cupy.weights.fetch import resolve_model
+    from glimmer_cupy.weights.synthetic import cached_synthetic_gguf
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", action="append", default=[])
     ap.add_argument("--synthetic", action="append", default=[])
     args = ap.parse_args()
     targets = [(m, resolve_model(m)) for m in args.model]
-    for name in args.synthetic:
-        path = cache_dir() / f"synthetic-{name}.gguf"
-        if not path.exists():
-            write_synthetic_gguf(name, path)
-        targets.append((f"synthetic {name}", path))
+    targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]
     for label, path in targets:
         model = load_model(path)
         r = bench_decode(model, label, runs=1)

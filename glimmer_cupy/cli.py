@@ -203,8 +203,7 @@ def cmd_bench_decode(args) -> int:
     from .benchmarks.timing import run_meta, write_results
     from .model.model import load_model
     from .runtime.device import pick_device
-    from .weights.fetch import cache_dir
-    from .weights.synthetic import CONFIGS, write_synthetic_gguf
+    from .weights.synthetic import CONFIGS, cached_synthetic_gguf
 
     if not args.model and not args.synthetic:
         raise GlimmerError("bench decode: give a model (-m) or a synthetic one (--synthetic NAME)")
@@ -225,12 +224,7 @@ def cmd_bench_decode(args) -> int:
         raise GlimmerError(f"bench decode: unknown synthetic model {bad[0]!r}; choose from {', '.join(CONFIGS)}")
     pick_device("cuda")
     targets = [(m, resolve_model(m)) for m in args.model]
-    for name in args.synthetic:
-        path = cache_dir() / f"synthetic-{name}.gguf"
-        if not path.exists():
-            _say(f"writing {path} (random weights, {name} shapes)")
-            write_synthetic_gguf(name, path)
-        targets.append((f"synthetic {name} Q4_K_M", path))
+    targets += [(f"synthetic {name} Q4_K_M", cached_synthetic_gguf(name, _say)) for name in args.synthetic]
     results = []
     for label, path in targets:
         model = load_model(path)

@@ -172,3 +172,15 @@ def test_tied_plans(model, hidden, layers, q_dim, ffn, gb):
     assert f"blk.{layers}.attn_q.weight" not in by_name
     total = sum(msg.tensor_nbytes(s, q) for s, q in by_name.values())
     assert total == pytest.approx(gb * 1e9, rel=0.02)
+
+
+def test_cached_synthetic_is_written_once(tmp_path, monkeypatch):
+    """cached_synthetic_gguf writes the model into the cache the first time only, and says so."""
+    monkeypatch.setenv("GLIMMER_CACHE", str(tmp_path))
+    said = []
+    path = msg.cached_synthetic_gguf("tiny", said.append)
+    assert path == tmp_path / "synthetic-tiny.gguf" and path.is_file()
+    assert len(said) == 1 and str(path) in said[0]
+    stamp = path.stat().st_mtime_ns
+    assert msg.cached_synthetic_gguf("tiny", said.append) == path
+    assert len(said) == 1 and path.stat().st_mtime_ns == stamp

@@ -224,3 +224,15 @@ def write_synthetic_gguf(model: str, path, seed: int = 0, layers: int | None = N
     finally:
         w.close()
     return path
+
+
+def cached_synthetic_gguf(model: str, say=None) -> Path:
+    """The synthetic model `model` in the model cache (fetch.cache_dir), written there first if it
+    is not yet; say(message) hears about the writing."""
+    from .fetch import cache_dir
+    path = cache_dir() / f"synthetic-{model}.gguf"
+    if not path.exists():
+        if say is not None:
+            say(f"writing {path} (random weights, {model} shapes)")
+        write_synthetic_gguf(model, path)
+    return path
