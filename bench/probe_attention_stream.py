@@ -22,7 +22,7 @@ _options = build.compile_options
 build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
 
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
-from stamp_stats import print_stages  # noqa: E402
+from stamp_stats import module_stamps, print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
@@ -50,7 +50,7 @@ def probe(b: int, ctx: int, splits, q8: bool = False) -> None:
     call()
     cupy.cuda.Device().synchronize()
     mod = build._load("attention_stream", (), tuple(_STREAM_EXPRS))
-    st = cupy.ndarray((4096, 10), np.uint64, mod.get_global("glimmer_stamps"))
+    st = module_stamps(mod)
     runs = []
     for _ in range(5):
         st.fill(0)

@@ -26,7 +26,7 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 
 _options = build.compile_options
 build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
-from stamp_stats import print_stages  # noqa: E402
+from stamp_stats import module_stamps, print_stages  # noqa: E402
 _loaded: dict[tuple, object] = {}         # (source, defines, name expressions) -> module: each has its own log
 _load = build._load
 
@@ -48,14 +48,13 @@ STAGES = {
 
 
 def stamps(module_name: str, blocks: int) -> np.ndarray | None:
-    """(blocks, 8) global-timer ns of the module's last launch of `blocks` blocks (0: not reached);
-    slots past those hold older, wider launches' stamps."""
+    """(blocks, stages) global-timer ns of the module's last launch of `blocks` blocks (0: not
+    reached); slots past those hold older, wider launches' stamps."""
     import cupy
     module = next((m for key, m in _loaded.items() if key[0] == module_name), None)
     if module is None:
         return None
-    got = cupy.asnumpy(cupy.ndarray((4096, 10), np.uint64, module.get_global("glimmer_stamps"))).astype(np.int64)
-    return got[:blocks]
+    return cupy.asnumpy(module_stamps(module)).astype(np.int64)[:blocks]
 
 
 def launch_log() -> list[tuple[int, str]]:
@@ -76,8 +75,7 @@ def launch_log() -> list[tuple[int, str]]:
     return sorted(rows)
 
 
-def report_launches(label: str) -> None:
-    rows = launch_log()
+def report_launches(label: str, rows) -> None:
     starts = [i for i, (_, what) in enumerate(rows) if what.startswith("embed ")]
     if not starts:
         print(f"{label}: no embed launch logged")
@@ -95,16 +93,16 @@ def report_launches(label: str) -> None:
     print(f"  {1:5d} {'-':>9s} {'-':>9s}  {step[-1][1]} (last logged; its end is not)")
 
 
-def last_grid(module_name: str) -> int:
-    """Blocks of the module's last logged launch (0: none)."""
-    for _, what in reversed(launch_log()):
+def last_grid(rows, module_name: str) -> int:
+    """Blocks of the module's last launch in the log `rows` (0: none)."""
+    for _, what in reversed(rows):
         if what.startswith(module_name + " "):
             return int(np.prod([int(v) for v in what.split()[2].split("x")]))
     return 0
 
 
-def report(label: str) -> None:
-    got = {name: stamps(name, last_grid(name)) for name in STAGES}
+def report(label: str, rows) -> None:
+    got = {name: stamps(name, last_grid(rows, name)) for name in STAGES}
     prep = got["prepare_qkv"]
     if prep is None:
         print(f"{label}: prepare_qkv did not run")
@@ -137,8 +135,9 @@ def main() -> int:
         model = load_model(path)
         r = bench_decode(model, label, runs=1)
         print(f"{label}: GPU step {r.gpu_step_us:.1f} µs (with stamps)")
-        report_launches(label)
-        report(label)
+        rows = launch_log()
+        report_launches(label, rows)
+        report(label, rows)
     return 0
 
 

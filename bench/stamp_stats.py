@@ -1,8 +1,17 @@
-"""The stage statistics the stamp probes print (probe_attention_stream.py, probe_decode_stamps.py)."""
+"""What the stamp probes share (probe_attention_decode.py, probe_attention_stream.py,
+probe_decode_stamps.py): a module's stage stamps as an array, and the statistics they print."""
 
 from __future__ import annotations
 
 import numpy as np
+
+STAMP_SHAPE = (4096, 10)        # cuda_src/stamps.cuh: kStampBlocks, kStamps
+
+
+def module_stamps(module):
+    """A module's glimmer_stamps (blocks, stages) of global-timer ns, in place on the device."""
+    import cupy
+    return cupy.ndarray(STAMP_SHAPE, np.uint64, module.get_global("glimmer_stamps"))
 
 
 def print_stages(stamps: np.ndarray, t0: int, names, indent: str = "   ") -> None:

@@ -142,3 +142,14 @@ def test_calls_take_pdl_only_inside_overlapped_and_for_ready_kernels(monkeypatch
     ready((5,), (32,), ())
     assert calls == [("plain", (1,), 0), ("pdl", (2,), 16), ("plain", (3,), 0), ("plain", (4,), 0),
                      ("plain", (5,), 0)]
+
+
+def test_probe_stamp_shape_is_the_sources():
+    """bench/stamp_stats.py reads glimmer_stamps with the shape cuda_src/stamps.cuh declares."""
+    import importlib.util
+    path = CUDA_SRC.parent / "bench" / "stamp_stats.py"
+    spec = importlib.util.spec_from_file_location("stamp_stats", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = re.search(r"kStampBlocks = (\d+), kStamps = (\d+);", (CUDA_SRC / "stamps.cuh").read_text())
+    assert m and mod.STAMP_SHAPE == (int(m.group(1)), int(m.group(2)))
