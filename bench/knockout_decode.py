@@ -93,8 +93,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.define:
         import glimmer_cupy.kernels.build as build
-        options = build.compile_options
-        build.compile_options = lambda defines=(): options(tuple(defines) + tuple((d, 1) for d in args.define))
+        build.add_defines(*args.define)
     variants = args.variants.split(",")
     targets = [(m, resolve_model(m)) for m in args.model]
     targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]

@@ -18,8 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.kernels.build as build  # noqa: E402
 
-_options = build.compile_options
-build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
+build.add_defines("GLIMMER_STAMPS")
 
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
 from stamp_stats import module_stamps, print_stages  # noqa: E402

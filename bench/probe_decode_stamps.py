@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.kernels.build as build  # noqa: E402
 
-_options = build.compile_options
-build.compile_options = lambda defines=(): _options(tuple(defines) + (("GLIMMER_STAMPS", 1),))
+build.add_defines("GLIMMER_STAMPS")
 from stamp_stats import module_stamps, print_stages  # noqa: E402
 _loaded: dict[tuple, object] = {}         # (source, defines, name expressions) -> module: each has its own log
 _load = build._load

@@ -153,3 +153,14 @@ def test_probe_stamp_shape_is_the_sources():
     spec.loader.exec_module(mod)
     m = re.search(r"kStampBlocks = (\d+), kStamps = (\d+);", (CUDA_SRC / "stamps.cuh").read_text())
     assert m and mod.STAMP_SHAPE == (int(m.group(1)), int(m.group(2)))
+
+
+def test_added_defines_reach_every_compile(monkeypatch):
+    """build.add_defines (the probes' GLIMMER_STAMPS, knockout_decode --define) puts -DNAME=1 into
+    the options of every module compiled after it, beside the module's own defines."""
+    import glimmer_cupy.kernels.build as build
+    monkeypatch.setattr(build, "_EXTRA_DEFINES", [])
+    assert not any(o.startswith("-DGLIMMER_STAMPS") for o in build.compile_options((("X", 2),)))
+    build.add_defines("GLIMMER_STAMPS")
+    opts = build.compile_options((("X", 2),))
+    assert "-DGLIMMER_STAMPS=1" in opts and "-DX=2" in opts

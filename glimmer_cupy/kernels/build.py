@@ -55,9 +55,20 @@ def _sources_hash() -> str:
     return h.hexdigest()[:16]
 
 
+# defines every module compiled from now on gets (add_defines): compile-time switches of probes and
+# benchmarks, e.g. GLIMMER_STAMPS
+_EXTRA_DEFINES: list[tuple[str, object]] = []
+
+
+def add_defines(*names: str) -> None:
+    """Compile every module loaded after this call with -DNAME=1 for each name too (a process-wide
+    switch for probes and benchmarks; modules already loaded keep their build)."""
+    _EXTRA_DEFINES.extend((n, 1) for n in names)
+
+
 def compile_options(defines: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
     opts = ["-std=c++17", f"-I{CUDA_SRC}", f"-DGLIMMER_SRC_HASH=0x{_sources_hash()}ULL"]
-    opts += [f"-D{k}={v}" for k, v in defines]
+    opts += [f"-D{k}={v}" for k, v in tuple(defines) + tuple(_EXTRA_DEFINES)]
     return tuple(opts)
 
 
