@@ -19,7 +19,10 @@
 //     cell by a shuffle (bulk copies of a row each were tried: their operands are uniform
 //     registers, so ptxas issues a warp's 32 rows one lane at a time, twice the instructions);
 //   - O is rescaled only when some row's running max rose (after the first tiles, rarely).
-//   Then the warps merge as attn_mma_kernel's do (attn_mma_end.cuh: end_block).
+//   Then the warps merge as attn_mma_kernel's do (attn_mma_end.cuh: end_block), and a cluster's
+//   splits, when a block has at most 4 real rows (GQA up to 4), by pushing their partials into
+//   rank 0's shared memory: rank 0 merges as soon as the last one lands, no block waits at a
+//   cluster barrier after its partial, and no block reads another's shared memory.
 // Rows of a partial last tile past the range are zero-filled; their scores are masked.
 //
 // attn_stream_kernel<D, STAGES>  grid=(splits, kv_heads * head_chunks, n_tok) block=(128,)
@@ -51,6 +54,8 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     constexpr int M = kRows, NT = kPos / 8, NO = D / 8, RS = D + kRowPad;
     static_assert(attn_end_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
                   "the merge and the cluster partial fit the stages");
+    static_assert(attn_push_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
+                  "the merge and a pushed merge's partials fit the stages");
     extern __shared__ __align__(16) unsigned short smem[];
     unsigned short* sQ = smem;
 
@@ -79,6 +84,17 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     const int ncl = (int)cluster_size();
     const bool idle = (int)blockIdx.x >= active;
     if (idle && (ncl == 1 || active == 1)) return;
+    // a split cluster whose rows fit rank 0's area pushes its partials there (attn_mma_end.cuh);
+    // its idle blocks take no part past the announcement
+    __shared__ PushBars bars;
+    const bool push = ncl > 1 && active > 1 && active <= kPushSplits && nh <= kPushRows;
+    if (push) {
+        push_begin(&bars, active, kWarps);
+        if (idle) {
+            cluster_wait();
+            return;
+        }
+    }
     // this block's positions [p_begin, p_end) and this warp's tiles of them
     const int p_begin = min(hi, lo + (int)blockIdx.x * per * kSplitTile);
     const int p_end = idle ? p_begin : min(hi, p_begin + per * kSplitTile);
@@ -221,7 +237,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                              counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
     end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
-                                    active > 1 && ncl > 1, ends);
+                                    active > 1 && ncl > 1, ends, push ? &bars : nullptr);
 }
 
 #ifdef GLIMMER_INSTANTIATE

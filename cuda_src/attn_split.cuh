@@ -247,4 +247,37 @@ __device__ __forceinline__ void cluster_merge_row(int active, const float* acc, 
     end_row<C>(o, mx, total, false, 0, r, 0, lane, out, nullptr, nullptr, xq, xd, xs);
 }
 
+// cluster_merge_row's merge, the same sums in the same order, over partials already in this
+// block's shared memory (the pushed merge, attn_mma_end.cuh): split s's columns at acc + s * astep,
+// its (max, sum) at ml + s * mstep.
+template <int C>
+__device__ __forceinline__ void pushed_merge_row(int active, const float* acc, const float* ml, int astep, int mstep,
+                                                 long long r, int lane, float* __restrict__ out, int* __restrict__ xq,
+                                                 float* __restrict__ xd, float* __restrict__ xs) {
+    const float* mine = acc + lane * C;
+    float2 sml = make_float2(kNegInf, 0.f);
+    if (lane < active) sml = *reinterpret_cast<const float2*>(ml + lane * mstep);
+    const float mx = warp_max(sml.x);
+    const float mu = mx == kNegInf ? 0.f : mx;
+    const float wt = lane < active ? exp2f(sml.x - mu) : 0.f;
+    float total = lane < active ? wt * sml.y : 0.f, o[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+#pragma unroll 4
+    for (int s = 0; s < active; ++s) {
+        const float ws = __shfl_sync(kFull, wt, s);
+        float v[C];
+#pragma unroll
+        for (int c = 0; c < C; c += 2) {
+            const float2 t = *reinterpret_cast<const float2*>(mine + s * astep + c);
+            v[c] = t.x;
+            v[c + 1] = t.y;
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[c] = fmaf(ws, v[c], o[c]);
+    }
+    total = warp_sum(total);
+    end_row<C>(o, mx, total, false, 0, r, 0, lane, out, nullptr, nullptr, xq, xd, xs);
+}
+
 }  // namespace attn
