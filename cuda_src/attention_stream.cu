@@ -41,6 +41,15 @@ constexpr int kRows = 16;          // query rows of a block: a token's group of 
 constexpr int kPos = 16;           // positions of a warp's tile
 constexpr int kSplitTile = 64;     // splits are whole tiles of this many positions (attn_mma_kernel's)
 
+// a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
+struct Span {
+    int lo, hi;
+    int per;                        // tiles of kSplitTile a split
+    int active;                     // splits with work
+    int p_begin, p_end;             // this block's positions
+    int n_mine;                     // this warp's tiles of kPos
+};
+
 }  // namespace astream
 
 // bytes of dynamic shared memory: Q (16 rows), then per warp and stage 16 K rows and 16 V rows
@@ -75,12 +84,44 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     STAMP(0);
     // Before pdl_wait: the step's upload only (tok_seq, tok_pos, seq_lens, the cell table)
     const int seq = tok_seq[t0], pos = tok_pos[t0];
-    int lo, hi;
-    attn::visible_range(seq_lens[seq], pos, masked, window, lo, hi);
-    if (hi <= lo) lo = hi = 0;
-    const int tiles = (hi - lo + kSplitTile - 1) / kSplitTile;
-    const int per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
-    const int active = max(1, (tiles + per - 1) / per);
+    const int* crow = cell_table + (long long)seq * table_width;
+    // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
+    // or a wide eager step); loaded beside seq_lens and the first cells
+    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
+    // the positions [lo, hi) the token sees for a sequence length, and this block's and warp's share
+    auto span_of = [&](int len) {
+        Span sp;
+        attn::visible_range(len, pos, masked, window, sp.lo, sp.hi);
+        if (sp.hi <= sp.lo) sp.lo = sp.hi = 0;
+        const int tiles = (sp.hi - sp.lo + kSplitTile - 1) / kSplitTile;
+        sp.per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
+        sp.active = max(1, (tiles + sp.per - 1) / sp.per);
+        const bool idle = (int)blockIdx.x >= sp.active;
+        sp.p_begin = min(sp.hi, sp.lo + (int)blockIdx.x * sp.per * kSplitTile);
+        sp.p_end = idle ? sp.p_begin : min(sp.hi, sp.p_begin + sp.per * kSplitTile);
+        const int n_all = (sp.p_end - sp.p_begin + kPos - 1) / kPos;
+        sp.n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
+        return sp;
+    };
+    // the cell of row lane % 16 of this warp's tile j (0 past the range: never copied)
+    auto cell_at = [&](const Span& sp, int j) {
+        const int p = sp.p_begin + kPos * (warp + kWarps * j) + (lane & (kPos - 1));
+        return j < sp.n_mine && p < sp.p_end ? crow[p] : 0;
+    };
+    // Unmasked, a token's range ends at its own position whenever its sequence reaches it (as the
+    // runtime writes steps), so the cells of the first tiles are loaded for that range while
+    // seq_lens is still in flight, and again only if the length says otherwise: two trips to the
+    // upload before the first copies instead of three.
+    int cells[STAGES];
+    const Span guess = span_of(min(pos + 1, table_width));
+    if (!masked)
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) cells[s] = cell_at(guess, s);
+    const Span span = span_of(seq_lens[seq]);
+    if (masked || span.lo != guess.lo || span.hi != guess.hi)
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) cells[s] = cell_at(span, s);
+    const int hi = span.hi, active = span.active;
     const int ncl = (int)cluster_size();
     const bool idle = (int)blockIdx.x >= active;
     if (idle && (ncl == 1 || active == 1)) return;
@@ -96,20 +137,9 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         }
     }
     // this block's positions [p_begin, p_end) and this warp's tiles of them
-    const int p_begin = min(hi, lo + (int)blockIdx.x * per * kSplitTile);
-    const int p_end = idle ? p_begin : min(hi, p_begin + per * kSplitTile);
-    const int n_all = (p_end - p_begin + kPos - 1) / kPos;
-    const int n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
-    const int* crow = cell_table + (long long)seq * table_width;
+    const int p_begin = span.p_begin, p_end = span.p_end, n_mine = span.n_mine;
     auto tile_start = [&](int j) { return p_begin + kPos * (warp + kWarps * j); };
-    // the cell of row lane % 16 of this warp's tile j (0 past the range: never copied)
-    auto cell_of = [&](int j) {
-        const int p = tile_start(j) + (lane & (kPos - 1));
-        return j < n_mine && p < p_end ? crow[p] : 0;
-    };
-    // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
-    // or a wide eager step)
-    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
+    auto cell_of = [&](int j) { return cell_at(span, j); };
     // tile j into stage j % STAGES: lane copies 16-byte piece lane % PPR of rows lane / PPR + RPI i,
     // each row's cell from the lane that loaded it (lane r: row r); rows past the range zero-filled
     constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
@@ -130,9 +160,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         cp_commit();
     };
 
-    int cells[STAGES];
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) cells[s] = cell_of(s);
     // the first tiles: the wholly old ones (a prefix) before the wait, one commit group each, so that
     // group j is tile j's throughout
     int n_early = 0;

@@ -643,6 +643,23 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
 
 
 @gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_stream_positions_past_the_length(d):
+    """attn_stream_kernel loads a token's first cells for the range ending at its own position
+    before seq_lens arrives, and again when the length ends it sooner: tokens at positions past
+    their sequence's length (they see positions below the length only), one past the table's
+    width, one inside, in one step; the reference's attention."""
+    rng = np.random.default_rng(d + 11)
+    lens = [600, 300, 1000, 77]
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, 32, 8, d)
+    wide = np.zeros((len(lens), 1024), np.int32)
+    wide[:, :table.shape[1]] = table
+    tok_pos = np.array([650, 299, 5000, 1020], np.int32)       # past, at, past the width, past
+    got, ref = run_both(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, kernel="stream")
+    assert_close(got, ref, (d, "past"), "stream")
+
+
+@gpu
 @pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (9, 3, 64)])
 @pytest.mark.parametrize("kernel_", ["mma", "simt", "stream"])
 def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):
