@@ -136,3 +136,19 @@ def test_one_kernel_refuses_what_it_cannot_do():
     with pytest.raises(OpArgumentError, match="attention_qkv.*fuse"):
         ops.attention_qkv(qkv, cupy.asarray(k_pool), cupy.asarray(v_pool), cells, hq, hkv, None, None, 1e-6, 1e4,
                           False, None, *args, d ** -0.5, fuse=True)
+
+
+def test_numpy_path_is_the_two_ops_cpu():
+    """On NumPy arrays attention_qkv is prepare_qkv_ then attention, to the bit, pools included;
+    fuse changes nothing there."""
+    hq, hkv, d = 8, 2, 64
+    rng = np.random.default_rng(3)
+    qkv, k_pool, v_pool, cells, wide, seq_lens, tok_seq, tok_pos, (qn, kn) = step_inputs(rng, 90, hq, hkv, d, True)
+    pools = [bf16_float(k_pool).copy() for _ in range(2)], [bf16_float(v_pool).copy() for _ in range(2)]
+    q = ops.prepare_qkv_(qkv, pools[0][0], pools[1][0], cells, tok_pos, hq, hkv, qn, kn, 1e-6, 1e6, True)
+    want = ops.attention(q, pools[0][0], pools[1][0], wide, seq_lens, tok_seq, tok_pos, d ** -0.5)
+    got = ops.attention_qkv(qkv, pools[0][1], pools[1][1], cells, hq, hkv, qn, kn, 1e-6, 1e6, True, None, wide,
+                            seq_lens, tok_seq, tok_pos, d ** -0.5, fuse=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(pools[0][1], pools[0][0])
+    np.testing.assert_array_equal(pools[1][1], pools[1][0])
