@@ -34,7 +34,7 @@ class Decoder:
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
         for i, lw in enumerate(w.layers):
             k_pool, v_pool = kv[i]
-            # q/k norm, RoPE and the K/V write, then attention (one kernel for a one-token step)
+            # q/k norm, RoPE and the K/V write, then attention (ops/attention_qkv.py)
             a = ops.attention_qkv(lw.qkv(h), k_pool, v_pool, step.cells, cfg.n_heads, cfg.n_kv_heads,  # (T, Hq, D)
                                   lw.q_norm if cfg.qk_norm else None, lw.k_norm if cfg.qk_norm else None,
                                   cfg.rms_eps, cfg.layer_rope_base(i), cfg.rope_neox, cfg.rope_dim,

@@ -1,9 +1,11 @@
 """A layer's attention from its qkv matmul's output: prepare_qkv_ (per-head q/k norm, RoPE, K/V
-into the pool) then attention, as one op. On the GPU a one-token unmasked step runs
+into the pool) then attention, as one op. On the GPU a one-token unmasked step can run
 attn_stream_kernel alone, which makes the token's q, K and V itself with prepare_qkv's arithmetic
 (cuda_src/attention_stream.cu, kPrepFused): the same outputs and pool contents, one kernel boundary
-fewer in a decode step, and attention's index reads overlap the matmul instead of prepare_qkv.
-Every other step runs the two ops.
+fewer. Measured on the H200 (synthetic Qwen3-0.6B decode, bench/results/NOTES.md, 745c76c) it is
+slower than the two ops, 655.3 against 649.5 / 648.3 us a step: the prep on attention's critical
+path costs more than prepare_qkv as a kernel of its own. So the two ops are the default and the
+one kernel runs only when asked (fuse=True).
 """
 
 from ..reference import attention as ref
@@ -20,8 +22,8 @@ def attention_qkv(qkv, k_pool, v_pool, cells, n_heads: int, n_kv_heads: int, q_n
     """prepare_qkv_(qkv, k_pool, v_pool, cells, tok_pos, ...) then attention(q, k_pool, v_pool,
     cell_table, seq_lens, tok_seq, tok_pos, scale, window, softcap, visible): the attention output
     (T, n_heads, D), K and V of the step written to their cells. fuse (tests, benchmarks): True
-    asks for the one-kernel path (a one-token unmasked step whose rope covers the head), False for
-    the two ops; None takes the one kernel wherever it applies."""
+    asks for the one-kernel path (a one-token unmasked step whose rope covers the head); False and
+    None (the default, by measurement) run the two ops."""
     if is_host(qkv):
         q = ref.prepare_qkv_(qkv, k_pool, v_pool, cells, tok_pos, n_heads, n_kv_heads, q_norm, k_norm, eps,
                              rope_base, neox, rope_dim)
@@ -35,7 +37,7 @@ def attention_qkv(qkv, k_pool, v_pool, cells, n_heads: int, n_kv_heads: int, q_n
         raise fail(op, "fuse", "a one-token unmasked step with the rope over the whole head",
                    f"{t} tokens, {'a' if visible is not None else 'no'} visibility mask, head_dim {d}, "
                    f"rope_dim {rope_dim or d}")
-    if fuse is False or not one_kernel:
+    if not fuse:
         q = prepare_qkv_(qkv, k_pool, v_pool, cells, tok_pos, n_heads, n_kv_heads, q_norm, k_norm, eps, rope_base,
                          neox, rope_dim)
         return attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale, window, softcap, visible,
