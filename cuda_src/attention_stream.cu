@@ -199,21 +199,27 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         const float* src = qkv + (long long)t0 * (q_heads + 2 * kv_heads) * D;
         const float* qw = qknorm ? q_norm : nullptr;
         const float* kw = qknorm ? k_norm : nullptr;
+        // the warps that need the token's K and V load them first, so that those loads are in
+        // flight with the q rows' (one trip to L2 for all three, not one after another)
+        const bool writer = blockIdx.x == 0 && hc == 0 && warp == 0;
+        float kv[D / 32], vv[D / 32];
+        if (holder || writer) {
+            load_head_of<D>(neox, src + (long long)(q_heads + kvh) * D, lane, kv);
+            load_head_of<D>(neox, src + (long long)(q_heads + kv_heads + kvh) * D, lane, vv);
+        }
         for (int r = warp; r < M; r += kWarps) {
             if (r < nh) {
                 float v[D / 32];
-                prepare_head<D>(src + (long long)(h0 + r) * D, qw, true, neox, eps, cs, sn, lane, v);
+                load_head_of<D>(neox, src + (long long)(h0 + r) * D, lane, v);
+                finish_head<D>(v, qw, true, neox, eps, cs, sn, lane);
 #pragma unroll
                 for (int j = 0; j < D / 32; ++j) sQ[r * RS + feature_of<D>(neox, lane, j)] = bf16_rn(v[j] * q_scale);
             } else {
                 for (int c = lane; c < D; c += 32) sQ[r * RS + c] = 0;
             }
         }
-        const bool writer = blockIdx.x == 0 && hc == 0 && warp == 0;
         if (holder || writer) {
-            float kv[D / 32], vv[D / 32];
-            prepare_head<D>(src + (long long)(q_heads + kvh) * D, kw, true, neox, eps, cs, sn, lane, kv);
-            prepare_head<D>(src + (long long)(q_heads + kv_heads + kvh) * D, nullptr, false, neox, eps, cs, sn, lane, vv);
+            finish_head<D>(kv, kw, true, neox, eps, cs, sn, lane);
             if (writer) {
                 const long long row = ((long long)new_cells[t0] * kv_heads + kvh) * D;
 #pragma unroll

@@ -70,18 +70,22 @@ __device__ __forceinline__ int feature_of(bool neox, int lane, int j) {
     return neox ? feature<D, true>(lane, j) : feature<D, false>(lane, j);
 }
 
-// A head row x as prepare_qkv.cu makes it, with the layout chosen at run time: this lane's values,
-// normed with w when w is given, rotated when `rope` (every lane of the warp)
+// this lane's values of head row x, the layout chosen at run time
 template <int D>
-__device__ __forceinline__ void prepare_head(const float* x, const float* w, bool rope, bool neox, float eps,
-                                             const float (&cs)[D / 64], const float (&sn)[D / 64], int lane,
-                                             float (&v)[D / 32]) {
+__device__ __forceinline__ void load_head_of(bool neox, const float* x, int lane, float (&v)[D / 32]) {
+    if (neox) load_head<D, true>(x, lane, v);
+    else load_head<D, false>(x, lane, v);
+}
+
+// loaded values (load_head_of) as prepare_qkv.cu makes them: normed with w when w is given,
+// rotated when `rope` (every lane of the warp)
+template <int D>
+__device__ __forceinline__ void finish_head(float (&v)[D / 32], const float* w, bool rope, bool neox, float eps,
+                                            const float (&cs)[D / 64], const float (&sn)[D / 64], int lane) {
     if (neox) {
-        load_head<D, true>(x, lane, v);
         if (w != nullptr) head_norm<D, true>(v, w, eps, lane);
         if (rope) rotate<D, true>(v, cs, sn);
     } else {
-        load_head<D, false>(x, lane, v);
         if (w != nullptr) head_norm<D, false>(v, w, eps, lane);
         if (rope) rotate<D, false>(v, cs, sn);
     }
