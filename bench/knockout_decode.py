@@ -4,8 +4,6 @@ fixed output made once (no launch), against the step with everything.
 
     norms      add_rms_norm_ (two a layer)      silu       the gated activation (silu_mul / gelu_mul)
     attention  ops.attention                     prepare    prepare_qkv_ (q/k norm, RoPE, the K/V write)
-    (ops.attention_qkv, which a one-token step runs as one kernel, keeps the part not knocked out:
-    without attention it runs prepare_qkv_ alone, without prepare attention on a fixed q)
     all        the four together: what is left is the matmuls, the embedding, the head and sampling
 
 The tokens of a knocked-out step are meaningless; only its time counts. A kind's cost here is
@@ -31,8 +29,8 @@ from glimmer_cupy.benchmarks.decode import bench_decode  # noqa: E402
 from glimmer_cupy.benchmarks.timing import run_meta  # noqa: E402
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 
-KINDS = {"norms": ("add_rms_norm_",), "silu": ("silu_mul", "gelu_mul"), "attention": ("attention", "attention_qkv"),
-         "prepare": ("prepare_qkv_", "attention_qkv")}
+KINDS = {"norms": ("add_rms_norm_",), "silu": ("silu_mul", "gelu_mul"), "attention": ("attention",),
+         "prepare": ("prepare_qkv_",)}
 VARIANTS = ("everything", "norms", "silu", "attention", "prepare", "all")
 
 
@@ -48,25 +46,12 @@ def _fixed(cache: dict, shape, q8: bool):
     return cache[key]
 
 
-def _stand_ins(cache: dict, kinds) -> dict:
-    """op name -> a function with the op's signature that launches nothing (attention_qkv, which
-    is both kinds, keeps the one of them not knocked out)."""
+def _stand_ins(cache: dict) -> dict:
+    """op name -> a function with the op's signature that launches nothing."""
     def codes(q8, n):
         return q8 and n % 32 == 0
 
-    attention, prepare = ops.attention, ops.prepare_qkv_
-
-    def attention_qkv(qkv, kp, vp, cells, nh, nkv, qn, kn, eps, base, neox, rope_dim, table, lens, seqs, pos, *a,
-                      q8=False, **k):
-        d = kp.shape[-1]
-        if "prepare" not in kinds:
-            prepare(qkv, kp, vp, cells, pos, nh, nkv, qn, kn, eps, base, neox, rope_dim)
-        if "attention" in kinds:
-            return _fixed(cache, (qkv.shape[0], nh, d), q8)
-        return attention(_fixed(cache, (qkv.shape[0], nh, d), False), kp, vp, table, lens, seqs, pos, *a, q8=q8, **k)
-
     return {
-        "attention_qkv": attention_qkv,
         "add_rms_norm_": lambda r, d, w, eps, *, out=None, q8=False: _fixed(cache, r.shape, codes(q8, r.shape[-1])),
         "silu_mul": lambda gu, *, out=None, q8=False: _fixed(cache, (gu.shape[0], gu.shape[1] // 2), q8),
         "gelu_mul": lambda gu, *, out=None, q8=False: _fixed(cache, (gu.shape[0], gu.shape[1] // 2), q8),
@@ -79,9 +64,9 @@ def _stand_ins(cache: dict, kinds) -> dict:
 @contextlib.contextmanager
 def knocked_out(variant: str):
     kinds = list(KINDS) if variant == "all" else [variant] if variant in KINDS else []
-    names = sorted({n for k in kinds for n in KINDS[k]})
+    names = [n for k in kinds for n in KINDS[k]]
     saved = {n: getattr(ops, n) for n in names}
-    stand = _stand_ins({}, kinds)
+    stand = _stand_ins({})
     for n in names:
         setattr(ops, n, stand[n])
     try:

@@ -24,11 +24,6 @@
 //   rank 0's shared memory: rank 0 merges as soon as the last one lands, no block waits at a
 //   cluster barrier after its partial, and no block reads another's shared memory.
 // Rows of a partial last tile past the range are zero-filled; their scores are masked.
-// With kPrepFused (`prep`, attn_mma_end.cuh) a one-token step needs no prepare_qkv before it: each
-// block makes its q rows from the qkv matmul's output (qk_prep.cuh, the same arithmetic as
-// prepare_qkv.cu), split 0 of each kv head writes the token's K and V rows into the pools, and the
-// warp whose tile holds the token's position makes them too and puts them into that tile over the
-// copied (old) row.
 //
 // attn_stream_kernel<D, STAGES>  grid=(splits, kv_heads * head_chunks, n_tok) block=(128,)
 //   dynamic shared memory ATTN_STREAM_SMEM(D, STAGES) (ops/attention.py: stream_smem).
@@ -37,9 +32,7 @@
 // writes for its sequence (earlier steps' rows); the rest, and q, after the wait.
 #include "attn_mma_end.cuh"
 #include "attn_mma_ptx.cuh"
-#include "bf16.cuh"
 #include "pdl.cuh"
-#include "qk_prep.cuh"
 
 namespace astream {
 
@@ -84,7 +77,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     const int h0 = kvh * group + hc * hpb;
     const int nh = min(hpb, group - hc * hpb);
     const bool masked = visible != nullptr;
-    const bool fused = (prep & kPrepFused) != 0, neox = (prep & kPrepNeox) != 0, qknorm = (prep & kPrepNorm) != 0;
     // a cell of a pool in 16-byte units (32 bits: pools up to 64 GB), and this lane's piece of the
     // kv head's row in each pool
     const u32 cell16 = (u32)(kv_heads * D / 8);
@@ -175,12 +167,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         issue(n_early, cells[n_early]);
         ++n_early;
     }
-    // fused: the rotation of this token's position needs only the position
-    float cs[D / 64], sn[D / 64];
-    if (fused) rope_angles<D>((double)pos, log2_base, lane, cs, sn);
-    // the tile of this block that holds the token's position (fused; -1: none) and its warp
-    const int new_tile = fused && pos >= p_begin && pos < p_end ? (pos - p_begin) / kPos : -1;
-    const bool holder = new_tile >= 0 && new_tile % kWarps == warp;
     STAMP(1);
 #ifdef GLIMMER_ATTN_RELEASE_AT_END
     pdl_wait_only();                  // the next kernel's early weight loads wait for the block end
@@ -194,48 +180,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     int next_cell = cell_of(STAGES), next_cell2 = cell_of(STAGES + 1);
 
     // Q rows (head r, of this token) scaled, as bf16, shared by the warps
-    __shared__ __align__(16) unsigned short snew[2][D];   // fused: the token's K and V rows, bf16
-    if (fused) {
-        const float* src = qkv + (long long)t0 * (q_heads + 2 * kv_heads) * D;
-        const float* qw = qknorm ? q_norm : nullptr;
-        const float* kw = qknorm ? k_norm : nullptr;
-        // the warps that need the token's K and V load them first, so that those loads are in
-        // flight with the q rows' (one trip to L2 for all three, not one after another)
-        const bool writer = blockIdx.x == 0 && hc == 0 && warp == 0;
-        float kv[D / 32], vv[D / 32];
-        if (holder || writer) {
-            load_head_of<D>(neox, src + (long long)(q_heads + kvh) * D, lane, kv);
-            load_head_of<D>(neox, src + (long long)(q_heads + kv_heads + kvh) * D, lane, vv);
-        }
-        for (int r = warp; r < M; r += kWarps) {
-            if (r < nh) {
-                float v[D / 32];
-                load_head_of<D>(neox, src + (long long)(h0 + r) * D, lane, v);
-                finish_head<D>(v, qw, true, neox, eps, cs, sn, lane);
-#pragma unroll
-                for (int j = 0; j < D / 32; ++j) sQ[r * RS + feature_of<D>(neox, lane, j)] = bf16_rn(v[j] * q_scale);
-            } else {
-                for (int c = lane; c < D; c += 32) sQ[r * RS + c] = 0;
-            }
-        }
-        if (holder || writer) {
-            finish_head<D>(kv, kw, true, neox, eps, cs, sn, lane);
-            if (writer) {
-                const long long row = ((long long)new_cells[t0] * kv_heads + kvh) * D;
-#pragma unroll
-                for (int j = 0; j < D / 32; ++j) {
-                    k_new[row + feature_of<D>(neox, lane, j)] = bf16_bits(kv[j]);
-                    v_new[row + feature_of<D>(neox, lane, j)] = bf16_bits(vv[j]);
-                }
-            }
-            if (holder)
-#pragma unroll
-                for (int j = 0; j < D / 32; ++j) {
-                    snew[0][feature_of<D>(neox, lane, j)] = bf16_bits(kv[j]);
-                    snew[1][feature_of<D>(neox, lane, j)] = bf16_bits(vv[j]);
-                }
-        }
-    } else {
+    {
         constexpr int QN = M * D / 2 / (32 * kWarps);
 #pragma unroll
         for (int j = 0; j < QN; ++j) {
@@ -261,14 +206,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         const int pb = tile_start(j);
         cp_wait<STAGES - 1>();                        // tile j's group (one committed a tile since)
         __syncwarp();                                 // and every lane's pieces of it
-        if (holder && j == new_tile / kWarps) {       // fused: the token's own row, made above
-            unsigned short* row = ring + st * 2 * kPos * RS + at<D>(pos - pb, 0);
-            for (int c = lane; c < D; c += 32) {
-                row[c] = snew[0][c];
-                row[kPos * RS + c] = snew[1][c];
-            }
-            __syncwarp();
-        }
         if (j == 0) STAMP(4);
         const bool full = !masked && pb + kPos <= hi;       // pb >= lo always
         float s[NT][4];

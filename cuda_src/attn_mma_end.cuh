@@ -17,10 +17,8 @@
 #include "stamps.cuh"
 
 // The argument list of both tensor-core kernels (attn_mma_kernel, attn_stream_kernel): attn_kernel's
-// plus `early`, then what attn_stream_kernel needs to make a one-token step's q, K and V itself from
-// the qkv matmul's output (`prep`, kPrep* flags; 0: q is given and the step's K/V are in the pools;
-// attn_mma_kernel takes only 0), so ops/attention.py launches either with the same arguments;
-// ATTN_TC_TYPES is the same list as types, for the explicit instantiations.
+// plus `early`, so ops/attention.py launches either with the same arguments; ATTN_TC_TYPES is the
+// same list as types, for the explicit instantiations.
 #define ATTN_TC_ARGS                                                                                         \
     float *__restrict__ out, float *__restrict__ part_acc, float *__restrict__ part_ml, int *__restrict__ counters, \
         const float *__restrict__ q, const unsigned short *__restrict__ k_pool,                                \
@@ -28,20 +26,11 @@
         const int *__restrict__ seq_lens, const int *__restrict__ tok_seq, const int *__restrict__ tok_pos,    \
         const unsigned char *__restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,      \
         int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,          \
-        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs, const float *__restrict__ qkv,     \
-        const float *__restrict__ q_norm, const float *__restrict__ k_norm, const int *__restrict__ new_cells,  \
-        unsigned short *k_new, unsigned short *v_new, float eps, double log2_base, int prep
+        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs
 #define ATTN_TC_TYPES                                                                                        \
     float*, float*, float*, int*, const float*, const unsigned short*, const unsigned short*, const int*,      \
         const int*, const int*, const int*, const unsigned char*, int, int, int, int, int, int, int, float, float, \
-        float, int*, float*, float*, const float*, const float*, const float*, const int*, unsigned short*,     \
-        unsigned short*, float, double, int
-
-// attn_stream_kernel's `prep`: kPrepFused, the step is one token whose q|k|v rows are in qkv (its
-// heads in the order q, k, v, as prepare_qkv.cu reads them), normed when kPrepNorm (q_norm, k_norm,
-// eps) and rotated at its position (log2_base; pairs as kPrepNeox says); the kernel writes the
-// token's K and V rows into k_new[new_cells[0]] and v_new[...], which are k_pool and v_pool.
-constexpr int kPrepFused = 1, kPrepNeox = 2, kPrepNorm = 4;
+        float, int*, float*, float*
 
 namespace amma {
 

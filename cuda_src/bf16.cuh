@@ -6,10 +6,3 @@ __device__ __forceinline__ unsigned short bf16_bits(float f) {
     const unsigned int b = __float_as_uint(f);
     return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
-
-// round to nearest even by the conversion instruction (as cvt.rn.bf16x2.f32 rounds each half)
-__device__ __forceinline__ unsigned short bf16_rn(float f) {
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}

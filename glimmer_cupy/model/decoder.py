@@ -34,12 +34,13 @@ class Decoder:
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
         for i, lw in enumerate(w.layers):
             k_pool, v_pool = kv[i]
-            # q/k norm, RoPE and the K/V write, then attention (ops/attention_qkv.py)
-            a = ops.attention_qkv(lw.qkv(h), k_pool, v_pool, step.cells, cfg.n_heads, cfg.n_kv_heads,  # (T, Hq, D)
-                                  lw.q_norm if cfg.qk_norm else None, lw.k_norm if cfg.qk_norm else None,
-                                  cfg.rms_eps, cfg.layer_rope_base(i), cfg.rope_neox, cfg.rope_dim,
-                                  step.cell_table, step.seq_lens, step.tok_seq, step.positions, cfg.attn_scale,
-                                  cfg.window(i), cfg.attn_softcap, step.visible, q8=True)
+            q = ops.prepare_qkv_(lw.qkv(h), k_pool, v_pool, step.cells, step.positions, cfg.n_heads,   # (T, Hq, D)
+                                 cfg.n_kv_heads, lw.q_norm if cfg.qk_norm else None,
+                                 lw.k_norm if cfg.qk_norm else None, cfg.rms_eps, cfg.layer_rope_base(i),
+                                 cfg.rope_neox, cfg.rope_dim)
+            a = ops.attention(q, k_pool, v_pool, step.cell_table, step.seq_lens, step.tok_seq,
+                              step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible,
+                              q8=True)
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
             if cfg.post_norms:
                 o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)

@@ -19,8 +19,6 @@ that cells lie inside the pool, positions below seq_lens fit the table and tok_s
 sequence of the step is the runtime's contract, and breaking it reads out of bounds.
 """
 
-import math
-from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -204,9 +202,9 @@ def stream_smem(d: int, stages: int) -> int:
 
 
 def stream_blocks_per_sm(d: int, stages: int) -> int:
-    """Blocks one SM holds by shared memory (32 + 4 d bytes static: the last-block flag, the pushed
-    merge's barriers, a fused step's K and V rows), at most 2 (the launch bounds)."""
-    return blocks_by_smem(stream_smem(d, stages) + 32 + 4 * d, 2)
+    """Blocks one SM holds by shared memory (32 bytes static: the last-block flag, the pushed merge's
+    barriers), at most 2 (the launch bounds)."""
+    return blocks_by_smem(stream_smem(d, stages) + 32, 2)
 
 
 STREAM_VARIANTS = tuple((d, st) for d in HEAD_DIMS for st in MMA_STAGES if stream_blocks_per_sm(d, st) > 0)
@@ -426,38 +424,11 @@ def check_args(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, window
         raise fail(op, "q", "at most 65535 tokens per call", f"{t} tokens")
 
 
-@dataclass(frozen=True)
-class StreamPrep:
-    """What attn_stream_kernel needs to make a one-token step's q, K and V itself (`prep` in
-    cuda_src/attn_mma_end.cuh): the qkv matmul's output (1, (Hq + 2 Hkv) * D) float32, the per-head
-    norm weights (both or None) and eps, the token's new cell, the rope base and pair layout."""
-    qkv: object = None
-    q_norm: object = None
-    k_norm: object = None
-    cells: object = None
-    eps: float = 0.0
-    rope_base: float = 1.0
-    neox: bool = False
-
-    def args(self, k_pool, v_pool) -> tuple:
-        null = np.uint64(0)
-        if self.qkv is None:
-            return (null, null, null, null, null, null, np.float32(0.0), np.float64(0.0), np.int32(0))
-        norm = self.q_norm is not None
-        flags = PREP_FUSED | (PREP_NEOX if self.neox else 0) | (PREP_NORM if norm else 0)
-        return (self.qkv, self.q_norm if norm else null, self.k_norm if norm else null, self.cells, k_pool, v_pool,
-                np.float32(self.eps), np.float64(math.log2(self.rope_base)), np.int32(flags))
-
-
-PREP_FUSED, PREP_NEOX, PREP_NORM = 1, 2, 4           # kPrepFused, kPrepNeox, kPrepNorm
-NO_PREP = StreamPrep()
-
-
 def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: float,
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
               force_splits: int | None = None, q8: bool = False, kernel: str = "stream",
               force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
-              force_early: bool | None = None, prep: "StreamPrep | None" = None):
+              force_early: bool | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -479,8 +450,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     splits through global memory.
     force_early (benchmarks and tests, "mma" and "stream" only): whether K/V rows below the step's lowest new
     position are copied before pdl_wait (mma_early's rule otherwise; no effect outside overlapped()).
-    prep (ops/attention_qkv.py only): the one-token step's q, K and V made by the kernel from the qkv
-    matmul's output (StreamPrep); q is then that output's q part, read only for its shape.
     """
     if kernel not in KERNELS:
         raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))
@@ -516,9 +485,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, sm_count(), force_splits,
                                            force_rows)
     stream = kernel == "stream" and mw == 1
-    if prep is not None and not (stream and t == 1 and visible is None):
-        raise fail(op, "prep", "a one-token unmasked step on the stream kernel",
-                   f"{t} tokens, kernel {kernel!r}, {'a' if visible is not None else 'no'} visibility mask")
     if stream:                                       # decode: one token a block
         if not force_splits:
             splits = stream_splits(t * hkv * chunks, max_len, sm_count())
@@ -578,8 +544,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     args = (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
             tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
             np.int32(window), *early, np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs)
-    if kernel != "simt":                             # the tensor-core kernels' prep arguments
-        args += (prep or NO_PREP).args(k_pool, v_pool)
     if cluster > 1:
         _launch_cluster(fn, grid, block, args, smem, cluster)
     else:

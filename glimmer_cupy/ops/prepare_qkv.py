@@ -28,29 +28,6 @@ def _kernel(d: int, neox: bool, qk_norm: bool):
     return get_kernel("prepare_qkv", f"prepare_qkv_kernel<{d}, {_B[neox]}, {_B[qk_norm]}>", name_expressions=_EXPRS)
 
 
-def check_prepare(qkv, k_pool, v_pool, cells, positions, n_heads: int, n_kv_heads: int, q_norm, k_norm,
-                  op: str = "prepare_qkv_") -> int:
-    """The GPU path's checks of prepare_qkv_'s arguments (OpArgumentError, a ValueError); returns D."""
-    if (q_norm is None) != (k_norm is None):
-        raise fail(op, "q_norm", "given together with k_norm, or both None",
-                   f"q_norm {'None' if q_norm is None else 'given'}, k_norm {'None' if k_norm is None else 'given'}")
-    check(qkv, op, "qkv", dtypes=(F32,), shape=("T", "W"))
-    t, width = qkv.shape
-    heads = n_heads + 2 * n_kv_heads
-    if n_kv_heads <= 0 or n_heads <= 0 or width % heads:
-        raise fail(op, "qkv", f"(T, (n_heads + 2 n_kv_heads) * D) with n_heads {n_heads}, n_kv_heads {n_kv_heads}",
-                   tuple(qkv.shape))
-    d = width // heads
-    check(k_pool, op, "k_pool", dtypes=(BF16,), shape=("cells", n_kv_heads, d), like=qkv)
-    check(v_pool, op, "v_pool", dtypes=(BF16,), shape=tuple(k_pool.shape), like=qkv)
-    check(cells, op, "cells", dtypes=(I32,), shape=(t,), like=qkv)
-    check(positions, op, "positions", dtypes=(I32,), shape=(t,), like=qkv)
-    if q_norm is not None:
-        check(q_norm, op, "q_norm", dtypes=(F32,), shape=(d,), like=qkv)
-        check(k_norm, op, "k_norm", dtypes=(F32,), shape=(d,), like=qkv)
-    return d
-
-
 def prepare_qkv_(qkv, k_pool, v_pool, cells, positions, n_heads: int, n_kv_heads: int, q_norm=None, k_norm=None,
                  eps: float = 1e-6, rope_base: float = 10000.0, neox: bool = False, rope_dim: int | None = None, *,
                  out=None):
@@ -64,10 +41,21 @@ def prepare_qkv_(qkv, k_pool, v_pool, cells, positions, n_heads: int, n_kv_heads
         return host_result(ref.prepare_qkv_(qkv, k_pool, v_pool, cells, positions, n_heads, n_kv_heads, q_norm,
                                             k_norm, eps, rope_base, neox, rope_dim), out)
     op = "prepare_qkv_"
-    d = check_prepare(qkv, k_pool, v_pool, cells, positions, n_heads, n_kv_heads, q_norm, k_norm, op)
-    t = qkv.shape[0]
+    check(qkv, op, "qkv", dtypes=(F32,), shape=("T", "W"))
+    t, width = qkv.shape
     heads = n_heads + 2 * n_kv_heads
+    if n_kv_heads <= 0 or n_heads <= 0 or width % heads:
+        raise fail(op, "qkv", f"(T, (n_heads + 2 n_kv_heads) * D) with n_heads {n_heads}, n_kv_heads {n_kv_heads}",
+                   tuple(qkv.shape))
+    d = width // heads
+    check(k_pool, op, "k_pool", dtypes=(BF16,), shape=("cells", n_kv_heads, d), like=qkv)
+    check(v_pool, op, "v_pool", dtypes=(BF16,), shape=tuple(k_pool.shape), like=qkv)
+    check(cells, op, "cells", dtypes=(I32,), shape=(t,), like=qkv)
+    check(positions, op, "positions", dtypes=(I32,), shape=(t,), like=qkv)
     qk_norm = q_norm is not None
+    if qk_norm:
+        check(q_norm, op, "q_norm", dtypes=(F32,), shape=(d,), like=qkv)
+        check(k_norm, op, "k_norm", dtypes=(F32,), shape=(d,), like=qkv)
     if d not in HEAD_DIMS or (rope_dim or d) != d:
         return _unfused(qkv, k_pool, v_pool, cells, positions, n_heads, n_kv_heads, d, q_norm, k_norm, eps,
                         rope_base, neox, rope_dim, out)
