@@ -19,7 +19,10 @@
 //     cell by a shuffle (bulk copies of a row each were tried: their operands are uniform
 //     registers, so ptxas issues a warp's 32 rows one lane at a time, twice the instructions);
 //   - O is rescaled only when some row's running max rose (after the first tiles, rarely).
-//   Then the warps merge as attn_mma_kernel's do (attn_mma_end.cuh: end_block).
+//   Then the warps merge as attn_mma_kernel's do (attn_mma_end.cuh: end_block), and a cluster's
+//   splits, when a block has at most 4 real rows (GQA up to 4), by pushing their partials into
+//   rank 0's shared memory: rank 0 merges as soon as the last one lands, no block waits at a
+//   cluster barrier after its partial, and no block reads another's shared memory.
 // Rows of a partial last tile past the range are zero-filled; their scores are masked.
 //
 // attn_stream_kernel<D, STAGES>  grid=(splits, kv_heads * head_chunks, n_tok) block=(128,)
@@ -38,6 +41,15 @@ constexpr int kRows = 16;          // query rows of a block: a token's group of 
 constexpr int kPos = 16;           // positions of a warp's tile
 constexpr int kSplitTile = 64;     // splits are whole tiles of this many positions (attn_mma_kernel's)
 
+// a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
+struct Span {
+    int lo, hi;
+    int per;                        // tiles of kSplitTile a split
+    int active;                     // splits with work
+    int p_begin, p_end;             // this block's positions
+    int n_mine;                     // this warp's tiles of kPos
+};
+
 }  // namespace astream
 
 // bytes of dynamic shared memory: Q (16 rows), then per warp and stage 16 K rows and 16 V rows
@@ -51,6 +63,8 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     constexpr int M = kRows, NT = kPos / 8, NO = D / 8, RS = D + kRowPad;
     static_assert(attn_end_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
                   "the merge and the cluster partial fit the stages");
+    static_assert(attn_push_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
+                  "the merge and a pushed merge's partials fit the stages");
     extern __shared__ __align__(16) unsigned short smem[];
     unsigned short* sQ = smem;
 
@@ -70,30 +84,62 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     STAMP(0);
     // Before pdl_wait: the step's upload only (tok_seq, tok_pos, seq_lens, the cell table)
     const int seq = tok_seq[t0], pos = tok_pos[t0];
-    int lo, hi;
-    attn::visible_range(seq_lens[seq], pos, masked, window, lo, hi);
-    if (hi <= lo) lo = hi = 0;
-    const int tiles = (hi - lo + kSplitTile - 1) / kSplitTile;
-    const int per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
-    const int active = max(1, (tiles + per - 1) / per);
+    const int* crow = cell_table + (long long)seq * table_width;
+    // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
+    // or a wide eager step); loaded beside seq_lens and the first cells
+    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
+    // the positions [lo, hi) the token sees for a sequence length, and this block's and warp's share
+    auto span_of = [&](int len) {
+        Span sp;
+        attn::visible_range(len, pos, masked, window, sp.lo, sp.hi);
+        if (sp.hi <= sp.lo) sp.lo = sp.hi = 0;
+        const int tiles = (sp.hi - sp.lo + kSplitTile - 1) / kSplitTile;
+        sp.per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
+        sp.active = max(1, (tiles + sp.per - 1) / sp.per);
+        const bool idle = (int)blockIdx.x >= sp.active;
+        sp.p_begin = min(sp.hi, sp.lo + (int)blockIdx.x * sp.per * kSplitTile);
+        sp.p_end = idle ? sp.p_begin : min(sp.hi, sp.p_begin + sp.per * kSplitTile);
+        const int n_all = (sp.p_end - sp.p_begin + kPos - 1) / kPos;
+        sp.n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
+        return sp;
+    };
+    // the cell of row lane % 16 of this warp's tile j (0 past the range: never copied)
+    auto cell_at = [&](const Span& sp, int j) {
+        const int p = sp.p_begin + kPos * (warp + kWarps * j) + (lane & (kPos - 1));
+        return j < sp.n_mine && p < sp.p_end ? crow[p] : 0;
+    };
+    // Unmasked, a token's range ends at its own position whenever its sequence reaches it (as the
+    // runtime writes steps), so the cells of the first tiles are loaded for that range while
+    // seq_lens is still in flight, and again only if the length says otherwise: two trips to the
+    // upload before the first copies instead of three.
+    int cells[STAGES];
+    const Span guess = span_of(min(pos + 1, table_width));
+    if (!masked)
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) cells[s] = cell_at(guess, s);
+    const Span span = span_of(seq_lens[seq]);
+    if (masked || span.lo != guess.lo || span.hi != guess.hi)
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) cells[s] = cell_at(span, s);
+    const int hi = span.hi, active = span.active;
     const int ncl = (int)cluster_size();
     const bool idle = (int)blockIdx.x >= active;
     if (idle && (ncl == 1 || active == 1)) return;
+    // a split cluster whose rows fit rank 0's area pushes its partials there (attn_mma_end.cuh);
+    // its idle blocks take no part past the announcement
+    __shared__ PushBars bars;
+    const bool push = ncl > 1 && active > 1 && active <= kPushSplits && nh <= kPushRows;
+    if (push) {
+        push_begin(&bars, active, kWarps);
+        if (idle) {
+            cluster_wait();
+            return;
+        }
+    }
     // this block's positions [p_begin, p_end) and this warp's tiles of them
-    const int p_begin = min(hi, lo + (int)blockIdx.x * per * kSplitTile);
-    const int p_end = idle ? p_begin : min(hi, p_begin + per * kSplitTile);
-    const int n_all = (p_end - p_begin + kPos - 1) / kPos;
-    const int n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
-    const int* crow = cell_table + (long long)seq * table_width;
+    const int p_begin = span.p_begin, p_end = span.p_end, n_mine = span.n_mine;
     auto tile_start = [&](int j) { return p_begin + kPos * (warp + kWarps * j); };
-    // the cell of row lane % 16 of this warp's tile j (0 past the range: never copied)
-    auto cell_of = [&](int j) {
-        const int p = tile_start(j) + (lane & (kPos - 1));
-        return j < n_mine && p < p_end ? crow[p] : 0;
-    };
-    // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
-    // or a wide eager step)
-    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
+    auto cell_of = [&](int j) { return cell_at(span, j); };
     // tile j into stage j % STAGES: lane copies 16-byte piece lane % PPR of rows lane / PPR + RPI i,
     // each row's cell from the lane that loaded it (lane r: row r); rows past the range zero-filled
     constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
@@ -114,9 +160,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         cp_commit();
     };
 
-    int cells[STAGES];
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) cells[s] = cell_of(s);
     // the first tiles: the wholly old ones (a prefix) before the wait, one commit group each, so that
     // group j is tile j's throughout
     int n_early = 0;
@@ -125,7 +168,11 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         ++n_early;
     }
     STAMP(1);
+#ifdef GLIMMER_ATTN_RELEASE_AT_END
+    pdl_wait_only();                  // the next kernel's early weight loads wait for the block end
+#else
     pdl_wait();
+#endif
     STAMP(2);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)
@@ -218,10 +265,13 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     cp_wait<0>();                                     // the empty groups
     __syncthreads();                                  // every warp's copies have landed and been read
     STAMP(5);
+#ifdef GLIMMER_ATTN_RELEASE_AT_END
+    pdl_release();
+#endif
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                              counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
     end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
-                                    active > 1 && ncl > 1, ends);
+                                    active > 1 && ncl > 1, ends, push ? &bars : nullptr);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -44,6 +44,37 @@ __host__ __device__ constexpr int merge_stride() { return D + (KW > 1 ? 8 : 0); 
 template <int D, int M, int KW>
 __host__ __device__ constexpr int attn_end_floats() { return KW * M * merge_stride<D, KW>() + 2 * KW * M + M * D + 2 * M; }
 
+// The pushed cluster merge (attn_stream_kernel, when a block's real rows are at most kPushRows):
+// each block stores its rows' partials straight into rank 0's shared memory, where the pulled merge
+// (cluster_merge_row) would leave them in its own, and arrives on rank 0's barrier; rank 0 merges
+// from its own shared memory. No cluster barrier after the partials, none before exit, no remote
+// load. Rank 0's area for them: [kPushSplits][kPushRows][D] partials, then [..][..][2] (max, sum),
+// after the warps' merge; a block writes there only once rank 0 has said it is past its K/V tiles
+// (the area lies in its stage buffers).
+constexpr int kPushRows = 4, kPushSplits = 16;
+template <int D, int M, int KW>
+__host__ __device__ constexpr int attn_push_floats() {
+    return KW * M * merge_stride<D, KW>() + 2 * KW * M + kPushSplits * kPushRows * (D + 2);
+}
+
+// this block's barriers of a pushed merge: `full` completes when every other block's warps have
+// pushed (rank 0's), `ready` when rank 0 may receive (the other blocks')
+struct PushBars {
+    unsigned long long full, ready;
+};
+
+// Every thread of every block of the cluster, early (no data is touched: before pdl_wait is fine),
+// when the merge will be pushed: set up this block's barriers and announce them; end_block waits
+// for the announcement before the first use of another block's.
+__device__ __forceinline__ void push_begin(PushBars* b, int active, int warps) {
+    if (threadIdx.x == 0) {
+        mbar_init(&b->full, (unsigned)((active - 1) * warps));
+        mbar_init(&b->ready, 1u);
+        fence_mbarrier_init();
+    }
+    cluster_arrive_relaxed();
+}
+
 // Where the block's rows go: row r of the block is token t0 + r / hpb (of ntb), head h0 + r % hpb
 // (of nh); rows past those are padding and are never written.
 struct EndRows {
@@ -58,16 +89,28 @@ struct EndRows {
 };
 
 // active: blocks with work in this block's split group (1: no split); clustered: the split's
-// blocks are one cluster (MW = 1 decode), whose merge this does between two cluster barriers.
+// blocks are one cluster (MW = 1 decode), whose merge this does between two cluster barriers, or,
+// with `push` (push_begin called; one token a block, real rows r < nh <= kPushRows <= WARPS),
+// through rank 0's barriers.
 template <int D, int M, int KW, int WARPS>
 __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
                                           const float (&l)[2], int mw, int kw, int active, bool clustered,
-                                          const EndRows& e) {
+                                          const EndRows& e, PushBars* push = nullptr) {
     constexpr int NO = D / 8, C = D / 32, SD = merge_stride<D, KW>();
+    static_assert(kPushRows <= WARPS, "a pushed merge's rows are one a warp");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* sml = so + KW * M * SD;
     float* cacc = sml + 2 * KW * M;     // cluster merge: this block's partial [M][D] ...
     float* cml = cacc + M * D;          // ... and its (max, sum) [M][2]
+    float* pacc = cacc;                 // pushed merge (rank 0's): [kPushSplits][kPushRows][D] ...
+    float* pml = pacc + kPushSplits * kPushRows * D;   // ... and [kPushSplits][kPushRows][2]
+    const unsigned rank = push != nullptr ? cluster_rank() : 0u;
+    if (push != nullptr) {
+        cluster_wait();                 // push_begin's announcement: every block's barriers are set
+        // rank 0's K/V tiles are done (the caller's barrier): the others may push into it
+        if (rank == 0 && threadIdx.x > 0 && (int)threadIdx.x < active)
+            mbar_arrive_cluster(map_rank(smem_addr(&push->ready), threadIdx.x));
+    }
     {
         const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
 #pragma unroll
@@ -94,7 +137,22 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         float mx, total, ov[C];
         attn::merge_warps<C, KW>([&](int w) { return sml + 2 * (w * M + r); },
                                  [&](int w) { return so + (w * M + r) * SD; }, lane, ov, mx, total);
-        if (clustered) {                // the partial stays in shared memory
+        if (push != nullptr) {          // split `rank`'s partial of row r into rank 0's area
+            float* acc = pacc + ((int)rank * kPushRows + r) * D + lane * C;
+            float* ml = pml + 2 * ((int)rank * kPushRows + r);
+            if (rank == 0) {
+#pragma unroll
+                for (int c = 0; c < C; ++c) acc[c] = ov[c];
+                if (lane == 0) *reinterpret_cast<float2*>(ml) = make_float2(mx, total);
+            } else {
+                mbar_wait_cluster(&push->ready, 0);
+                st_cluster<C>(map_rank(smem_addr(acc), 0), ov);
+                if (lane == 0) {
+                    const float v[2] = {mx, total};
+                    st_cluster<2>(map_rank(smem_addr(ml), 0), v);
+                }
+            }
+        } else if (clustered) {         // the partial stays in shared memory
 #pragma unroll
             for (int c = 0; c < C; ++c) cacc[r * D + lane * C + c] = ov[c];
             if (lane == 0) {
@@ -108,6 +166,22 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     }
     STAMP(6);
     if (!split) return;
+    if (push != nullptr) {
+        if (rank != 0) {                // every warp arrives once, after its rows' stores
+            __syncwarp();
+            if (lane == 0) mbar_arrive_cluster(map_rank(smem_addr(&push->full), 0));
+            return;
+        }
+        if (warp >= e.nh) return;
+        mbar_wait_cluster(&push->full, 0);
+        __syncwarp();                   // and this warp's own split-0 row, stored by its lanes
+        STAMP(8);
+        attn::pushed_merge_row<C>(active, pacc + warp * D, pml + 2 * warp, kPushRows * D, 2 * kPushRows,
+                                  (long long)e.t0 * e.q_heads + e.h0 + warp, lane, e.out, e.xq, e.xd, e.xs);
+        STAMP(9);
+        STAMP(7);
+        return;
+    }
     if (clustered) {
         // every block's partial is in its shared memory: warp w of block b merges rows b WARPS + w,
         // + WARPS ncl, ... over the blocks of rank < active (rank = split), then all wait until

@@ -207,6 +207,15 @@ __device__ __forceinline__ void ld_cluster(float (&v)[C], unsigned a) {
     }
 }
 
+// From lane s's (max, sum) of split s (lanes past `active`: none), the row's max over the splits,
+// this lane's split weight 2^(max_s - max) and its share of the row's sum (warp_sum adds them).
+__device__ __forceinline__ void split_weights(float2 sml, int active, int lane, float& mx, float& wt, float& total) {
+    mx = warp_max(sml.x);
+    const float mu = mx == kNegInf ? 0.f : mx;
+    wt = lane < active ? exp2f(sml.x - mu) : 0.f;
+    total = lane < active ? wt * sml.y : 0.f;
+}
+
 // One warp merges output row r over the partials of the cluster's first `active` blocks (at most
 // 32), in split (= rank) order as merge_splits does, and writes the normalised output and its
 // codes. acc: this block's partial of the row (D floats), ml: its (max, sum); the other blocks'
@@ -224,10 +233,8 @@ __device__ __forceinline__ void cluster_merge_row(int active, const float* acc, 
 #pragma unroll
     for (int j = 0; j < B; ++j)
         if (j < active) ld_cluster<C>(v[j], cluster_addr(mine, j));
-    const float mx = warp_max(sml.x);
-    const float mu = mx == kNegInf ? 0.f : mx;
-    const float wt = lane < active ? exp2f(sml.x - mu) : 0.f;
-    float total = lane < active ? wt * sml.y : 0.f, o[C];
+    float mx, wt, total, o[C];
+    split_weights(sml, active, lane, mx, wt, total);
 #pragma unroll
     for (int c = 0; c < C; ++c) o[c] = 0.f;
     for (int s0 = 0; s0 < active; s0 += B) {
@@ -242,6 +249,37 @@ __device__ __forceinline__ void cluster_merge_row(int active, const float* acc, 
 #pragma unroll
                 for (int c = 0; c < C; ++c) o[c] = fmaf(wj, v[j][c], o[c]);
         }
+    }
+    total = warp_sum(total);
+    end_row<C>(o, mx, total, false, 0, r, 0, lane, out, nullptr, nullptr, xq, xd, xs);
+}
+
+// cluster_merge_row's merge, the same sums in the same order, over partials already in this
+// block's shared memory (the pushed merge, attn_mma_end.cuh): split s's columns at acc + s * astep,
+// its (max, sum) at ml + s * mstep.
+template <int C>
+__device__ __forceinline__ void pushed_merge_row(int active, const float* acc, const float* ml, int astep, int mstep,
+                                                 long long r, int lane, float* __restrict__ out, int* __restrict__ xq,
+                                                 float* __restrict__ xd, float* __restrict__ xs) {
+    const float* mine = acc + lane * C;
+    float2 sml = make_float2(kNegInf, 0.f);
+    if (lane < active) sml = *reinterpret_cast<const float2*>(ml + lane * mstep);
+    float mx, wt, total, o[C];
+    split_weights(sml, active, lane, mx, wt, total);
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+#pragma unroll 4
+    for (int s = 0; s < active; ++s) {
+        const float ws = __shfl_sync(kFull, wt, s);
+        float v[C];
+#pragma unroll
+        for (int c = 0; c < C; c += 2) {
+            const float2 t = *reinterpret_cast<const float2*>(mine + s * astep + c);
+            v[c] = t.x;
+            v[c + 1] = t.y;
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[c] = fmaf(ws, v[c], o[c]);
     }
     total = warp_sum(total);
     end_row<C>(o, mx, total, false, 0, r, 0, lane, out, nullptr, nullptr, xq, xd, xs);

@@ -1,6 +1,6 @@
 // cluster.cuh — thread block clusters in sm_90 PTX (no headers: NVRTC compiles these files bare),
 // for the kernels whose blocks cooperate through distributed shared memory: the split-K decode
-// merge (attn_split.cuh) and the sampling rows (sampling_rows.cuh, sampling_topk.cuh).
+// merge (attn_split.cuh, attn_mma_end.cuh) and the sampling rows (sampling_rows.cuh, sampling_topk.cuh).
 #pragma once
 
 // blocks in this block's cluster (1 when launched without one) and this block's rank in it
@@ -33,4 +33,51 @@ __device__ __forceinline__ unsigned map_rank(unsigned local, unsigned rank) {
     unsigned r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
     return r;
+}
+
+// The cluster barrier in its two halves, for a barrier met long after it is announced: arrive
+// (relaxed: orders nothing by itself; fence_mbarrier_init before it publishes barriers set up
+// just before) and wait (acquire). Every thread of every block does both, in this order.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// ---------------------------------------------------------------- mbarriers shared in a cluster
+
+// a barrier of this block that completes its phase after `count` arrivals
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// after mbar_init and before the cluster barrier that lets other blocks use it
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// one arrival on the barrier at shared::cluster address `bar` (map_rank), releasing this thread's
+// earlier writes (and those it has seen, as after __syncwarp) to the cluster
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// until this block's barrier has completed the phase of the given parity; acquires what the
+// arrivals released
+__device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, unsigned parity) {
+    const unsigned a = smem_addr(bar);
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
+}
+
+// C consecutive floats (C = 2, 4, 8; 8 C-byte aligned) into another block's shared memory
+template <int C>
+__device__ __forceinline__ void st_cluster(unsigned a, const float* v) {
+    if constexpr (C == 2) {
+        asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v[0]), "f"(v[1]) : "memory");
+    } else {
+#pragma unroll
+        for (int i = 0; i < C; i += 4)
+            asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a + 4 * i), "f"(v[i]), "f"(v[i + 1]),
+                         "f"(v[i + 2]), "f"(v[i + 3]) : "memory");
+    }
 }

@@ -19,11 +19,12 @@ constexpr int kWarps = 4;
 template <class QT, int M, int R, int WS>
 __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* __restrict__ xq,
                                              const float* __restrict__ xd, const float* __restrict__ xs,
-                                             const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
+                                             const unsigned char* __restrict__ w, int n, int k, long long row_bytes,
+                                             int bx) {
     static_assert(kWarps % WS == 0, "WS divides the block's warps");
     typedef gguf::Lanes<QT> L;
     const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row0 = (blockIdx.x * (kWarps / WS) + wib / WS) * R;
+    const int row0 = (bx * (kWarps / WS) + wib / WS) * R;   // bx: this block among the matrix's
     const int part = lane & 7;
     const int nsb = k >> 8, nsub = k >> 5;
     float acc[R][M];
@@ -102,7 +103,7 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
 
 template <class QT, int M, int R, int WS>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kq_kernel(GEMV_KQ_ARGS) {
-    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
+    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes, blockIdx.x);
 }
 
 // The same GEMV compiled for at least B blocks per SM (Q6_K at M = 1 and B = 5: 96 registers instead of 72):
@@ -111,7 +112,22 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kq_kernel(GEMV_KQ_ARGS) {
 // where ops/matmul.py's KQ_OCCUPANCY says.
 template <class QT, int M, int R, int WS, int B>
 __global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARGS) {
-    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes);
+    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes, blockIdx.x);
+}
+
+// Two matrices that read the same x at M = 1 and have different types (Q4_K_M's q|k in Q4_K beside
+// a v in Q6_K), in one launch: blocks below blocks_a compute A's rows into y[0, na), the others B's
+// into y[na, na + nb), each as gemv_kq_kernel<QA or QB, 1, R, WS> does (the same bits). One kernel
+// boundary less than a GEMV each. grid = (blocks_a + blocks_b,)
+template <class QA, int RA, int WSA, class QB, int RB, int WSB>
+__global__ void __launch_bounds__(32 * kWarps) gemv_kq_pair_kernel(
+    float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd, const float* __restrict__ xs,
+    const unsigned char* __restrict__ wa, int na, long long row_bytes_a, int blocks_a,
+    const unsigned char* __restrict__ wb, int nb, long long row_bytes_b, int k) {
+    if ((int)blockIdx.x < blocks_a)
+        gemv_kq_body<QA, 1, RA, WSA>(y, xq, xd, xs, wa, na, k, row_bytes_a, blockIdx.x);
+    else
+        gemv_kq_body<QB, 1, RB, WSB>(y + na, xq, xd, xs, wb, nb, k, row_bytes_b, blockIdx.x - blocks_a);
 }
 
 #ifdef GLIMMER_INSTANTIATE
@@ -125,4 +141,11 @@ KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
 #define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
 KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q4_K, 1, 5)
+#define KQ_PAIR(QA, RA, WSA, QB, RB, WSB) template __global__ void gemv_kq_pair_kernel<gguf::QA, RA, WSA, gguf::QB, RB, \
+    WSB>(float*, const int*, const float*, const float*, const unsigned char*, int, long long, int, \
+         const unsigned char*, int, long long, int);
+#define KQ_PAIR_B(QA, RA, WSA, QB, RB) KQ_PAIR(QA, RA, WSA, QB, RB, 1) KQ_PAIR(QA, RA, WSA, QB, RB, 2) \
+    KQ_PAIR(QA, RA, WSA, QB, RB, 4)
+#define KQ_PAIR_AB(QA, RA, QB, RB) KQ_PAIR_B(QA, RA, 1, QB, RB) KQ_PAIR_B(QA, RA, 2, QB, RB) KQ_PAIR_B(QA, RA, 4, QB, RB)
+KQ_PAIR_AB(Q4_K, 2, Q6_K, 4) KQ_PAIR_AB(Q6_K, 4, Q4_K, 2)
 #endif

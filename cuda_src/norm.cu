@@ -54,28 +54,34 @@ __device__ __forceinline__ void prefetch_weight(const float* weight, int nv) {
     for (int k = threadIdx.x; k < nv; k += blockDim.x) prefetch_l1(weight + k * VEC);
 }
 
-// out row = p * inv * w, pack by pack; with Q8 also its codes. Every lane of the row's warps runs
-// the same trip count, so the Q8 shuffles see whole groups.
+// out pack k = p * inv * w; with Q8 also its codes. Every lane of the row's warps calls it the same
+// number of times (act false past the row), so the Q8 shuffles see whole groups.
 template <typename T, int VEC, bool Q8>
-__device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, const float* __restrict__ weight,
-                                          float inv, int nv, int* xq, float* xd, float* xs) {
+__device__ __forceinline__ void scale_pack(T* __restrict__ orow, const Pack<T, VEC>& p, bool act, int k,
+                                           const float* __restrict__ weight, float inv, int* xq, float* xd,
+                                           float* xs) {
     typedef Pack<T, VEC> PT;
     typedef Pack<float, VEC> PF;
+    const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, act) : 0u;
+    if (!act) return;
+    const PF w = reinterpret_cast<const PF*>(weight)[k];
+    PT o;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
+    reinterpret_cast<PT*>(orow)[k] = o;
+    if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq, xd, xs, mask);
+}
+
+// out row = x row * inv * w, pack by pack from packs `from` on, x read again
+template <typename T, int VEC, bool Q8>
+__device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, const float* __restrict__ weight,
+                                          float inv, int nv, int* xq, float* xd, float* xs, int from = 0) {
+    typedef Pack<T, VEC> PT;
     const PT* xr = reinterpret_cast<const PT*>(xrow);
-    const PF* wr = reinterpret_cast<const PF*>(weight);
-    PT* orp = reinterpret_cast<PT*>(orow);
-    for (int base = 0; base < nv; base += blockDim.x) {
+    for (int base = from; base < nv; base += blockDim.x) {
         const int k = base + threadIdx.x;
         const bool act = k < nv;
-        const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, act) : 0u;
-        if (!act) continue;
-        const PT p = xr[k];
-        const PF w = wr[k];
-        PT o;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
-        orp[k] = o;
-        if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq, xd, xs, mask);
+        scale_pack<T, VEC, Q8>(orow, act ? xr[k] : PT{}, act, k, weight, inv, xq, xd, xs);
     }
 }
 
@@ -126,26 +132,46 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     pdl_wait();
     PT* rr = reinterpret_cast<PT*>(residual + (long long)row * d);
     const PT* dr = reinterpret_cast<const PT*>(delta + (long long)row * d);
+    // a thread's first KP sums stay in registers for the scaling (every model's hidden size is at
+    // most KP packs a thread): re-reading them after the store would be another trip to L2
+    constexpr int KP = 2;
+    PT keep[KP] = {};
     float ss = 0.f;
-    if (active) {
-        for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-            const PT a = rr[k], b = dr[k];
-            PT s;
+    auto add = [&](int k) {
+        const PT a = rr[k], b = dr[k];
+        PT s;
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                from_f32(to_f32(a.v[j]) + to_f32(b.v[j]), s.v[j]);
-                const float v = to_f32(s.v[j]);         // the stored (rounded) sum is what we norm
-                ss += v * v;
-            }
-            rr[k] = s;
+        for (int j = 0; j < VEC; ++j) {
+            from_f32(to_f32(a.v[j]) + to_f32(b.v[j]), s.v[j]);
+            const float v = to_f32(s.v[j]);             // the stored (rounded) sum is what we norm
+            ss += v * v;
         }
+        rr[k] = s;
+        return s;
+    };
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < KP; ++i) {
+            const int k = threadIdx.x + i * blockDim.x;
+            if (k < nv) keep[i] = add(k);
+        }
+        for (int k = threadIdx.x + KP * blockDim.x; k < nv; k += blockDim.x) add(k);
     }
     ss = row_sum(ss, red);
     if (!active) return;
     const float inv = rsqrtf(ss / (float)d + eps);
-    // each thread re-reads exactly the elements it wrote above, so no barrier is needed
-    scale_row<T, VEC, Q8>(out + (long long)row * d, residual + (long long)row * d, weight, inv, nv,
-                          xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
+    T* orow = out + (long long)row * d;
+    int* rq = xq + (long long)row * nv;
+    float* rd = xd + (long long)row * (d / 32);
+    float* rs = xs + (long long)row * (d / 32);
+#pragma unroll
+    for (int i = 0; i < KP; ++i)
+        if (i * (int)blockDim.x < nv) {                 // uniform over the row: whole Q8 groups
+            const int k = threadIdx.x + i * blockDim.x;
+            scale_pack<T, VEC, Q8>(orow, keep[i], k < nv, k, weight, inv, rq, rd, rs);
+        }
+    // past those, each thread re-reads exactly the elements it wrote above: no barrier is needed
+    scale_row<T, VEC, Q8>(orow, residual + (long long)row * d, weight, inv, nv, rq, rd, rs, KP * blockDim.x);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -48,10 +48,16 @@ __device__ __forceinline__ void log_wait() {
 __device__ __forceinline__ void log_wait() {}
 #endif
 
-__device__ __forceinline__ void pdl_wait() {
+// pdl_wait without letting the next kernel be scheduled: for a kernel that does that itself later
+// (pdl_release), or at its exit
+__device__ __forceinline__ void pdl_wait_only() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     log_wait();
-    asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+    pdl_wait_only();
+    pdl_release();
 }

@@ -613,6 +613,53 @@ def test_mma_cluster_merge(d, length, cluster, kern):
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv", [(9, 3), (16, 8), (4, 1), (40, 8), (32, 4)])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("lens", [[600], [1000], [600, 65, 1000]])
+def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
+    """attn_stream_kernel's cluster merge for every group size: at most 4 query heads a KV head
+    (1, 2, 3 and 4 here) the splits push their partials into rank 0 (attn_mma_end.cuh); 5 and 8
+    heads a group take the pulled merge. Several sequences of different lengths in one step (so
+    clusters of one launch have different numbers of splits with work, and idle blocks), the
+    reference's attention and the output's codes exactly."""
+    import cupy
+    from gpu_rounding import q8_blocks
+    rng = np.random.default_rng(hq * 1000 + d + len(lens))
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
+    wide = np.zeros((len(lens), 1024), np.int32)               # a graph's table: 16 splits
+    wide[:, :table.shape[1]] = table
+    got, ref = run_both(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, kernel="stream")
+    assert_close(got, ref, (hq, hkv, d, lens), "stream")
+    res = ops.attention(cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(wide),
+                        cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), d ** -0.5,
+                        workspace=cupy.empty(workspace_size(len(lens), hq, d), cupy.float32), q8=True,
+                        kernel="stream")
+    assert hasattr(res, "q"), "a decode attention with codes asked returns them"
+    plain = cupy.asnumpy(res.x)
+    np.testing.assert_allclose(plain, got, rtol=0, atol=0)     # the same rows with and without codes
+    codes, dd, _ = q8_blocks(plain.reshape(plain.shape[0], -1))
+    np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
+    np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(dd.shape), dd)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_stream_positions_past_the_length(d):
+    """attn_stream_kernel loads a token's first cells for the range ending at its own position
+    before seq_lens arrives, and again when the length ends it sooner: tokens at positions past
+    their sequence's length (they see positions below the length only), one past the table's
+    width, one inside, in one step; the reference's attention."""
+    rng = np.random.default_rng(d + 11)
+    lens = [600, 300, 1000, 77]
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, 32, 8, d)
+    wide = np.zeros((len(lens), 1024), np.int32)
+    wide[:, :table.shape[1]] = table
+    tok_pos = np.array([650, 299, 5000, 1020], np.int32)       # past, at, past the width, past
+    got, ref = run_both(q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos, kernel="stream")
+    assert_close(got, ref, (d, "past"), "stream")
+
+
+@gpu
 @pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (9, 3, 64)])
 @pytest.mark.parametrize("kernel_", ["mma", "simt", "stream"])
 def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):

@@ -100,7 +100,7 @@ def fresh_rng(*key) -> np.random.Generator:
 # ------------------------------------------------------------------------------------------ GPU
 
 ROWS = (1, 7, 33)
-WIDTHS = (64, 576, 640, 1024, 2560, 4097)
+WIDTHS = (64, 576, 640, 1024, 2560, 4097, 12288, 20484)   # the last two: packs past the two a thread keeps
 
 
 @gpu

@@ -16,6 +16,8 @@ from glimmer_cupy.kernels.build import CUDA_SRC, PDL_SOURCES
 
 KERNEL = re.compile(r"__global__[^;{]*\{")
 BODY_CALL = re.compile(r"^\s*(\w+_body)\s*(<[^;]*?>)?\s*\(")     # a kernel whose body is one call: foo_body<...>(...)
+# a kernel whose body picks one of two calls of the same body by its block: if (blockIdx...) foo_body<...>(...); else ...
+BODY_PICK = re.compile(r"^\s*if \(\(int\)blockIdx\.x < \w+\)\s*(\w+_body)\s*(<[^;]*?>)?\s*\([^;]*;\s*else\s*\1\s*<[^;]*?>\s*\([^;]*;\s*\}?\s*$")
 
 
 def braced(src: str, start: int) -> str:
@@ -29,7 +31,8 @@ def braced(src: str, start: int) -> str:
 
 def kernel_bodies(src: str):
     """(kernel name, body) of every __global__ definition (explicit instantiations skipped); a
-    kernel that only calls a __device__ function `*_body` of the same source gets that body."""
+    kernel that only calls a __device__ function `*_body` of the same source gets that body, and one
+    that picks between calls of one such function by its block index (gemv_kq_pair_kernel) too."""
     for m in KERNEL.finditer(src):
         line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
         if line.lstrip().startswith("//"):
@@ -37,7 +40,7 @@ def kernel_bodies(src: str):
         body = braced(src, m.end())
         names = [n for n in re.findall(r"(\w+)\s*\(", src[m.start():m.end()])
                  if n not in ("__launch_bounds__", "__cluster_dims__")]
-        call = BODY_CALL.match(body)
+        call = BODY_CALL.match(body) or BODY_PICK.match(body)
         if call:
             d = re.search(r"__device__[^;{]*\b" + call.group(1) + r"\s*\([^{]*\{", src)
             assert d, f"{names[0]} calls {call.group(1)}, which this source does not define"
@@ -56,6 +59,7 @@ KQ_EARLY = (r"\by\[", r"load_x", r"partial", r"__syncthreads", r"atomic", r"\bx[
 EARLY_FETCH = {
     "gemv_kq_kernel": KQ_EARLY,
     "gemv_kq_occ_kernel": KQ_EARLY,
+    "gemv_kq_pair_kernel": KQ_EARLY,
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
     # the weights into L1; the RoPE angles from the uploaded positions

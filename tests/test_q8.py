@@ -36,7 +36,7 @@ def _same_codes(got: Q8Rows, trait="Q8_0"):
 
 
 @gpu
-@pytest.mark.parametrize("rows,d", [(1, 1024), (3, 576), (16, 2560), (5, 64)])
+@pytest.mark.parametrize("rows,d", [(1, 1024), (3, 576), (16, 2560), (5, 64), (3, 12288)])
 def test_norms_make_quantize_x_codes(rows, d):
     import cupy
 

@@ -184,3 +184,35 @@ def test_host_path_checks_shape():
     w = QuantTensor("w", QType.F32, (4, 64), np.ones((4, 64), np.float32))
     with pytest.raises(OpArgumentError, match=r"quant_matmul: x must be float32\|float64 \(M, 64\), got float32 \(2, 63\)"):
         ops.quant_matmul(np.ones((2, 63), np.float32), w)
+
+
+@gpu
+@pytest.mark.parametrize("types", [(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)], ids=lambda t: f"{t[0].name}+{t[1].name}")
+@pytest.mark.parametrize("na,nb,k", [(5120, 1024, 4096), (2560, 512, 1024), (77, 300, 768), (1024, 3, 12288)])
+def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k):
+    """quant_matmul_rows over two parts of different K-quant types at one row (one
+    gemv_kq_pair_kernel launch) gives each part's columns exactly as its own quant_matmul does:
+    the Qwen3-8B q|k beside a Q6_K v, small and odd row counts, a row count smaller than a block."""
+    import cupy
+
+    from glimmer_cupy.ops.matmul import quantize_x
+    from glimmer_cupy.ops.q8 import Q8Rows
+    rng = np.random.default_rng(na + nb + k)
+    a = QuantTensor("a", types[0], (na, k), random_blocks(types[0], na, k, rng, 0.05)).to_device()
+    b = QuantTensor("b", types[1], (nb, k), random_blocks(types[1], nb, k, rng, 0.05)).to_device()
+    x = cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32))
+    xin = Q8Rows(x, *quantize_x(x, types[0].name))
+    out = cupy.full((1, na + nb), np.nan, np.float32)
+    got = cupy.asnumpy(ops.quant_matmul_rows(xin, [a, b], out=out))
+    want = np.concatenate([cupy.asnumpy(ops.quant_matmul(xin, a)), cupy.asnumpy(ops.quant_matmul(xin, b))], axis=-1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_rows_host_path_is_the_parts_joined():
+    """On NumPy arrays quant_matmul_rows is each part's quant_matmul, joined along the columns."""
+    rng = np.random.default_rng(4)
+    parts = [QuantTensor(f"p{i}", q, (n, 512), random_blocks(q, n, 512, rng, 0.05))
+             for i, (q, n) in enumerate([(QType.Q4_K, 40), (QType.Q6_K, 24), (QType.Q8_0, 8)])]
+    x = rng.normal(0, 1, (3, 512)).astype(np.float32)
+    want = np.concatenate([ops.quant_matmul(x, p) for p in parts], axis=-1)
+    np.testing.assert_array_equal(ops.quant_matmul_rows(x, parts), want)

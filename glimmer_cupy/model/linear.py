@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops
-from ..ops.q8 import plain
 from ..weights.quant_tensor import QuantTensor
 
 
@@ -70,18 +69,11 @@ class Linear:
 
     def __call__(self, x):
         """x: (T, in_dim), or ops.q8.Q8Rows -> (T, out_dim). Parts of different types write their own
-        columns: straight into the output for a single row (a column slice of one row is
-        contiguous), else joined."""
+        columns (ops.quant_matmul_rows: one launch for a Q4_K / Q6_K pair at one row)."""
         if len(self.parts) == 1:
             y = ops.quant_matmul(x, self.parts[0])
-        elif x.shape[0] == 1:
-            y = array_module(plain(x)).empty((1, self.out_dim), dtype=np.float32)
-            at = 0
-            for p in self.parts:
-                ops.quant_matmul(x, p, out=y[:, at:at + p.shape[0]])
-                at += p.shape[0]
         else:
-            y = array_module(plain(x)).concatenate([ops.quant_matmul(x, p) for p in self.parts], axis=-1)
+            y = ops.quant_matmul_rows(x, self.parts)
         if self.bias is not None:
             y = y + self.bias
         return y

@@ -202,8 +202,9 @@ def stream_smem(d: int, stages: int) -> int:
 
 
 def stream_blocks_per_sm(d: int, stages: int) -> int:
-    """Blocks one SM holds by shared memory (16 bytes static), at most 2 (the launch bounds)."""
-    return blocks_by_smem(stream_smem(d, stages) + 16, 2)
+    """Blocks one SM holds by shared memory (32 bytes static: the last-block flag, the pushed merge's
+    barriers), at most 2 (the launch bounds)."""
+    return blocks_by_smem(stream_smem(d, stages) + 32, 2)
 
 
 STREAM_VARIANTS = tuple((d, st) for d in HEAD_DIMS for st in MMA_STAGES if stream_blocks_per_sm(d, st) > 0)

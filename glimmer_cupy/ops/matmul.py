@@ -323,6 +323,66 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     return out
 
 
+# (type A, type B) of the matrix pairs one gemv_kq_pair_kernel launch serves (gemv_kq.cu), with the
+# rows per warp each type takes at M = 1 (kq_rows)
+KQ_PAIRS = frozenset({(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)})
+
+
+def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
+    """The pair kernel's instance and the blocks of A and of B, at M = 1."""
+    (ra, wsa), (rb, wsb) = kq_config(1, n_a, k, a.qtype), kq_config(1, n_b, k, b.qtype)
+    name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
+    exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
+                  for i in KQ_SPLITS for j in KQ_SPLITS)
+    kern = get_kernel("gemv_kq", name, name_expressions=exprs)
+    return kern, -(-n_a // (ra * KQ_WARPS // wsa)), -(-n_b // (rb * KQ_WARPS // wsb))
+
+
+def quant_matmul_rows(x, parts, *, out=None):
+    """x · [W_0; W_1; ...]ᵀ for matrices that read the same x: (M, sum of their N), part i's columns
+    after those of the parts before it. On the GPU a single row of x with its int8 codes (Q8Rows)
+    and two parts that gemv_kq serves in a KQ_PAIRS pair of types run one launch
+    (gemv_kq_pair_kernel, the same bits as a launch each); everything else a quant_matmul a part."""
+    n = sum(p.shape[0] for p in parts)
+    plain_x = x.x if isinstance(x, Q8Rows) else x
+    m = plain_x.shape[0]
+    if is_host(plain_x):
+        return host_result(np.concatenate([quant_matmul(plain_x, p) for p in parts], axis=-1), out)
+    import cupy
+
+    if m > 1:                                       # a launch a part, joined
+        y = cupy.concatenate([quant_matmul(x, p) for p in parts], axis=-1)
+        if out is None:
+            return y
+        check_out(out, "quant_matmul_rows", (m, n), like=plain_x)
+        out[...] = y
+        return out
+    if out is None:
+        out = cupy.empty((m, n), dtype=cupy.float32)
+    check_out(out, "quant_matmul_rows", (m, n), like=plain_x)
+    a, b = (list(parts) + [None])[:2]
+    graph_safe = _GRAPH_SAFE.get()
+    if (m == 1 and len(parts) == 2 and isinstance(x, Q8Rows) and (a.qtype, b.qtype) in KQ_PAIRS
+            and a.shape[1] == b.shape[1] and bucket(1, a.qtype, graph_safe) == "gemv_kq"
+            and bucket(1, b.qtype, graph_safe) == "gemv_kq" and a.on_device and b.on_device):
+        k = a.shape[1]
+        check(plain_x, "quant_matmul_rows", "x", dtypes=(F32,), shape=(1, k))
+        check(x.q, "quant_matmul_rows", "x.q", dtypes=(np.int32,), shape=(1, k // 4), like=plain_x)
+        check(x.d, "quant_matmul_rows", "x.d", dtypes=(F32,), shape=(1, k // 32), like=plain_x)
+        check(x.s, "quant_matmul_rows", "x.s", dtypes=(F32,), shape=(1, k // 32), like=plain_x)
+        n_a, n_b = a.shape[0], b.shape[0]
+        kern, blocks_a, blocks_b = _kq_pair_kernel(a, b, n_a, n_b, k)
+        kern((blocks_a + blocks_b,), (32 * KQ_WARPS,),
+             (out, x.q, x.d, x.s, a.data, np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
+              b.data, np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
+        return out
+    at = 0                                          # a column slice of one row is contiguous
+    for p in parts:
+        quant_matmul(x, p, out=out[:, at:at + p.shape[0]])
+        at += p.shape[0]
+    return out
+
+
 def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
     """(N, K) values of a device QuantTensor, decoded by the same block traits: float32, or
     bfloat16 bits (uint16, round to nearest even) when bf16."""
