@@ -15,7 +15,7 @@ from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
 from ._dispatch import host_result, is_host
-from .q8 import Q8Rows
+from .q8 import Q8Rows, plain
 
 # QType -> trait struct in quant_blocks.cuh
 TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0,
@@ -236,6 +236,13 @@ def quantize_x(x, trait: str):
     return xq, xd, xs
 
 
+def check_codes(codes: Q8Rows, op: str, m: int, k: int, like) -> None:
+    """The int8 codes of M rows of K values (ops/q8.py), on like's device."""
+    check(codes.q, op, "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=like)
+    check(codes.d, op, "x.d", dtypes=(F32,), shape=(m, k // 32), like=like)
+    check(codes.s, op, "x.s", dtypes=(F32,), shape=(m, k // 32), like=like)
+
+
 def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None):
     """x: (M, K) float32, or Q8Rows (x with its int8 codes, ops/q8.py), w: QuantTensor (N, K) ->
     (M, N) float32.
@@ -271,9 +278,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
         if codes is not None:
-            check(codes.q, "quant_matmul", "x.q", dtypes=(np.int32,), shape=(m, k // 4), like=x)
-            check(codes.d, "quant_matmul", "x.d", dtypes=(F32,), shape=(m, k // 32), like=x)
-            check(codes.s, "quant_matmul", "x.s", dtypes=(F32,), shape=(m, k // 32), like=x)
+            check_codes(codes, "quant_matmul", m, k, x)
             xq, xd, xs = codes.q, codes.d, codes.s
         else:
             xq, xd, xs = quantize_x(x, t)
@@ -344,7 +349,7 @@ def quant_matmul_rows(x, parts, *, out=None):
     and two parts that gemv_kq serves in a KQ_PAIRS pair of types run one launch
     (gemv_kq_pair_kernel, the same bits as a launch each); everything else a quant_matmul a part."""
     n = sum(p.shape[0] for p in parts)
-    plain_x = x.x if isinstance(x, Q8Rows) else x
+    plain_x = plain(x)
     m = plain_x.shape[0]
     if is_host(plain_x):
         return host_result(np.concatenate([quant_matmul(plain_x, p) for p in parts], axis=-1), out)
@@ -367,9 +372,7 @@ def quant_matmul_rows(x, parts, *, out=None):
             and bucket(1, b.qtype, graph_safe) == "gemv_kq" and a.on_device and b.on_device):
         k = a.shape[1]
         check(plain_x, "quant_matmul_rows", "x", dtypes=(F32,), shape=(1, k))
-        check(x.q, "quant_matmul_rows", "x.q", dtypes=(np.int32,), shape=(1, k // 4), like=plain_x)
-        check(x.d, "quant_matmul_rows", "x.d", dtypes=(F32,), shape=(1, k // 32), like=plain_x)
-        check(x.s, "quant_matmul_rows", "x.s", dtypes=(F32,), shape=(1, k // 32), like=plain_x)
+        check_codes(x, "quant_matmul_rows", 1, k, plain_x)
         n_a, n_b = a.shape[0], b.shape[0]
         kern, blocks_a, blocks_b = _kq_pair_kernel(a, b, n_a, n_b, k)
         kern((blocks_a + blocks_b,), (32 * KQ_WARPS,),
