@@ -96,6 +96,17 @@ def run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, window=0, sof
     return cupy.asnumpy(out), ref
 
 
+def assert_q8_codes(res, rows, what="", sums=False):
+    """res's int8 codes (q, d and with sums s) are quantize32's (gpu_rounding) of rows, bit for bit."""
+    import cupy
+    from gpu_rounding import q8_blocks
+    codes, d, s = q8_blocks(rows.reshape(rows.shape[0], -1))
+    np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes, what)
+    np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(d.shape), d, what)
+    if sums:
+        np.testing.assert_array_equal(cupy.asnumpy(res.s).reshape(s.shape), s, what)
+
+
 def assert_close(got, ref, what, kernel="mma"):
     assert np.isfinite(got).all(), what
     e = nmse(got, ref)
@@ -506,7 +517,6 @@ def test_mma_q8_codes(per_seq):
     """q8=True: the output is the same, and its int8 codes are those of quantize32 (gpu_rounding)
     applied to that output, bit for bit (q8_lane in the epilogue, as in attn_kernel)."""
     import cupy
-    from gpu_rounding import q8_blocks
     rng = np.random.default_rng(24 + per_seq)
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [700, 300], 32, 8, 128, per_seq=per_seq)
     args = (cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(table),
@@ -516,10 +526,7 @@ def test_mma_q8_codes(per_seq):
     if not hasattr(res, "q"):
         pytest.skip("no codes made for this shape (wants_q8)")
     np.testing.assert_array_equal(cupy.asnumpy(res.x), plain)
-    codes, d, sums = q8_blocks(plain.reshape(plain.shape[0], -1))
-    np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
-    np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(d.shape), d)
-    np.testing.assert_array_equal(cupy.asnumpy(res.s).reshape(sums.shape), sums)
+    assert_q8_codes(res, plain, sums=True)
 
 
 def test_mma_plan_cpu():
@@ -587,7 +594,6 @@ def test_mma_cluster_merge(d, length, cluster, kern):
     refused there. Both kernels whose decode blocks merge so: "mma" and "stream" (whose head dim
     256 blocks fill an SM too)."""
     import cupy
-    from gpu_rounding import q8_blocks
     rng = np.random.default_rng(length * 7 + d)
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [length], 32, 8, d)
     wide = np.zeros((1, 1024), np.int32)                      # cell 0 past the sequence: never read
@@ -606,10 +612,7 @@ def test_mma_cluster_merge(d, length, cluster, kern):
                         cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), d ** -0.5,
                         workspace=cupy.empty(workspace_size(1, 32, d), cupy.float32), q8=True, kernel=kern, **kw)
     if hasattr(res, "q"):                                     # the codes of the merged rows, exactly
-        plain = cupy.asnumpy(res.x)
-        codes, dd, sums = q8_blocks(plain.reshape(plain.shape[0], -1))
-        np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
-        np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(dd.shape), dd)
+        assert_q8_codes(res, cupy.asnumpy(res.x))
 
 
 @gpu
@@ -623,7 +626,6 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
     clusters of one launch have different numbers of splits with work, and idle blocks), the
     reference's attention and the output's codes exactly."""
     import cupy
-    from gpu_rounding import q8_blocks
     rng = np.random.default_rng(hq * 1000 + d + len(lens))
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
     wide = np.zeros((len(lens), 1024), np.int32)               # a graph's table: 16 splits
@@ -637,9 +639,7 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
     assert hasattr(res, "q"), "a decode attention with codes asked returns them"
     plain = cupy.asnumpy(res.x)
     np.testing.assert_allclose(plain, got, rtol=0, atol=0)     # the same rows with and without codes
-    codes, dd, _ = q8_blocks(plain.reshape(plain.shape[0], -1))
-    np.testing.assert_array_equal(cupy.asnumpy(res.q).view(np.int8).reshape(codes.shape), codes)
-    np.testing.assert_array_equal(cupy.asnumpy(res.d).reshape(dd.shape), dd)
+    assert_q8_codes(res, plain)
 
 
 @gpu
@@ -847,10 +847,7 @@ def test_gemma_shaped_decode(prompt, width, mode, path):
     rule, one split, and both decode shortcuts forced at head dim 256 (which does not take them by
     default): old rows copied before the wait with the global merge, and with a cluster merge.
     Every output equals the reference over the pools the step left, and its q8 codes are exact."""
-    from gpu_rounding import q8_blocks
     for what, got, ref, res in gemma_decode(prompt, width, mode, GEMMA_PATHS[path]):
         assert_mma_close(got, ref, (prompt, width, mode, path, what))
         if res is not None:
-            codes, dd, _ = q8_blocks(got.reshape(got.shape[0], -1))
-            np.testing.assert_array_equal(res.q.view(np.int8).reshape(codes.shape), codes, what)
-            np.testing.assert_array_equal(res.d.reshape(dd.shape), dd, what)
+            assert_q8_codes(res, got, what)
