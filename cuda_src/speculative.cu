@@ -81,6 +81,7 @@ extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __rest
         best[(long long)a * rows + r] = 0;
         done[(long long)a * rows + r] = 0;
     }
+    done[(long long)(n + 1) * rows + r] = n + 1;    // the greedy row's early end: none known yet
 }
 
 // This block's ids [lo, hi): chunks of a multiple of 4 ids, so that a row whose start is 16-byte
@@ -353,6 +354,11 @@ __device__ __forceinline__ u64 pair_key(float v, int i) {
 // low bit first, so the last block reads both. A block that finds the row already ended before
 // its position skips the read: the position's decision is then made on part of the row, but its
 // token is padding and its stop key cannot be the first.
+// The row's early end (done[(n + 1) * rows + row], atomicMin) lets the positions after a rejection
+// skip before the rejection is decided: a block whose chunk holds an id that beats the draft (or a
+// non-finite value, or that is the bonus position's) knows at once that its position ends the row,
+// long before the position's last block decides it. A position after the early end comes after
+// the row's first ending position, so skipping it is the same as skipping after the stop word.
 template <class D>
 __device__ __forceinline__ void verify_greedy_body(
         int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
@@ -365,10 +371,18 @@ __device__ __forceinline__ void verify_greedy_body(
     const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
     if (a > k) return;
     int* stop = n_accepted + row;
+    int* early = done + (long long)(n + 1) * rows + row;
     __shared__ int skip;
     __shared__ float sv[kGreedyThreads / 32];
     __shared__ int si[kGreedyThreads / 32];
-    if (threadIdx.x == 0) skip = rowmath::stop_at(__ldcg(stop)) < a;   // a hint: the row ended before a
+    const bool drafted = a < k;
+    long long dl = -1;
+    float dv = 0.f;
+    if (threadIdx.x == 0) {                 // hints: the row ended before a
+        skip = rowmath::stop_at(__ldcg(stop)) < a || __ldcg(early) < a;
+        dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
+        if (!skip && dl >= 0 && dl < vocab) dv = __ldcg(logits + ((long long)row * (n + 1) + a) * vocab + dl);
+    }
     __syncthreads();
     int bad = 0;
     if (!skip) {
@@ -386,7 +400,11 @@ __device__ __forceinline__ void verify_greedy_body(
         bad = __syncthreads_or(bad);
         if (threadIdx.x == 0) {
             for (int w = 1; w < kGreedyThreads / 32; ++w) take_better(lmax, amax, sv[w], si[w]);
-            if (lo < hi) atomicMax(best + g, pair_key(lmax, amax));
+            if (lo < hi) {
+                const u64 key = pair_key(lmax, amax);
+                atomicMax(best + g, key);
+                if (bad || !(dl >= 0 && dl < vocab) || key > pair_key(dv, (int)dl)) atomicMin(early, a);
+            }
         }
     }
     if (threadIdx.x != 0) return;
@@ -401,8 +419,7 @@ __device__ __forceinline__ void verify_greedy_body(
     const int amax = key ? (int)(0xffffffffu - (u32)key) : 0;
     const int is_bad = (total & 1) | (lmax == neg_inf());
     int* out = tokens + (long long)row * (n + 1);
-    const bool drafted = a < k;
-    const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
+    dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
     int fl;
     const bool accept = rowmath::greedy_accepts(drafted, dl, vocab, amax, &fl);
     out[a] = accept && !is_bad ? (int)dl : amax;

@@ -63,13 +63,13 @@ _slots: dict = {}
 
 
 def _greedy_slots(rows: int, n1: int):
-    """verify_greedy's per-position slots (best u64, done int32; rows * n1 each), one persistent
-    pair per (device, stream, shape): verify_init resets them on the stream before each use, and a
-    captured graph keeps pointing at the same memory."""
+    """verify_greedy's per-position slots (best u64, rows * n1; done int32, rows * n1 and then each
+    row's early end), one persistent pair per (device, stream, shape): verify_init resets them on
+    the stream before each use, and a captured graph keeps pointing at the same memory."""
     import cupy
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, rows, n1)
     if key not in _slots:
-        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * n1, np.int32))
+        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * (n1 + 1), np.int32))
     return _slots[key]
 
 
