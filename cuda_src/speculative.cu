@@ -7,9 +7,10 @@
 // verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: one cluster of
 //                  C blocks per (position, row), position-major: cluster g is position g / rows of
 //                  row g % rows.  grid=((n + 1) * rows * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
-// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S blocks of kGreedyThreads per
-//                  (position, row), each the argmax of `per` ids, position-major as above; the last
-//                  of a position's S blocks decides it.  grid=((n + 1) * rows * S,) block=(kGreedyThreads,)
+// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, row), each
+//                  the argmax of `per` ids, position-major as above, taken from a queue by the
+//                  launch's blocks; the last of a position's S items decides it.
+//                  grid=(min(items, resident blocks),) block=(kGreedyThreads,)
 // Both kernels run on every verification; each leaves the other's rows alone.
 //
 // Every position 0..k of a row is examined at once, each by its own cluster; a position does
@@ -82,6 +83,7 @@ extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __rest
         done[(long long)a * rows + r] = 0;
     }
     done[(long long)(n + 1) * rows + r] = n + 1;    // the greedy row's early end: none known yet
+    if (r == 0) done[(long long)(n + 2) * rows] = 0;    // verify_greedy's queue of items
 }
 
 // This block's ids [lo, hi): chunks of a multiple of 4 ids, so that a row whose start is 16-byte
@@ -360,12 +362,12 @@ __device__ __forceinline__ u64 pair_key(float v, int i) {
 // long before the position's last block decides it. A position after the early end comes after
 // the row's first ending position, so skipping it is the same as skipping after the stop word.
 template <class D>
-__device__ __forceinline__ void verify_greedy_body(
-        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+__device__ __forceinline__ void verify_greedy_item(
+        int w, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
         const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
         int vocab, int has_n_drafts, int slices, int per) {
-    const int g = blockIdx.x / slices, s = blockIdx.x - g * slices;
+    const int g = w / slices, s = w - g * slices;
     const int a = g / rows, row = g - a * rows;
     if (temperature[row] > 0.f) return;     // the cluster kernel's row
     const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
@@ -435,14 +437,39 @@ __device__ __forceinline__ void verify_greedy_body(
     }
 }
 
+// The blocks of the launch (about as many as are resident at once) take the items w = g * S + s
+// (slice s of position-row g) from `queue` in order, each claiming its next item while it works on
+// this one: a skipped item costs a block a few barriers, not a block's launch (which is what
+// skipped positions cost when every item was a block of its own).
+template <class D>
+__device__ __forceinline__ void verify_greedy_body(
+        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+        const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
+        const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
+        int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue) {
+    __shared__ int claimed[2];
+    const int total = (n + 1) * rows * slices;
+    if (threadIdx.x == 0) claimed[0] = atomicAdd(queue, 1);
+    __syncthreads();
+    int w = claimed[0], b = 0;
+    while (w < total) {
+        if (threadIdx.x == 0) claimed[b ^ 1] = atomicAdd(queue, 1);
+        verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,
+                              n, vocab, has_n_drafts, slices, per);
+        __syncthreads();                    // the next claim seen; this item's shared memory free again
+        b ^= 1;
+        w = claimed[b];
+    }
+}
+
 #define VERIFY_GREEDY_KERNEL(NAME, D)                                                                             \
     extern "C" __global__ void __launch_bounds__(kGreedyThreads)                                                   \
     NAME(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                          \
          const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,         \
          const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,   \
-         int vocab, int has_n_drafts, int slices, int per) {                                                       \
+         int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue) {                              \
         verify_greedy_body<D>(n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,  \
-                              n, vocab, has_n_drafts, slices, per);                                                \
+                              n, vocab, has_n_drafts, slices, per, queue);                                         \
     }
 
 VERIFY_GREEDY_KERNEL(verify_greedy_i32, int)

@@ -35,7 +35,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel
+from ..kernels.build import get_kernel, sm_count
 from ..reference import speculative as ref
 from ._check import F32, I32, check, check_out, fail
 from ._dispatch import host_result, is_host, no_kernel
@@ -63,13 +63,14 @@ _slots: dict = {}
 
 
 def _greedy_slots(rows: int, n1: int):
-    """verify_greedy's per-position slots (best u64, rows * n1; done int32, rows * n1 and then each
-    row's early end), one persistent pair per (device, stream, shape): verify_init resets them on
-    the stream before each use, and a captured graph keeps pointing at the same memory."""
+    """verify_greedy's per-position slots (best u64, rows * n1; done int32, rows * n1, then each
+    row's early end, then the queue of items), one persistent pair per (device, stream, shape):
+    verify_init resets them on the stream before each use, and a captured graph keeps pointing at
+    the same memory."""
     import cupy
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, rows, n1)
     if key not in _slots:
-        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * (n1 + 1), np.int32))
+        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * (n1 + 1) + 1, np.int32))
     return _slots[key]
 
 
@@ -89,6 +90,13 @@ def verify_shape(rows: int, n: int, vocab: int, smem_budget: int) -> tuple[int, 
     while c < VERIFY_CLUSTERS[-1] and (n + 1) * rows * c < VERIFY_MIN_BLOCKS:
         c *= 2
     return c, chunk_ids(vocab, c) if fits else 0
+
+
+def _resident_greedy_blocks() -> int:
+    """verify_greedy blocks the device holds at once by threads (registers allow fewer): the
+    launch's size, since its blocks take their items from a queue; the blocks that do not fit start
+    when the first ones leave, at the queue's end, and find it empty."""
+    return 2048 // GREEDY_THREADS * sm_count()
 
 
 @cache
@@ -239,9 +247,10 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         if greedy is None or any(greedy):
             slices, per = greedy_slices(vocab)
             get_kernel("speculative", f"verify_greedy_{kind}")(
-                ((n + 1) * rows * slices,), (GREEDY_THREADS,),
+                (min((n + 1) * rows * slices, _resident_greedy_blocks()),), (GREEDY_THREADS,),
                 (out[0], out[1], out[2], logits, drafts, k_arg, params.temperature, best, done, np.int32(rows),
-                 np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per)))
+                 np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per),
+                 done[(n + 2) * rows:]))
         if greedy is not None and all(greedy):
             return tuple(out)
         kern = get_kernel("speculative", f"verify_{kind}_c{c}")
