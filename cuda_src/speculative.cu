@@ -2,27 +2,31 @@
 // speculative.py), on the row machinery of sampling.cu (sampling_rows.cuh) and the scalar rules of
 // row_math.cuh, so that every p here is the distribution sample_rows draws from.
 //
-// verify_init      a row's stop word (in n_accepted) and done count (in flags), and the greedy
-//                  kernel's per-position slots.  grid=(ceil(rows / 256),) block=(256,)
-// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: one cluster of
-//                  C blocks per (position, row), position-major: cluster g is position g / rows of
-//                  row g % rows.  grid=((n + 1) * rows * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
+// verify_init      a row's stop word (in n_accepted) and done count (in flags), the greedy
+//                  kernel's per-position slots and both kernels' queues.  grid=(ceil(rows / 256),) block=(256,)
+// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: clusters of C
+//                  blocks, as many as fit at once, each taking (position, row) items g (position
+//                  g / rows of row g % rows) from a queue in position-major order until it is empty.
+//                  grid=(clusters * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
 // verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, row), each
 //                  the argmax of `per` ids, position-major as above, taken from a queue by the
 //                  launch's blocks; the last of a position's S items decides it.
 //                  grid=(min(items, resident blocks),) block=(kGreedyThreads,)
-// Both kernels run on every verification; each leaves the other's rows alone.
+// Both kernels run on every verification; each leaves the other's rows alone, at the cost of one
+// atomic a passed-over item (a launch of one block or cluster an item cost ~3 us a wave of SMs
+// even for blocks that returned at once).
 //
-// Every position 0..k of a row is examined at once, each by its own cluster; a position does
+// Every position 0..k of a row is an item of its own, examined by one cluster; a position does
 // not wait for the ones before it. What joins them is the row's stop word (row_math.cuh): a
 // position that ends the walk folds (a, flags) into it with atomicMin, so it ends as the first
 // such position, and every position before that one accepted. Nothing else is shared, and the
 // token of each position is a function of that position alone, so the result is the sequential
 // walk's (and does not depend on C, the batch, the order the clusters run in, or graph replay).
-// Clusters run in about grid order, position 0 of every row first, so a cluster usually starts
-// after the positions before it have ended; it reads the stop word first (and a stochastic row
-// again after its max pass) and skips its work when an earlier position already ended the row:
-// the bytes read are about those of the examined positions, not of all n + 1.
+// Items are taken in position-major order, position 0 of every row first, so an item usually starts
+// after the positions before it have ended; the stop word is read first (and a stochastic row's
+// again after its max pass), and the work is skipped when an earlier position already ended the
+// row: the bytes read are about those of the examined positions, not of all n + 1. A greedy row
+// also lowers its early end as soon as one block sees its draft beaten (verify_greedy below).
 //
 // A position a reads its logits row once for max/argmax/non-finite (step 1 of sampling.cu),
 // in float4 loads, 4 in flight per thread; a stochastic row keeps its chunk in shared memory
@@ -83,7 +87,10 @@ extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __rest
         done[(long long)a * rows + r] = 0;
     }
     done[(long long)(n + 1) * rows + r] = n + 1;    // the greedy row's early end: none known yet
-    if (r == 0) done[(long long)(n + 2) * rows] = 0;    // verify_greedy's queue of items
+    if (r == 0) {
+        done[(long long)(n + 2) * rows] = 0;        // verify_greedy's queue of items
+        done[(long long)(n + 2) * rows + 1] = 0;    // the cluster kernel's
+    }
 }
 
 // This block's ids [lo, hi): chunks of a multiple of 4 ids, so that a row whose start is 16-byte
@@ -202,9 +209,34 @@ __device__ __forceinline__ u64 plain_sum(const float* x, int lo, int hi, float t
     return cluster_sum<C>(block_sum(s, sm.sh), &sm.slot, before);
 }
 
+// An int in shared memory, read where it is used.
+struct SharedInt {
+    const volatile int* p;
+    __device__ __forceinline__ operator int() const { return *p; }
+};
+
+// A position is done (key: its stop key, -1 if it accepted or was skipped):
+// the leader folds it into the row's stop word, and the row's last position to finish writes the
+// row's result.
+__device__ __forceinline__ void end_position(int* __restrict__ n_accepted, int* __restrict__ tokens,
+                                             int* __restrict__ flags, int row, int k, int n, int key) {
+    int* stop = n_accepted + row;
+    if (key >= 0) atomicMin(stop, key);
+    __threadfence();
+    if (atomicAdd(flags + row, 1) == k) {   // the row's last position to finish
+        __threadfence();
+        const int word = atomicOr(stop, 0);
+        const int at = rowmath::stop_at(word);
+        *stop = at;
+        flags[row] = rowmath::stop_flags(word);
+        int* out = tokens + (long long)row * (n + 1);
+        for (int j = at + 1; j <= n; ++j) out[j] = kPad;
+    }
+}
+
 template <int C, class D>
-__device__ __forceinline__ void verify_body(
-        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+__device__ __forceinline__ void verify_item(
+        int g, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,
         const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
         const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
@@ -221,13 +253,19 @@ __device__ __forceinline__ void verify_body(
         int drawn;                          // the position ends with a draw
         int key;                            // its stop key, -1: it accepted (or was skipped)
     } end;
-    const int g = blockIdx.x / C;
-    const int a = g / rows, row = g - a * rows;
-    const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
-    if (a > k) return;                      // not a position of this row (the same in every block)
-    if (!(temperature[row] > 0.f)) return;  // a greedy row: verify_greedy's
+    // the item (a, row, k) read from shared memory where used, not held in registers across the
+    // passes (the kernel has 64 a thread, and g is no longer blockIdx, which costs none)
+    __shared__ int item[3];
+    if (threadIdx.x == 0) {
+        const int ga = g / rows, grow = g - ga * rows;
+        item[0] = ga;
+        item[1] = grow;
+        item[2] = has_n_drafts ? rowmath::clamp_drafts(n_drafts[grow], n) : n;
+    }
+    __syncthreads();
+    const SharedInt a{item}, row{item + 1}, k{item + 2};
     const bool leader = threadIdx.x == 0 && (C == 1 || cluster_rank() == 0);
-    int* out = tokens + (long long)row * (n + 1);
+    const auto out = [&]() { return tokens + (long long)(int)row * (n + 1); };   // made where used
     int lo, hi;
     chunk4<C>(vocab, lo, hi);
     if (threadIdx.x == 0) {
@@ -235,13 +273,13 @@ __device__ __forceinline__ void verify_body(
         end.key = -1;
     }
     if (!ended_before<C>(n_accepted + row, a, sm)) {        // its barriers order the writes above
-        const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
+        const auto x = [&]() { return logits + ((long long)(int)row * (n + 1) + (int)a) * vocab; };
         const float t = temperature[row];
         const bool greedy = !(t > 0.f);
         const bool cached = !greedy && hi - lo <= cache_cap;
         float* cache = reinterpret_cast<float*>(dyn_cache);
         RowDist rd;
-        max_pass<C>(x, lo, hi, cached ? cache : nullptr, sm, rd);
+        max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         // steps 2-5 from the short path's list for a small top-k, here, while little else is held
         // in registers; the others (and a list that overflowed) run row_filter below. Clusters of
         // 2 and 4 only: at 1 and 8 the kernel spills under its 64 registers with it (ptxas)
@@ -249,7 +287,7 @@ __device__ __forceinline__ void verify_body(
         if ((C == 2 || C == 4) && !rd.bad && !greedy) {
             const int tk = top_k[row];
             if (tk > 0 && tk < vocab && tk <= kTopkFast)
-                filtered = row_filter_short<C>(cached ? cache - lo : x, lo, hi, tk, t, top_p[row], min_p[row], ssm, rd);
+                filtered = row_filter_short<C>(cached ? cache - lo : x(), lo, hi, tk, t, top_p[row], min_p[row], ssm, rd);
         }
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
@@ -257,11 +295,11 @@ __device__ __forceinline__ void verify_body(
         const bool accept_greedy = rowmath::greedy_accepts(drafted, dl, vocab, rd.amax, &fl);
         if (rd.bad || greedy) {
             if (leader) {
-                out[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
+                out()[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
                 if (rd.bad || !accept_greedy) end.key = rowmath::stop_key(a, rd.bad ? kNonFinite : fl);
             }
         } else if (!ended_before<C>(n_accepted + row, a, sm)) {
-            const float* xs = cached ? cache - lo : x;      // ids [lo, hi) from the cache
+            const float* xs = cached ? cache - lo : x();      // ids [lo, hi) from the cache
             const int tk = top_k[row];
             const float tp = top_p[row], mp = min_p[row];
             u64 before, kept;
@@ -285,10 +323,10 @@ __device__ __forceinline__ void verify_body(
                 }
             } else {
                 const float* qa = q + ((long long)row * n + a) * vocab;
-                const u64 e_d = valid ? kept_weight(rd, x, d, KeptE{}) : 0;     // x: d may lie in any chunk
+                const u64 e_d = valid ? kept_weight(rd, x(), d, KeptE{}) : 0;     // x: d may lie in any chunk
                 const double q_d = !has_q ? 1.0 : valid ? (double)qa[d] : 0.0;
                 if (valid && rowmath::accepts(philox::bits24(seed[row], pa, philox::kAccept, 0u), e_d, kept, q_d)) {
-                    if (leader) out[a] = d;
+                    if (leader) out()[a] = d;
                 } else {
                     EndWeights wf{EndWeights::kP, -1, nullptr, kept};
                     u64 run = before, total = kept;
@@ -319,25 +357,58 @@ __device__ __forceinline__ void verify_body(
                 }
             }
             __syncthreads();
-            if (end.drawn) draw<C>(xs, lo, hi, rd, sm, end.wf, end.run, draw_target(end.u24, end.total), out + a);
+            if (end.drawn) draw<C>(xs, lo, hi, rd, sm, end.wf, end.run, draw_target(end.u24, end.total), out() + a);
         }
     }
     // done: every write of this cluster (tokens, the draw's one) before the leader's atomics
     __threadfence();
     __syncthreads();
     if (C > 1) cluster_sync();
-    if (leader) {
-        int* stop = n_accepted + row;
-        if (end.key >= 0) atomicMin(stop, end.key);
-        __threadfence();
-        if (atomicAdd(flags + row, 1) == k) {               // the row's last position to finish
-            __threadfence();
-            const int word = atomicOr(stop, 0);
-            const int at = rowmath::stop_at(word);
-            *stop = at;
-            flags[row] = rowmath::stop_flags(word);
-            for (int j = at + 1; j <= n; ++j) out[j] = kPad;
-        }
+    if (leader) end_position(n_accepted, tokens, flags, row, k, n, end.key);
+}
+
+// The leader's next (position, row) of this kernel: items are taken in position-major order from
+// `queue`; a greedy row's, a position past the row's drafts and one after the row already ended
+// (its stop word, a hint) are passed over, the last counted as done. -1: none left.
+__device__ __forceinline__ int claim_item(int* __restrict__ queue, int* __restrict__ n_accepted,
+                                          int* __restrict__ tokens, int* __restrict__ flags,
+                                          const int* __restrict__ n_drafts, const float* __restrict__ temperature,
+                                          int rows, int n, int has_n_drafts) {
+    for (;;) {
+        const int g = atomicAdd(queue, 1);
+        if (g >= (n + 1) * rows) return -1;
+        const int a = g / rows, row = g - a * rows;
+        const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
+        if (a > k || !(temperature[row] > 0.f)) continue;
+        if (rowmath::stop_at(__ldcg(n_accepted + row)) >= a) return g;
+        end_position(n_accepted, tokens, flags, row, k, n, -1);
+    }
+}
+
+// The clusters of the launch take (position, row) items from `queue` until it is empty; the
+// leader passes over a greedy row's items and those whose row already ended (counting the latter
+// as done), so that they cost an atomic, not a cluster's launch and barriers.
+template <int C, class D>
+__device__ __forceinline__ void verify_body(
+        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+        const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,
+        const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
+        const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
+        const int* __restrict__ position, int rows, int n, int vocab, int has_q, int has_n_drafts, int cache_cap,
+        int* __restrict__ queue) {
+    __shared__ int claimed;
+    __shared__ u64 slot;
+    for (;;) {
+        if (threadIdx.x == 0)
+            claimed = C == 1 || cluster_rank() == 0
+                          ? claim_item(queue, n_accepted, tokens, flags, n_drafts, temperature, rows, n, has_n_drafts) + 1
+                          : 0;
+        __syncthreads();
+        u64 before;
+        const int g = (int)cluster_sum<C>((u64)claimed, &slot, &before) - 1;   // rank 0's item
+        if (g < 0) return;
+        verify_item<C, D>(g, n_accepted, tokens, flags, logits, drafts, q, n_drafts, temperature, top_k, top_p,
+                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache_cap);
     }
 }
 
@@ -482,9 +553,9 @@ VERIFY_GREEDY_KERNEL(verify_greedy_i64, long long)
                 const int* __restrict__ n_drafts, const float* __restrict__ temperature,                           \
                 const int* __restrict__ top_k, const float* __restrict__ top_p, const float* __restrict__ min_p,    \
                 const u64* __restrict__ seed, const int* __restrict__ position, int rows, int n, int vocab,        \
-                int has_q, int has_n_drafts, int cache) {                                                          \
+                int has_q, int has_n_drafts, int cache, int* __restrict__ queue) {                                 \
         verify_body<C, D>(n_accepted, tokens, flags, logits, drafts, q, n_drafts, temperature, top_k, top_p,       \
-                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache);                      \
+                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache, queue);               \
     }
 
 VERIFY_KERNEL(verify_i32, int, 1)

@@ -64,13 +64,13 @@ _slots: dict = {}
 
 def _greedy_slots(rows: int, n1: int):
     """verify_greedy's per-position slots (best u64, rows * n1; done int32, rows * n1, then each
-    row's early end, then the queue of items), one persistent pair per (device, stream, shape):
+    row's early end, then the two kernels' queues of items), one persistent pair per (device, stream, shape):
     verify_init resets them on the stream before each use, and a captured graph keeps pointing at
     the same memory."""
     import cupy
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, rows, n1)
     if key not in _slots:
-        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * (n1 + 1) + 1, np.int32))
+        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * (n1 + 1) + 2, np.int32))
     return _slots[key]
 
 
@@ -90,6 +90,18 @@ def verify_shape(rows: int, n: int, vocab: int, smem_budget: int) -> tuple[int, 
     while c < VERIFY_CLUSTERS[-1] and (n + 1) * rows * c < VERIFY_MIN_BLOCKS:
         c *= 2
     return c, chunk_ids(vocab, c) if fits else 0
+
+
+def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
+    """Clusters of the cluster kernel's launch: one an item at most, and about as many as fit at
+    once by threads and shared memory an SM (its clusters take their items from a queue: the ones
+    that do not fit start when the first leave, at the queue's end, and find it empty)."""
+    import cupy
+    attrs = cupy.cuda.Device().attributes
+    static = get_kernel("speculative", "verify_i32_c1").fn.shared_size_bytes
+    by_smem = attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + static + 1024)    # 1 KB reserved a block
+    per_sm = max(1, min(2048 // THREADS, by_smem))
+    return max(1, min((n + 1) * rows, per_sm * sm_count() // c))
 
 
 def _resident_greedy_blocks() -> int:
@@ -258,10 +270,11 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         if kern.fn.max_dynamic_shared_size_bytes < smem:
             kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
             kern.fn.preferred_shared_memory_carveout = 100
-        kern(((n + 1) * rows * c,), (THREADS,),
+        kern((verify_clusters(rows, n, c, smem) * c,), (THREADS,),
              (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
               k_arg, params.temperature, params.top_k, params.top_p,
               params.min_p, params.seed, positions, np.int32(rows), np.int32(n), np.int32(vocab),
-              np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache)),
+              np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache),
+              done[(n + 2) * rows + 1:]),
              shared_mem=smem)
     return tuple(out)
