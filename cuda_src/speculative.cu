@@ -3,18 +3,19 @@
 // row_math.cuh, so that every p here is the distribution sample_rows draws from.
 //
 // verify_init      a row's stop word (in n_accepted) and done count (in flags), the greedy
-//                  kernel's per-position slots and both kernels' queues.  grid=(ceil(rows / 256),) block=(256,)
+//                  kernel's per-position slots, both kernels' queues and their lists of rows (the
+//                  rows at temperature > 0, then the others, each in row order).  grid=(1,) block=(kInitThreads,)
 // verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: clusters of C
-//                  blocks, as many as fit at once, each taking (position, row) items g (position
-//                  g / rows of row g % rows) from a queue in position-major order until it is empty.
+//                  blocks, as many as fit at once, each taking (position, row) items (position-major:
+//                  position i / R of the (i % R)-th of the R listed rows) from a queue until it is empty.
 //                  grid=(clusters * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
-// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, row), each
-//                  the argmax of `per` ids, position-major as above, taken from a queue by the
+// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, listed row),
+//                  each the argmax of `per` ids, position-major as above, taken from a queue by the
 //                  launch's blocks; the last of a position's S items decides it.
 //                  grid=(min(items, resident blocks),) block=(kGreedyThreads,)
-// Both kernels run on every verification; each leaves the other's rows alone, at the cost of one
-// atomic a passed-over item (a launch of one block or cluster an item cost ~3 us a wave of SMs
-// even for blocks that returned at once).
+// Both kernels run on every verification, each over its own list of rows: a kernel with no row
+// costs a launch of resident blocks that find their queue empty (a launch of one block or cluster
+// an item cost ~3 us a wave of SMs, even for blocks that returned at once).
 //
 // Every position 0..k of a row is an item of its own, examined by one cluster; a position does
 // not wait for the ones before it. What joins them is the row's stop word (row_math.cuh): a
@@ -75,21 +76,55 @@ struct EndWeights {
     }
 };
 
-extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __restrict__ flags,
-                                       const int* __restrict__ n_drafts, u64* __restrict__ best,
-                                       int* __restrict__ done, int rows, int n, int has_n_drafts) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
-    flags[r] = 0;
-    for (int a = 0; a <= n; ++a) {          // slot g = a * rows + r of the greedy kernel
-        best[(long long)a * rows + r] = 0;
-        done[(long long)a * rows + r] = 0;
+// verify_init's block (one, walking the rows in steps of its size).
+constexpr int kInitThreads = 1024;
+
+extern "C" __global__ void __launch_bounds__(kInitThreads)
+verify_init(int* __restrict__ n_accepted, int* __restrict__ flags, const int* __restrict__ n_drafts,
+            const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done,
+            int* __restrict__ queues, int* __restrict__ lists, int rows, int n, int has_n_drafts) {
+    __shared__ int warp_n[2][kInitThreads / 32];
+    __shared__ int base[2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) base[0] = base[1] = 0;
+    for (int r0 = 0; r0 < rows; r0 += kInitThreads) {
+        const int r = r0 + threadIdx.x;
+        bool stochastic = false;
+        if (r < rows) {
+            n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
+            flags[r] = 0;
+            for (int a = 0; a <= n; ++a) {  // slot g = a * rows + r of the greedy kernel
+                best[(long long)a * rows + r] = 0;
+                done[(long long)a * rows + r] = 0;
+            }
+            done[(long long)(n + 1) * rows + r] = n + 1;    // the greedy row's early end: none known yet
+            stochastic = temperature[r] > 0.f;
+        }
+        // each row's place in its list, in row order: a scan of the two predicates over the block
+        const unsigned st = __ballot_sync(0xffffffffu, r < rows && stochastic);
+        const unsigned gr = __ballot_sync(0xffffffffu, r < rows && !stochastic);
+        if (lane == 0) {
+            warp_n[0][warp] = __popc(st);
+            warp_n[1][warp] = __popc(gr);
+        }
+        __syncthreads();
+        if (r < rows) {
+            const int l = stochastic ? 0 : 1;
+            int at = base[l] + __popc((stochastic ? st : gr) & ((1u << lane) - 1u));
+            for (int w = 0; w < warp; ++w) at += warp_n[l][w];
+            lists[2 + l * rows + at] = r;
+        }
+        __syncthreads();
+        if (threadIdx.x < 2) {
+            int t = 0;
+            for (int w = 0; w < kInitThreads / 32; ++w) t += warp_n[threadIdx.x][w];
+            base[threadIdx.x] += t;
+        }
+        __syncthreads();
     }
-    done[(long long)(n + 1) * rows + r] = n + 1;    // the greedy row's early end: none known yet
-    if (r == 0) {
-        done[(long long)(n + 2) * rows] = 0;        // verify_greedy's queue of items
-        done[(long long)(n + 2) * rows + 1] = 0;    // the cluster kernel's
+    if (threadIdx.x < 2) {
+        lists[threadIdx.x] = base[threadIdx.x];     // rows in each list
+        queues[threadIdx.x] = 0;                    // the cluster kernel's queue, verify_greedy's
     }
 }
 
@@ -367,27 +402,29 @@ __device__ __forceinline__ void verify_item(
     if (leader) end_position(n_accepted, tokens, flags, row, k, n, end.key);
 }
 
-// The leader's next (position, row) of this kernel: items are taken in position-major order from
-// `queue`; a greedy row's, a position past the row's drafts and one after the row already ended
-// (its stop word, a hint) are passed over, the last counted as done. -1: none left.
-__device__ __forceinline__ int claim_item(int* __restrict__ queue, int* __restrict__ n_accepted,
-                                          int* __restrict__ tokens, int* __restrict__ flags,
-                                          const int* __restrict__ n_drafts, const float* __restrict__ temperature,
-                                          int rows, int n, int has_n_drafts) {
+// The leader's next (position, row) of this kernel, as g = a * rows + row: items are taken in
+// position-major order over the listed rows from `queue`; a position past the row's drafts and one
+// after the row already ended (its stop word, a hint) are passed over, the latter counted as done.
+// -1: none left.
+__device__ __forceinline__ int claim_item(int* __restrict__ queue, const int* __restrict__ lists,
+                                          int* __restrict__ n_accepted, int* __restrict__ tokens,
+                                          int* __restrict__ flags, const int* __restrict__ n_drafts, int rows,
+                                          int n, int has_n_drafts) {
+    const int listed = lists[0];
     for (;;) {
-        const int g = atomicAdd(queue, 1);
-        if (g >= (n + 1) * rows) return -1;
-        const int a = g / rows, row = g - a * rows;
+        const int i = atomicAdd(queue, 1);
+        if (i >= (n + 1) * listed) return -1;
+        const int a = i / listed, row = lists[2 + i - a * listed];
         const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
-        if (a > k || !(temperature[row] > 0.f)) continue;
-        if (rowmath::stop_at(__ldcg(n_accepted + row)) >= a) return g;
+        if (a > k) continue;
+        if (rowmath::stop_at(__ldcg(n_accepted + row)) >= a) return a * rows + row;
         end_position(n_accepted, tokens, flags, row, k, n, -1);
     }
 }
 
 // The clusters of the launch take (position, row) items from `queue` until it is empty; the
-// leader passes over a greedy row's items and those whose row already ended (counting the latter
-// as done), so that they cost an atomic, not a cluster's launch and barriers.
+// leader passes over the positions whose row already ended (counting them as done), so that they
+// cost an atomic, not a cluster's launch and barriers.
 template <int C, class D>
 __device__ __forceinline__ void verify_body(
         int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
@@ -395,13 +432,13 @@ __device__ __forceinline__ void verify_body(
         const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
         const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
         const int* __restrict__ position, int rows, int n, int vocab, int has_q, int has_n_drafts, int cache_cap,
-        int* __restrict__ queue) {
+        int* __restrict__ queue, const int* __restrict__ lists) {
     __shared__ int claimed;
     __shared__ u64 slot;
     for (;;) {
         if (threadIdx.x == 0)
             claimed = C == 1 || cluster_rank() == 0
-                          ? claim_item(queue, n_accepted, tokens, flags, n_drafts, temperature, rows, n, has_n_drafts) + 1
+                          ? claim_item(queue, lists, n_accepted, tokens, flags, n_drafts, rows, n, has_n_drafts) + 1
                           : 0;
         __syncthreads();
         u64 before;
@@ -437,10 +474,11 @@ __device__ __forceinline__ void verify_greedy_item(
         int w, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
         const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
-        int vocab, int has_n_drafts, int slices, int per) {
-    const int g = w / slices, s = w - g * slices;
-    const int a = g / rows, row = g - a * rows;
-    if (temperature[row] > 0.f) return;     // the cluster kernel's row
+        int vocab, int has_n_drafts, int slices, int per, const int* __restrict__ lists) {
+    const int listed = lists[1];            // greedy rows
+    const int i = w / slices, s = w - i * slices;
+    const int a = i / listed, row = lists[2 + rows + i - a * listed];
+    const int g = a * rows + row;           // the (position, row) slot
     const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
     if (a > k) return;
     int* stop = n_accepted + row;
@@ -496,20 +534,12 @@ __device__ __forceinline__ void verify_greedy_item(
     int fl;
     const bool accept = rowmath::greedy_accepts(drafted, dl, vocab, amax, &fl);
     out[a] = accept && !is_bad ? (int)dl : amax;
-    if (is_bad || !accept) atomicMin(stop, rowmath::stop_key(a, is_bad ? kNonFinite : fl));
-    __threadfence();
-    if (atomicAdd(flags + row, 1) == k) {   // the row's last position to finish (as the cluster kernel)
-        __threadfence();
-        const int word = atomicOr(stop, 0);
-        const int at = rowmath::stop_at(word);
-        *stop = at;
-        flags[row] = rowmath::stop_flags(word);
-        for (int j = at + 1; j <= n; ++j) out[j] = kPad;
-    }
+    end_position(n_accepted, tokens, flags, row, k, n,
+                 is_bad || !accept ? rowmath::stop_key(a, is_bad ? kNonFinite : fl) : -1);
 }
 
-// The blocks of the launch (about as many as are resident at once) take the items w = g * S + s
-// (slice s of position-row g) from `queue` in order, each claiming its next item while it works on
+// The blocks of the launch (about as many as are resident at once) take the items w = i * S + s
+// (slice s of the i-th (position, listed greedy row), position-major) from `queue` in order, each claiming its next item while it works on
 // this one: a skipped item costs a block a few barriers, not a block's launch (which is what
 // skipped positions cost when every item was a block of its own).
 template <class D>
@@ -517,16 +547,16 @@ __device__ __forceinline__ void verify_greedy_body(
         int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
         const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
-        int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue) {
+        int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) {
     __shared__ int claimed[2];
-    const int total = (n + 1) * rows * slices;
+    const int total = (n + 1) * lists[1] * slices;
     if (threadIdx.x == 0) claimed[0] = atomicAdd(queue, 1);
     __syncthreads();
     int w = claimed[0], b = 0;
     while (w < total) {
         if (threadIdx.x == 0) claimed[b ^ 1] = atomicAdd(queue, 1);
         verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,
-                              n, vocab, has_n_drafts, slices, per);
+                              n, vocab, has_n_drafts, slices, per, lists);
         __syncthreads();                    // the next claim seen; this item's shared memory free again
         b ^= 1;
         w = claimed[b];
@@ -538,9 +568,9 @@ __device__ __forceinline__ void verify_greedy_body(
     NAME(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                          \
          const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,         \
          const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,   \
-         int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue) {                              \
+         int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) { \
         verify_greedy_body<D>(n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,  \
-                              n, vocab, has_n_drafts, slices, per, queue);                                         \
+                              n, vocab, has_n_drafts, slices, per, queue, lists);                                  \
     }
 
 VERIFY_GREEDY_KERNEL(verify_greedy_i32, int)
@@ -553,9 +583,9 @@ VERIFY_GREEDY_KERNEL(verify_greedy_i64, long long)
                 const int* __restrict__ n_drafts, const float* __restrict__ temperature,                           \
                 const int* __restrict__ top_k, const float* __restrict__ top_p, const float* __restrict__ min_p,    \
                 const u64* __restrict__ seed, const int* __restrict__ position, int rows, int n, int vocab,        \
-                int has_q, int has_n_drafts, int cache, int* __restrict__ queue) {                                 \
+                int has_q, int has_n_drafts, int cache, int* __restrict__ queue, const int* __restrict__ lists) {   \
         verify_body<C, D>(n_accepted, tokens, flags, logits, drafts, q, n_drafts, temperature, top_k, top_p,       \
-                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache, queue);               \
+                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache, queue, lists);        \
     }
 
 VERIFY_KERNEL(verify_i32, int, 1)
