@@ -467,7 +467,8 @@ __device__ __forceinline__ u64 pair_key(float v, int i) {
 // The row's early end (done[(n + 1) * rows + row], atomicMin) lets the positions after a rejection
 // skip before the rejection is decided: a block whose chunk holds an id that beats the draft (or a
 // non-finite value, or that is the bonus position's) knows at once that its position ends the row,
-// long before the position's last block decides it. A position after the early end comes after
+// long before the position's last block decides it; it checks a quarter of the way through its
+// chunk and again at the end. A position after the early end comes after
 // the row's first ending position, so skipping it is the same as skipping after the stop word.
 template <class D>
 __device__ __forceinline__ void verify_greedy_item(
@@ -484,25 +485,32 @@ __device__ __forceinline__ void verify_greedy_item(
     int* stop = n_accepted + row;
     int* early = done + (long long)(n + 1) * rows + row;
     __shared__ int skip;
+    __shared__ u64 draft_key;               // pair_key of the draft; 0 (below every pair): no valid draft
     __shared__ float sv[kGreedyThreads / 32];
     __shared__ int si[kGreedyThreads / 32];
     const bool drafted = a < k;
     long long dl = -1;
-    float dv = 0.f;
     if (threadIdx.x == 0) {                 // hints: the row ended before a
         skip = rowmath::stop_at(__ldcg(stop)) < a || __ldcg(early) < a;
         dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
-        if (!skip && dl >= 0 && dl < vocab) dv = __ldcg(logits + ((long long)row * (n + 1) + a) * vocab + dl);
+        draft_key = !skip && dl >= 0 && dl < vocab
+                        ? pair_key(__ldcg(logits + ((long long)row * (n + 1) + a) * vocab + dl), (int)dl) : 0;
     }
     __syncthreads();
     int bad = 0;
     if (!skip) {
         const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
         const int lo = min(vocab, s * per), hi = min(vocab, lo + per);
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         float lmax = neg_inf();
         int amax = 0x7fffffff;
-        scan_max<kGreedyThreads>(x, lo, hi, nullptr, lmax, amax, bad);
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        // the first quarter, then the early end if any of it beats the draft (or is not finite, or
+        // there is no valid draft), then the rest: the hint goes out a quarter of the way in
+        const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
+        scan_max<kGreedyThreads>(x, lo, mid, nullptr, lmax, amax, bad);
+        if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
+            atomicMin(early, a);
+        scan_max<kGreedyThreads>(x, mid, hi, nullptr, lmax, amax, bad);
         warp_best(lmax, amax);
         if (lane == 0) {
             sv[warp] = lmax;
@@ -514,7 +522,7 @@ __device__ __forceinline__ void verify_greedy_item(
             if (lo < hi) {
                 const u64 key = pair_key(lmax, amax);
                 atomicMax(best + g, key);
-                if (bad || !(dl >= 0 && dl < vocab) || key > pair_key(dv, (int)dl)) atomicMin(early, a);
+                if (bad || key > draft_key) atomicMin(early, a);
             }
         }
     }
