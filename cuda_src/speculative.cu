@@ -2,26 +2,32 @@
 // speculative.py), on the row machinery of sampling.cu (sampling_rows.cuh) and the scalar rules of
 // row_math.cuh, so that every p here is the distribution sample_rows draws from.
 //
-// verify_init      a row's stop word (in n_accepted) and done count (in flags), and the greedy
-//                  kernel's per-position slots.  grid=(ceil(rows / 256),) block=(256,)
-// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: one cluster of
-//                  C blocks per (position, row), position-major: cluster g is position g / rows of
-//                  row g % rows.  grid=((n + 1) * rows * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
-// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S blocks of kGreedyThreads per
-//                  (position, row), each the argmax of `per` ids, position-major as above; the last
-//                  of a position's S blocks decides it.  grid=((n + 1) * rows * S,) block=(kGreedyThreads,)
-// Both kernels run on every verification; each leaves the other's rows alone.
+// verify_init      a row's stop word (in n_accepted) and done count (in flags), the greedy
+//                  kernel's per-position slots, both kernels' queues and their lists of rows (the
+//                  rows at temperature > 0, then the others, each in row order).  grid=(1,) block=(kInitThreads,)
+// verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: clusters of C
+//                  blocks, as many as fit at once, each taking (position, row) items (position-major:
+//                  position i / R of the (i % R)-th of the R listed rows) from a queue until it is empty.
+//                  grid=(clusters * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
+// verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, listed row),
+//                  each the argmax of `per` ids, position-major as above, taken from a queue by the
+//                  launch's blocks; the last of a position's S items decides it.
+//                  grid=(min(items, resident blocks),) block=(kGreedyThreads,)
+// Both kernels run on every verification, each over its own list of rows: a kernel with no row
+// costs a launch of resident blocks that find their queue empty (a launch of one block or cluster
+// an item cost ~3 us a wave of SMs, even for blocks that returned at once).
 //
-// Every position 0..k of a row is examined at once, each by its own cluster; a position does
+// Every position 0..k of a row is an item of its own, examined by one cluster; a position does
 // not wait for the ones before it. What joins them is the row's stop word (row_math.cuh): a
 // position that ends the walk folds (a, flags) into it with atomicMin, so it ends as the first
 // such position, and every position before that one accepted. Nothing else is shared, and the
 // token of each position is a function of that position alone, so the result is the sequential
 // walk's (and does not depend on C, the batch, the order the clusters run in, or graph replay).
-// Clusters run in about grid order, position 0 of every row first, so a cluster usually starts
-// after the positions before it have ended; it reads the stop word first (and a stochastic row
-// again after its max pass) and skips its work when an earlier position already ended the row:
-// the bytes read are about those of the examined positions, not of all n + 1.
+// Items are taken in position-major order, position 0 of every row first, so an item usually starts
+// after the positions before it have ended; the stop word is read first (and a stochastic row's
+// again after its max pass), and the work is skipped when an earlier position already ended the
+// row: the bytes read are about those of the examined positions, not of all n + 1. A greedy row
+// also lowers its early end as soon as one block sees its draft beaten (verify_greedy below).
 //
 // A position a reads its logits row once for max/argmax/non-finite (step 1 of sampling.cu),
 // in float4 loads, 4 in flight per thread; a stochastic row keeps its chunk in shared memory
@@ -70,16 +76,55 @@ struct EndWeights {
     }
 };
 
-extern "C" __global__ void verify_init(int* __restrict__ n_accepted, int* __restrict__ flags,
-                                       const int* __restrict__ n_drafts, u64* __restrict__ best,
-                                       int* __restrict__ done, int rows, int n, int has_n_drafts) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
-    flags[r] = 0;
-    for (int a = 0; a <= n; ++a) {          // slot g = a * rows + r of the greedy kernel
-        best[(long long)a * rows + r] = 0;
-        done[(long long)a * rows + r] = 0;
+// verify_init's block (one, walking the rows in steps of its size).
+constexpr int kInitThreads = 1024;
+
+extern "C" __global__ void __launch_bounds__(kInitThreads)
+verify_init(int* __restrict__ n_accepted, int* __restrict__ flags, const int* __restrict__ n_drafts,
+            const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done,
+            int* __restrict__ queues, int* __restrict__ lists, int rows, int n, int has_n_drafts) {
+    __shared__ int warp_n[2][kInitThreads / 32];
+    __shared__ int base[2];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) base[0] = base[1] = 0;
+    for (int r0 = 0; r0 < rows; r0 += kInitThreads) {
+        const int r = r0 + threadIdx.x;
+        bool stochastic = false;
+        if (r < rows) {
+            n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
+            flags[r] = 0;
+            for (int a = 0; a <= n; ++a) {  // slot g = a * rows + r of the greedy kernel
+                best[(long long)a * rows + r] = 0;
+                done[(long long)a * rows + r] = 0;
+            }
+            done[(long long)(n + 1) * rows + r] = n + 1;    // the greedy row's early end: none known yet
+            stochastic = temperature[r] > 0.f;
+        }
+        // each row's place in its list, in row order: a scan of the two predicates over the block
+        const unsigned st = __ballot_sync(0xffffffffu, r < rows && stochastic);
+        const unsigned gr = __ballot_sync(0xffffffffu, r < rows && !stochastic);
+        if (lane == 0) {
+            warp_n[0][warp] = __popc(st);
+            warp_n[1][warp] = __popc(gr);
+        }
+        __syncthreads();
+        if (r < rows) {
+            const int l = stochastic ? 0 : 1;
+            int at = base[l] + __popc((stochastic ? st : gr) & ((1u << lane) - 1u));
+            for (int w = 0; w < warp; ++w) at += warp_n[l][w];
+            lists[2 + l * rows + at] = r;
+        }
+        __syncthreads();
+        if (threadIdx.x < 2) {
+            int t = 0;
+            for (int w = 0; w < kInitThreads / 32; ++w) t += warp_n[threadIdx.x][w];
+            base[threadIdx.x] += t;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x < 2) {
+        lists[threadIdx.x] = base[threadIdx.x];     // rows in each list
+        queues[threadIdx.x] = 0;                    // the cluster kernel's queue, verify_greedy's
     }
 }
 
@@ -199,9 +244,34 @@ __device__ __forceinline__ u64 plain_sum(const float* x, int lo, int hi, float t
     return cluster_sum<C>(block_sum(s, sm.sh), &sm.slot, before);
 }
 
+// An int in shared memory, read where it is used.
+struct SharedInt {
+    const volatile int* p;
+    __device__ __forceinline__ operator int() const { return *p; }
+};
+
+// A position is done (key: its stop key, -1 if it accepted or was skipped):
+// the leader folds it into the row's stop word, and the row's last position to finish writes the
+// row's result.
+__device__ __forceinline__ void end_position(int* __restrict__ n_accepted, int* __restrict__ tokens,
+                                             int* __restrict__ flags, int row, int k, int n, int key) {
+    int* stop = n_accepted + row;
+    if (key >= 0) atomicMin(stop, key);
+    __threadfence();
+    if (atomicAdd(flags + row, 1) == k) {   // the row's last position to finish
+        __threadfence();
+        const int word = atomicOr(stop, 0);
+        const int at = rowmath::stop_at(word);
+        *stop = at;
+        flags[row] = rowmath::stop_flags(word);
+        int* out = tokens + (long long)row * (n + 1);
+        for (int j = at + 1; j <= n; ++j) out[j] = kPad;
+    }
+}
+
 template <int C, class D>
-__device__ __forceinline__ void verify_body(
-        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+__device__ __forceinline__ void verify_item(
+        int g, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,
         const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
         const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
@@ -218,13 +288,19 @@ __device__ __forceinline__ void verify_body(
         int drawn;                          // the position ends with a draw
         int key;                            // its stop key, -1: it accepted (or was skipped)
     } end;
-    const int g = blockIdx.x / C;
-    const int a = g / rows, row = g - a * rows;
-    const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
-    if (a > k) return;                      // not a position of this row (the same in every block)
-    if (!(temperature[row] > 0.f)) return;  // a greedy row: verify_greedy's
+    // the item (a, row, k) read from shared memory where used, not held in registers across the
+    // passes (the kernel has 64 a thread, and g is no longer blockIdx, which costs none)
+    __shared__ int item[3];
+    if (threadIdx.x == 0) {
+        const int ga = g / rows, grow = g - ga * rows;
+        item[0] = ga;
+        item[1] = grow;
+        item[2] = has_n_drafts ? rowmath::clamp_drafts(n_drafts[grow], n) : n;
+    }
+    __syncthreads();
+    const SharedInt a{item}, row{item + 1}, k{item + 2};
     const bool leader = threadIdx.x == 0 && (C == 1 || cluster_rank() == 0);
-    int* out = tokens + (long long)row * (n + 1);
+    const auto out = [&]() { return tokens + (long long)(int)row * (n + 1); };   // made where used
     int lo, hi;
     chunk4<C>(vocab, lo, hi);
     if (threadIdx.x == 0) {
@@ -232,13 +308,13 @@ __device__ __forceinline__ void verify_body(
         end.key = -1;
     }
     if (!ended_before<C>(n_accepted + row, a, sm)) {        // its barriers order the writes above
-        const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
+        const auto x = [&]() { return logits + ((long long)(int)row * (n + 1) + (int)a) * vocab; };
         const float t = temperature[row];
         const bool greedy = !(t > 0.f);
         const bool cached = !greedy && hi - lo <= cache_cap;
         float* cache = reinterpret_cast<float*>(dyn_cache);
         RowDist rd;
-        max_pass<C>(x, lo, hi, cached ? cache : nullptr, sm, rd);
+        max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         // steps 2-5 from the short path's list for a small top-k, here, while little else is held
         // in registers; the others (and a list that overflowed) run row_filter below. Clusters of
         // 2 and 4 only: at 1 and 8 the kernel spills under its 64 registers with it (ptxas)
@@ -246,7 +322,7 @@ __device__ __forceinline__ void verify_body(
         if ((C == 2 || C == 4) && !rd.bad && !greedy) {
             const int tk = top_k[row];
             if (tk > 0 && tk < vocab && tk <= kTopkFast)
-                filtered = row_filter_short<C>(cached ? cache - lo : x, lo, hi, tk, t, top_p[row], min_p[row], ssm, rd);
+                filtered = row_filter_short<C>(cached ? cache - lo : x(), lo, hi, tk, t, top_p[row], min_p[row], ssm, rd);
         }
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
@@ -254,11 +330,11 @@ __device__ __forceinline__ void verify_body(
         const bool accept_greedy = rowmath::greedy_accepts(drafted, dl, vocab, rd.amax, &fl);
         if (rd.bad || greedy) {
             if (leader) {
-                out[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
+                out()[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
                 if (rd.bad || !accept_greedy) end.key = rowmath::stop_key(a, rd.bad ? kNonFinite : fl);
             }
         } else if (!ended_before<C>(n_accepted + row, a, sm)) {
-            const float* xs = cached ? cache - lo : x;      // ids [lo, hi) from the cache
+            const float* xs = cached ? cache - lo : x();      // ids [lo, hi) from the cache
             const int tk = top_k[row];
             const float tp = top_p[row], mp = min_p[row];
             u64 before, kept;
@@ -282,10 +358,10 @@ __device__ __forceinline__ void verify_body(
                 }
             } else {
                 const float* qa = q + ((long long)row * n + a) * vocab;
-                const u64 e_d = valid ? kept_weight(rd, x, d, KeptE{}) : 0;     // x: d may lie in any chunk
+                const u64 e_d = valid ? kept_weight(rd, x(), d, KeptE{}) : 0;     // x: d may lie in any chunk
                 const double q_d = !has_q ? 1.0 : valid ? (double)qa[d] : 0.0;
                 if (valid && rowmath::accepts(philox::bits24(seed[row], pa, philox::kAccept, 0u), e_d, kept, q_d)) {
-                    if (leader) out[a] = d;
+                    if (leader) out()[a] = d;
                 } else {
                     EndWeights wf{EndWeights::kP, -1, nullptr, kept};
                     u64 run = before, total = kept;
@@ -316,25 +392,60 @@ __device__ __forceinline__ void verify_body(
                 }
             }
             __syncthreads();
-            if (end.drawn) draw<C>(xs, lo, hi, rd, sm, end.wf, end.run, draw_target(end.u24, end.total), out + a);
+            if (end.drawn) draw<C>(xs, lo, hi, rd, sm, end.wf, end.run, draw_target(end.u24, end.total), out() + a);
         }
     }
     // done: every write of this cluster (tokens, the draw's one) before the leader's atomics
     __threadfence();
     __syncthreads();
     if (C > 1) cluster_sync();
-    if (leader) {
-        int* stop = n_accepted + row;
-        if (end.key >= 0) atomicMin(stop, end.key);
-        __threadfence();
-        if (atomicAdd(flags + row, 1) == k) {               // the row's last position to finish
-            __threadfence();
-            const int word = atomicOr(stop, 0);
-            const int at = rowmath::stop_at(word);
-            *stop = at;
-            flags[row] = rowmath::stop_flags(word);
-            for (int j = at + 1; j <= n; ++j) out[j] = kPad;
-        }
+    if (leader) end_position(n_accepted, tokens, flags, row, k, n, end.key);
+}
+
+// The leader's next (position, row) of this kernel, as g = a * rows + row: items are taken in
+// position-major order over the listed rows from `queue`; a position past the row's drafts and one
+// after the row already ended (its stop word, a hint) are passed over, the latter counted as done.
+// -1: none left.
+__device__ __forceinline__ int claim_item(int* __restrict__ queue, const int* __restrict__ lists,
+                                          int* __restrict__ n_accepted, int* __restrict__ tokens,
+                                          int* __restrict__ flags, const int* __restrict__ n_drafts, int rows,
+                                          int n, int has_n_drafts) {
+    const int listed = lists[0];
+    for (;;) {
+        const int i = atomicAdd(queue, 1);
+        if (i >= (n + 1) * listed) return -1;
+        const int a = i / listed, row = lists[2 + i - a * listed];
+        const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
+        if (a > k) continue;
+        if (rowmath::stop_at(__ldcg(n_accepted + row)) >= a) return a * rows + row;
+        end_position(n_accepted, tokens, flags, row, k, n, -1);
+    }
+}
+
+// The clusters of the launch take (position, row) items from `queue` until it is empty; the
+// leader passes over the positions whose row already ended (counting them as done), so that they
+// cost an atomic, not a cluster's launch and barriers.
+template <int C, class D>
+__device__ __forceinline__ void verify_body(
+        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+        const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,
+        const int* __restrict__ n_drafts, const float* __restrict__ temperature, const int* __restrict__ top_k,
+        const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
+        const int* __restrict__ position, int rows, int n, int vocab, int has_q, int has_n_drafts, int cache_cap,
+        int* __restrict__ queue, const int* __restrict__ lists) {
+    __shared__ int claimed;
+    __shared__ u64 slot;
+    for (;;) {
+        if (threadIdx.x == 0)
+            claimed = C == 1 || cluster_rank() == 0
+                          ? claim_item(queue, lists, n_accepted, tokens, flags, n_drafts, rows, n, has_n_drafts) + 1
+                          : 0;
+        __syncthreads();
+        u64 before;
+        const int g = (int)cluster_sum<C>((u64)claimed, &slot, &before) - 1;   // rank 0's item
+        if (g < 0) return;
+        verify_item<C, D>(g, n_accepted, tokens, flags, logits, drafts, q, n_drafts, temperature, top_k, top_p,
+                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache_cap);
     }
 }
 
@@ -353,31 +464,53 @@ __device__ __forceinline__ u64 pair_key(float v, int i) {
 // low bit first, so the last block reads both. A block that finds the row already ended before
 // its position skips the read: the position's decision is then made on part of the row, but its
 // token is padding and its stop key cannot be the first.
+// The row's early end (done[(n + 1) * rows + row], atomicMin) lets the positions after a rejection
+// skip before the rejection is decided: a block whose chunk holds an id that beats the draft (or a
+// non-finite value, or that is the bonus position's) knows at once that its position ends the row,
+// long before the position's last block decides it; it checks a quarter of the way through its
+// chunk and again at the end. A position after the early end comes after
+// the row's first ending position, so skipping it is the same as skipping after the stop word.
 template <class D>
-__device__ __forceinline__ void verify_greedy_body(
-        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+__device__ __forceinline__ void verify_greedy_item(
+        int w, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
         const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
-        int vocab, int has_n_drafts, int slices, int per) {
-    const int g = blockIdx.x / slices, s = blockIdx.x - g * slices;
-    const int a = g / rows, row = g - a * rows;
-    if (temperature[row] > 0.f) return;     // the cluster kernel's row
+        int vocab, int has_n_drafts, int slices, int per, const int* __restrict__ lists) {
+    const int listed = lists[1];            // greedy rows
+    const int i = w / slices, s = w - i * slices;
+    const int a = i / listed, row = lists[2 + rows + i - a * listed];
+    const int g = a * rows + row;           // the (position, row) slot
     const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
     if (a > k) return;
     int* stop = n_accepted + row;
+    int* early = done + (long long)(n + 1) * rows + row;
     __shared__ int skip;
+    __shared__ u64 draft_key;               // pair_key of the draft; 0 (below every pair): no valid draft
     __shared__ float sv[kGreedyThreads / 32];
     __shared__ int si[kGreedyThreads / 32];
-    if (threadIdx.x == 0) skip = rowmath::stop_at(__ldcg(stop)) < a;   // a hint: the row ended before a
+    const bool drafted = a < k;
+    long long dl = -1;
+    if (threadIdx.x == 0) {                 // hints: the row ended before a
+        skip = rowmath::stop_at(__ldcg(stop)) < a || __ldcg(early) < a;
+        dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
+        draft_key = !skip && dl >= 0 && dl < vocab
+                        ? pair_key(__ldcg(logits + ((long long)row * (n + 1) + a) * vocab + dl), (int)dl) : 0;
+    }
     __syncthreads();
     int bad = 0;
     if (!skip) {
         const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
         const int lo = min(vocab, s * per), hi = min(vocab, lo + per);
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         float lmax = neg_inf();
         int amax = 0x7fffffff;
-        scan_max<kGreedyThreads>(x, lo, hi, nullptr, lmax, amax, bad);
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        // the first quarter, then the early end if any of it beats the draft (or is not finite, or
+        // there is no valid draft), then the rest: the hint goes out a quarter of the way in
+        const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
+        scan_max<kGreedyThreads>(x, lo, mid, nullptr, lmax, amax, bad);
+        if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
+            atomicMin(early, a);
+        scan_max<kGreedyThreads>(x, mid, hi, nullptr, lmax, amax, bad);
         warp_best(lmax, amax);
         if (lane == 0) {
             sv[warp] = lmax;
@@ -386,7 +519,11 @@ __device__ __forceinline__ void verify_greedy_body(
         bad = __syncthreads_or(bad);
         if (threadIdx.x == 0) {
             for (int w = 1; w < kGreedyThreads / 32; ++w) take_better(lmax, amax, sv[w], si[w]);
-            if (lo < hi) atomicMax(best + g, pair_key(lmax, amax));
+            if (lo < hi) {
+                const u64 key = pair_key(lmax, amax);
+                atomicMax(best + g, key);
+                if (bad || key > draft_key) atomicMin(early, a);
+            }
         }
     }
     if (threadIdx.x != 0) return;
@@ -401,20 +538,36 @@ __device__ __forceinline__ void verify_greedy_body(
     const int amax = key ? (int)(0xffffffffu - (u32)key) : 0;
     const int is_bad = (total & 1) | (lmax == neg_inf());
     int* out = tokens + (long long)row * (n + 1);
-    const bool drafted = a < k;
-    const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
+    dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
     int fl;
     const bool accept = rowmath::greedy_accepts(drafted, dl, vocab, amax, &fl);
     out[a] = accept && !is_bad ? (int)dl : amax;
-    if (is_bad || !accept) atomicMin(stop, rowmath::stop_key(a, is_bad ? kNonFinite : fl));
-    __threadfence();
-    if (atomicAdd(flags + row, 1) == k) {   // the row's last position to finish (as the cluster kernel)
-        __threadfence();
-        const int word = atomicOr(stop, 0);
-        const int at = rowmath::stop_at(word);
-        *stop = at;
-        flags[row] = rowmath::stop_flags(word);
-        for (int j = at + 1; j <= n; ++j) out[j] = kPad;
+    end_position(n_accepted, tokens, flags, row, k, n,
+                 is_bad || !accept ? rowmath::stop_key(a, is_bad ? kNonFinite : fl) : -1);
+}
+
+// The blocks of the launch (about as many as are resident at once) take the items w = i * S + s
+// (slice s of the i-th (position, listed greedy row), position-major) from `queue` in order, each claiming its next item while it works on
+// this one: a skipped item costs a block a few barriers, not a block's launch (which is what
+// skipped positions cost when every item was a block of its own).
+template <class D>
+__device__ __forceinline__ void verify_greedy_body(
+        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+        const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
+        const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
+        int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) {
+    __shared__ int claimed[2];
+    const int total = (n + 1) * lists[1] * slices;
+    if (threadIdx.x == 0) claimed[0] = atomicAdd(queue, 1);
+    __syncthreads();
+    int w = claimed[0], b = 0;
+    while (w < total) {
+        if (threadIdx.x == 0) claimed[b ^ 1] = atomicAdd(queue, 1);
+        verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,
+                              n, vocab, has_n_drafts, slices, per, lists);
+        __syncthreads();                    // the next claim seen; this item's shared memory free again
+        b ^= 1;
+        w = claimed[b];
     }
 }
 
@@ -423,9 +576,9 @@ __device__ __forceinline__ void verify_greedy_body(
     NAME(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                          \
          const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,         \
          const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,   \
-         int vocab, int has_n_drafts, int slices, int per) {                                                       \
+         int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) { \
         verify_greedy_body<D>(n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,  \
-                              n, vocab, has_n_drafts, slices, per);                                                \
+                              n, vocab, has_n_drafts, slices, per, queue, lists);                                  \
     }
 
 VERIFY_GREEDY_KERNEL(verify_greedy_i32, int)
@@ -438,9 +591,9 @@ VERIFY_GREEDY_KERNEL(verify_greedy_i64, long long)
                 const int* __restrict__ n_drafts, const float* __restrict__ temperature,                           \
                 const int* __restrict__ top_k, const float* __restrict__ top_p, const float* __restrict__ min_p,    \
                 const u64* __restrict__ seed, const int* __restrict__ position, int rows, int n, int vocab,        \
-                int has_q, int has_n_drafts, int cache) {                                                          \
+                int has_q, int has_n_drafts, int cache, int* __restrict__ queue, const int* __restrict__ lists) {   \
         verify_body<C, D>(n_accepted, tokens, flags, logits, drafts, q, n_drafts, temperature, top_k, top_p,       \
-                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache);                      \
+                          min_p, seed, position, rows, n, vocab, has_q, has_n_drafts, cache, queue, lists);        \
     }
 
 VERIFY_KERNEL(verify_i32, int, 1)

@@ -1,8 +1,9 @@
 """Speculative verification and plain sampling behind one entry point (rules in
 reference/speculative.py; kernel: cuda_src/speculative.cu). NumPy logits run the reference; CuPy
-logits run verify_init, then verify_greedy_<i32|i64> for the greedy rows (S small blocks per
-(position, row), no clusters) and verify_<i32|i64>_c<C> for the others (one cluster of C blocks per
-(position, row)), every position of every row at once, joined by a per-row stop word (see
+logits run verify_init (which also lists the greedy rows and the others), then verify_greedy_<i32|i64>
+for the greedy rows (S small items per (position, row), no clusters) and verify_<i32|i64>_c<C> for
+the others (one cluster of C blocks per (position, row) item), each kernel's resident blocks taking
+its items from a queue in position-major order, the positions joined by a per-row stop word (see
 speculative.cu); or sample_rows' launch when there are no drafts. n_accepted and flags serve as the
 rows' stop words and done counts during the launch, so they must be distinct arrays.
 
@@ -35,7 +36,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel
+from ..kernels.build import get_kernel, sm_count
 from ..reference import speculative as ref
 from ._check import F32, I32, check, check_out, fail
 from ._dispatch import host_result, is_host, no_kernel
@@ -49,6 +50,7 @@ INVALID_DRAFT = 4           # flag bit (device inputs only): a draft id outside 
 VERIFY_CLUSTERS = (1, 2, 4, 8)             # the C of verify_*_c<C>: blocks per (position, row)
 VERIFY_MIN_BLOCKS = 264                     # spread few rows over at least two blocks per SM (132 on an H200)
 GREEDY_THREADS = 256                        # kGreedyThreads in speculative.cu
+INIT_THREADS = 1024                         # kInitThreads
 GREEDY_IDS = 16384                          # ids per block of verify_greedy (64 KB of logits)
 
 
@@ -62,14 +64,19 @@ def greedy_slices(vocab: int) -> tuple[int, int]:
 _slots: dict = {}
 
 
-def _greedy_slots(rows: int, n1: int):
-    """verify_greedy's per-position slots (best u64, done int32; rows * n1 each), one persistent
-    pair per (device, stream, shape): verify_init resets them on the stream before each use, and a
+def _verify_slots(rows: int, n1: int):
+    """The verification's device state: (best, done, queues, lists). best u64 and done int32 are
+    verify_greedy's per-position slots (rows * n1 each), done followed by each row's early end;
+    queues the two kernels' item counters (the cluster kernel's, verify_greedy's); lists the rows
+    at temperature > 0 and the others (counts, then rows * 2 ids). One persistent set per (device,
+    stream, shape): verify_init resets and fills them on the stream before each use, and a
     captured graph keeps pointing at the same memory."""
     import cupy
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, rows, n1)
     if key not in _slots:
-        _slots[key] = (cupy.zeros(rows * n1, np.uint64), cupy.zeros(rows * n1, np.int32))
+        ints = cupy.zeros(rows * (n1 + 1) + 2 + 2 + 2 * rows, np.int32)
+        done_n = rows * (n1 + 1)
+        _slots[key] = (cupy.zeros(rows * n1, np.uint64), ints[:done_n], ints[done_n:done_n + 2], ints[done_n + 2:])
     return _slots[key]
 
 
@@ -89,6 +96,25 @@ def verify_shape(rows: int, n: int, vocab: int, smem_budget: int) -> tuple[int, 
     while c < VERIFY_CLUSTERS[-1] and (n + 1) * rows * c < VERIFY_MIN_BLOCKS:
         c *= 2
     return c, chunk_ids(vocab, c) if fits else 0
+
+
+def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
+    """Clusters of the cluster kernel's launch: one an item at most, and about as many as fit at
+    once by threads and shared memory an SM (its clusters take their items from a queue: the ones
+    that do not fit start when the first leave, at the queue's end, and find it empty)."""
+    import cupy
+    attrs = cupy.cuda.Device().attributes
+    static = get_kernel("speculative", "verify_i32_c1").fn.shared_size_bytes
+    by_smem = attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + static + 1024)    # 1 KB reserved a block
+    per_sm = max(1, min(2048 // THREADS, by_smem))
+    return max(1, min((n + 1) * rows, per_sm * sm_count() // c))
+
+
+def _resident_greedy_blocks() -> int:
+    """verify_greedy blocks the device holds at once by threads (registers allow fewer): the
+    launch's size, since its blocks take their items from a queue; the blocks that do not fit start
+    when the first ones leave, at the queue's end, and find it empty."""
+    return 2048 // GREEDY_THREADS * sm_count()
 
 
 @cache
@@ -227,11 +253,12 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
     if rows:
         c, cache = verify_shape(rows, n, vocab, _smem_budget(logits.device.id))
         kind = "i64" if drafts.dtype == np.int64 else "i32"
-        best, done = _greedy_slots(rows, n + 1)
+        best, done, queues, lists = _verify_slots(rows, n + 1)
         k_arg = positions if n_drafts is None else n_drafts
         get_kernel("speculative", "verify_init")(
-            ((rows + 255) // 256,), (256,),
-            (out[0], out[2], k_arg, best, done, np.int32(rows), np.int32(n), np.int32(n_drafts is not None)))
+            (1,), (INIT_THREADS,),
+            (out[0], out[2], k_arg, params.temperature, best, done, queues, lists, np.int32(rows), np.int32(n),
+             np.int32(n_drafts is not None)))
         # greedy rows on verify_greedy, the others on the cluster kernel; both launch unless the
         # parameters are a host list that says one of them has no row (device parameters may change
         # under a captured graph)
@@ -239,9 +266,10 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         if greedy is None or any(greedy):
             slices, per = greedy_slices(vocab)
             get_kernel("speculative", f"verify_greedy_{kind}")(
-                ((n + 1) * rows * slices,), (GREEDY_THREADS,),
+                (min((n + 1) * rows * slices, _resident_greedy_blocks()),), (GREEDY_THREADS,),
                 (out[0], out[1], out[2], logits, drafts, k_arg, params.temperature, best, done, np.int32(rows),
-                 np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per)))
+                 np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per),
+                 queues[1:], lists))
         if greedy is not None and all(greedy):
             return tuple(out)
         kern = get_kernel("speculative", f"verify_{kind}_c{c}")
@@ -249,10 +277,11 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         if kern.fn.max_dynamic_shared_size_bytes < smem:
             kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
             kern.fn.preferred_shared_memory_carveout = 100
-        kern(((n + 1) * rows * c,), (THREADS,),
+        kern((verify_clusters(rows, n, c, smem) * c,), (THREADS,),
              (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
               k_arg, params.temperature, params.top_k, params.top_p,
               params.min_p, params.seed, positions, np.int32(rows), np.int32(n), np.int32(vocab),
-              np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache)),
+              np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache),
+              queues, lists),
              shared_mem=smem)
     return tuple(out)
