@@ -394,6 +394,85 @@ __device__ __forceinline__ void list_draw(const ListEntry& le, u64 mine, int n, 
     if (le.lead && mine && c <= target && target < c + mine) *dst = le.id;   // exactly one entry
 }
 
+// Steps 2-6 by one warp on a list of n <= kWarpList entries (lane holds entries lane and lane + 32):
+// list_weights' weights and thresholds and list_draw's pick by the same rules, with shuffles in
+// place of the block's barriers. Every sum is of integers and the thresholds are maxima, so the
+// token is list_draw's. Every lane of the warp calls it; the drawn entry's lane writes *dst.
+constexpr int kWarpList = 64;
+
+__device__ __forceinline__ u64 shfl_u64(u64 v, int src) {
+    return ((u64)__shfl_sync(0xffffffffu, (u32)(v >> 32), src) << 32) | __shfl_sync(0xffffffffu, (u32)v, src);
+}
+__device__ __forceinline__ u64 warp_sum_u64(u64 v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += shfl_u64(v, (threadIdx.x & 31) ^ o);
+    return v;
+}
+
+__device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_p, float min_p, float lmax,
+                                               u32 u24, const TopkWork& w, int* dst) {
+    const int lane = threadIdx.x & 31;
+    float l[2], e[2];
+    int id[2];
+    bool kept[2];
+    u64 E[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int j = lane + 32 * h;
+        l[h] = j < n ? w.lval[j] : neg_inf();          // padding: never larger than an entry
+        id[h] = j < n ? w.lid[j] : 0x7fffffff;
+    }
+    // 2. top-k: kept when fewer than k entries are larger
+    int gt[2] = {0, 0};
+#pragma unroll 4
+    for (int src = 0; src < 32; ++src) {
+        const float a = __shfl_sync(0xffffffffu, l[0], src), b = __shfl_sync(0xffffffffu, l[1], src);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) gt[h] += (a > l[h]) + (b > l[h]);
+    }
+    // 3. e and E of the kept entries, S their sum
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        kept[h] = lane + 32 * h < n && gt[h] < k;
+        e[h] = kept[h] ? exp_rel(l[h], lmax, t) : 0.f;
+        E[h] = kept[h] ? fixed(e[h]) : 0ull;
+    }
+    const u64 s = warp_sum_u64(E[0] + E[1]);
+    // 4. top-p: the largest e of a kept entry whose weight of e-values >= it reaches the target
+    float e_min = 0.f;
+    if (top_p < 1.f) {
+        double want = ceil((double)top_p * (double)s);
+        want = want < 1.0 ? 1.0 : (want > (double)s ? (double)s : want);
+        const float le0 = kept[0] ? e[0] : -1.f, le1 = kept[1] ? e[1] : -1.f;
+        u64 above[2] = {0, 0};
+#pragma unroll 2
+        for (int src = 0; src < 32; ++src) {
+            const float ea = __shfl_sync(0xffffffffu, le0, src), eb = __shfl_sync(0xffffffffu, le1, src);
+            const u64 wa = shfl_u64(E[0], src), wb = shfl_u64(E[1], src);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) above[h] += (ea >= e[h] ? wa : 0ull) + (eb >= e[h] ? wb : 0ull);
+        }
+        float m = fmaxf(kept[0] && above[0] >= (u64)want ? e[0] : 0.f, kept[1] && above[1] >= (u64)want ? e[1] : 0.f);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        e_min = m;
+    }
+    // 5. min-p; 6. the draw over the weights in id order
+    e_min = fminf(fmaxf(e_min, min_p), 1.f);
+    const u64 w0 = kept[0] && e[0] >= e_min ? E[0] : 0ull, w1 = kept[1] && e[1] >= e_min ? E[1] : 0ull;
+    const u64 target = draw_target(u24, warp_sum_u64(w0 + w1));
+    u64 c[2] = {0, 0};
+#pragma unroll 2
+    for (int src = 0; src < 32; ++src) {
+        const int ia = __shfl_sync(0xffffffffu, id[0], src), ib = __shfl_sync(0xffffffffu, id[1], src);
+        const u64 wa = shfl_u64(w0, src), wb = shfl_u64(w1, src);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) c[h] += (ia < id[h] ? wa : 0ull) + (ib < id[h] ? wb : 0ull);
+    }
+    if (w0 && c[0] <= target && target < c[0] + w0) *dst = id[0];       // exactly one entry
+    if (w1 && c[1] <= target && target < c[1] + w1) *dst = id[1];
+}
+
 // ---------------------------------------------------------------- sample_rows' short path
 
 // The token of a finite row at temperature t > 0 with 0 < k <= kTopkFast, k < vocab, after
@@ -410,6 +489,14 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
     const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
+    if (n <= (u32)kWarpList) {              // a short list: one warp, no block barriers
+        if (threadIdx.x < 32) {
+            list_draw_warp((int)n, k, t, top_p, min_p, rd.lmax, u24, w, token);
+            if (threadIdx.x == 0) *flag = 0;
+            TOPK_CLOCK(11);
+        }
+        return true;
+    }
 #ifdef GLIMMER_TOPK_CLOCKS
     // the last block's steps twice (the same result): the second from a warm instruction cache;
     // stamps 12-15 keep the first's 8-11, stamp 16 the second's start
