@@ -168,11 +168,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         ++n_early;
     }
     STAMP(1);
-#ifdef GLIMMER_ATTN_RELEASE_AT_END
-    pdl_wait_only();                  // the next kernel's early weight loads wait for the block end
-#else
     pdl_wait();
-#endif
     STAMP(2);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)
@@ -265,9 +261,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     cp_wait<0>();                                     // the empty groups
     __syncthreads();                                  // every warp's copies have landed and been read
     STAMP(5);
-#ifdef GLIMMER_ATTN_RELEASE_AT_END
-    pdl_release();
-#endif
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                              counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
     end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
