@@ -15,8 +15,7 @@
 // the target, as select_from_top finds it), so the token is the one the long path draws. When the
 // list would exceed kTopkList entries (many ties at the bound, or -inf logits around it), every
 // block of the cluster learns it from the same count and the row takes the long path.
-// row_filter_short (at the end) gives the verification kernel (speculative.cu) row_filter's two
-// thresholds from the same list.
+// The verification kernel (speculative.cu: verify_list) decides its positions from the same list.
 #pragma once
 #include "sampling_rows.cuh"
 
@@ -519,45 +518,4 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
     }
 #endif
     return true;
-}
-
-// ---------------------------------------------------------------- row_filter from the list
-
-// Steps 2-5 of a finite row at temperature t > 0 with 0 < k <= kTopkFast, k < vocab, for callers
-// that go on with weight sums and draws over the chunk (verify_body, speculative.cu): rd's t, kth
-// and e_min exactly as row_filter<C> sets them, from the short path's list (rank 0 computes them by
-// list_weights and publishes them in its TopkPub), and no list of row_filter's (rd.listed false).
-// x[i] for the block's ids i of [lo, hi) may be any copy of them (the chunk in shared memory will
-// do); their maxima are read again for the group bound. Returns false, in every block alike, when
-// the list overflowed: the caller then runs row_filter. Every thread of every block of the cluster
-// calls it; it ends on a cluster barrier, after which no block reads another's union (the long
-// path's Smem is free); only TopkPub, outside the union, is read across blocks after it.
-template <int C>
-__device__ __forceinline__ bool row_filter_short(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                 float top_p, float min_p, SampleSmem& sm, RowDist& rd) {
-    TopkWork& w = sm.fast;
-    float tmax;                             // step 1 again: rd's values do not change, the group maxima are new
-    const int g = topk_group_lanes<C>(k);
-    row_max_groups<C>(x, lo, hi, g, sm, rd, &tmax);
-    const float tau = group_bound(C * (kThreads / g), k, w);
-    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
-    if (n > (u32)kTopkList) return false;   // the same count in every block
-    const bool rank0 = C == 1 || cluster_rank() == 0;
-    if (rank0) {
-        u64 total;
-        float kth, e_min;
-        list_weights((int)n, k, t, top_p, min_p, rd.lmax, w, &total, &kth, &e_min);
-        if (threadIdx.x == 0) {
-            sm.pub.kth = kth;
-            sm.pub.e_min = e_min;
-        }
-    }
-    if (C == 1) __syncthreads();
-    else cluster_sync();                    // rank 0's thresholds published
-    rd.t = t;
-    rd.kth = C == 1 ? sm.pub.kth : __uint_as_float(ld_cluster_u32(map_rank(smem_addr(&sm.pub.kth), 0)));
-    rd.e_min = C == 1 ? sm.pub.e_min : __uint_as_float(ld_cluster_u32(map_rank(smem_addr(&sm.pub.e_min), 0)));
-    rd.n = 0;
-    rd.listed = false;
-    return true;                            // nothing of the union is read remotely after the barrier
 }

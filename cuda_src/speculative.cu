@@ -30,22 +30,24 @@
 // also lowers its early end as soon as one block sees its draft beaten (verify_greedy below).
 //
 // A position a reads its logits row once for max/argmax/non-finite (step 1 of sampling.cu),
-// in float4 loads, 4 in flight per thread; a stochastic row keeps its chunk in shared memory
-// (`cache` floats per block, 0: the chunk does not fit and the later passes read global memory)
-// so that the filtering passes read shared memory. Then:
+// in float4 loads, 4 in flight per thread. Then:
 //   - a non-finite row: it ends with its argmax, flag 1;
 //   - greedy: accept iff the draft is the argmax, else end with the argmax;
-//   - stochastic: steps 2-5 (top-k, top-p, min-p; lists when top-k is on; a plain temperature
-//     row skips them and sums K in the same pass as S; with 0 < top-k <= kTopkFast and clusters of
-//     2 or 4, the thresholds come from sample_rows' short list, sampling_topk.cuh:
-//     row_filter_short, the same values with no radix passes) and K = sum of kept E, then E(d) and q(d)
-//     (one float each) and accept iff u < (E(d) / K) / q(d) in float64 (u = uniform(seed,
-//     pos + a, ACCEPT)). Ending positions draw their token:
+//   - stochastic with 0 < top-k <= kTopkFast: the first read also takes the
+//     group maxima of sample_rows' short path (sampling_topk.cuh), a second read gathers the list
+//     of logits at or above their bound into rank 0, and rank 0 decides the position from the list
+//     alone (verify_list: the same weights, tests and draws as below, on the listed ids);
+//   - other stochastic rows (and a list that overflowed) keep the block's chunk in shared memory
+//     (`cache` floats per block, 0: the chunk does not fit and the later passes read global memory)
+//     and run steps 2-5 (top-k, top-p, min-p; a plain temperature row skips them and sums K in the
+//     same pass as S) and K = sum of kept E, then E(d) and q(d) (one float each) and accept iff
+//     u < (E(d) / K) / q(d) in float64 (u = uniform(seed, pos + a, ACCEPT)). Ending positions draw
+//     their token:
 //       a = k: the bonus, step 6 over E with uniform(seed, pos + k, SAMPLE): sample_rows' draw;
 //       a rejected point-mass draft: step 6 over E without d (K - E(d); before this block's
 //       chunk, `before` less E(d) if d lies there), p itself if that is empty;
-//       a rejected draft with q: one more pass over the kept ids (their list when it holds them)
-//       summing W = max(0, E - floor(q K)) (row_math.cuh), then step 6 over W; p if W is 0.
+//       a rejected draft with q: one more pass over the kept ids summing W = max(0, E - floor(q K))
+//       (row_math.cuh), then step 6 over W (uniform(seed, pos + a, RESIDUAL)); p if W is 0.
 // Each cluster then counts itself done in the row's count (flags); the last of the row's k + 1
 // writes n_accepted = a and flags from the stop word and pads tokens after a. Only the ending
 // position a's token and the accepted drafts before it survive: a later position that ran
@@ -56,7 +58,7 @@
 // from p, or from max(0, p - q)), n_drafts is clamped to [0, n], and q entries that are negative or
 // NaN act as 0 in the test and in the residual. Every written token is still a valid id.
 #include "sampling_rows.cuh"
-#include "sampling_topk.cuh"          // row_filter_short: steps 2-5 for rows with a small top-k
+#include "sampling_topk.cuh"          // the short path's list, for rows with a small top-k
 
 using rowmath::kNonFinite;
 using rowmath::kZeroQDraft;
@@ -75,6 +77,68 @@ struct EndWeights {
         return rowmath::residual_weight(e, q[i], kept);
     }
 };
+
+// Steps 2-6 of a stochastic position from the short path's list (sampling_topk.cuh), after
+// row_max_groups<C>(x, lo, hi, topk_group_lanes<C>(k), ...): the list holds every id top-k keeps,
+// so E(d) is its entry's weight (0 when d is not listed: its logit is below the bound, so below
+// the k-th), K is the list's total, and every end draws over the list's weights (p, p without d, or
+// max(0, E - floor(q K)) at the listed ids: outside the kept set E is 0 and so is the residual),
+// with the long path's uniforms, tests and fallbacks, so the token is the one the long path gives.
+// Returns false in every block alike when the list overflowed (the caller runs the long path);
+// otherwise rank 0 writes out[0] (position a's token) if the position accepts or draws, and *key
+// (its stop key, left as it is on acceptance), and the other blocks return at once.
+template <int C>
+__device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo, int hi, int k, float t, float top_p,
+                                         float min_p, float tmax, const RowDist& rd, SampleSmem& sm, long long dl,
+                                         bool drafted, int fl, const float* __restrict__ qa, u64 seed, u32 pa, int a,
+                                         int* out, int* key) {
+    TopkWork& w = sm.fast;
+    const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
+    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
+    if (n > (u32)kTopkList) return false;   // the same count in every block
+    if (C > 1 && cluster_rank() != 0) return true;
+    __shared__ u64 e_d;
+    if (threadIdx.x == 0) e_d = 0;
+    u64 kept;
+    const ListEntry le = list_weights((int)n, k, t, top_p, min_p, rd.lmax, w, &kept);   // its barriers order e_d's
+    const int d = drafted && fl == 0 ? (int)dl : -1;         // fl: a drafted id outside [0, vocab)
+    if (le.lead && le.id == d) e_d = le.w;
+    __syncthreads();
+    u64 mine = le.w, total = kept;
+    u32 u24;
+    int end_key;
+    if (!drafted) {                         // every draft accepted: the bonus, as sample_rows draws it
+        u24 = philox::bits24(seed, pa, philox::kSample, 0u);
+        end_key = rowmath::stop_key(a, 0);
+    } else {
+        const double q_d = !qa ? 1.0 : d >= 0 ? (double)qa[d] : 0.0;
+        if (d >= 0 && rowmath::accepts(philox::bits24(seed, pa, philox::kAccept, 0u), e_d, kept, q_d)) {
+            if (threadIdx.x == 0) *out = d;
+            return true;
+        }
+        if (!qa) {                          // excluded-token correction; p itself if only d was kept
+            if (kept - e_d) {
+                mine = le.id == d ? 0 : le.w;
+                total = kept - e_d;
+            }
+        } else {                            // residual correction; p itself if max(0, p - q) = 0
+            const u64 r = le.w ? rowmath::residual_weight(le.w, qa[le.id], kept) : 0;
+            const u64 rs = block_sum(le.lead ? r : 0ull, w.sh);
+            if (rs) {
+                mine = r;
+                total = rs;
+            }
+        }
+        u24 = philox::bits24(seed, pa, philox::kResidual, 0u);
+        end_key = rowmath::stop_key(a, fl | (qa && d >= 0 && q_d == 0.0 ? kZeroQDraft : 0));
+    }
+    __syncthreads();                        // every read of w.lw is done
+    if (le.lead) w.lw[le.sg.j] = mine;
+    __syncthreads();
+    list_draw(le, mine, (int)n, draw_target(u24, total), w, out);
+    if (threadIdx.x == 0) *key = end_key;
+    return true;
+}
 
 // verify_init's block (one, walking the rows in steps of its size).
 constexpr int kInitThreads = 1024;
@@ -311,19 +375,15 @@ __device__ __forceinline__ void verify_item(
         const auto x = [&]() { return logits + ((long long)(int)row * (n + 1) + (int)a) * vocab; };
         const float t = temperature[row];
         const bool greedy = !(t > 0.f);
-        const bool cached = !greedy && hi - lo <= cache_cap;
+        // a small top-k: step 1 with the group maxima, then steps 2-6 on the short path's list
+        const int tk0 = top_k[row];
+        const bool short_k = !greedy && tk0 > 0 && tk0 < vocab && tk0 <= kTopkFast;
+        const bool cached = !greedy && !short_k && hi - lo <= cache_cap;
         float* cache = reinterpret_cast<float*>(dyn_cache);
         RowDist rd;
-        max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
-        // steps 2-5 from the short path's list for a small top-k, here, while little else is held
-        // in registers; the others (and a list that overflowed) run row_filter below. Clusters of
-        // 2 and 4 only: at 1 and 8 the kernel spills under its 64 registers with it (ptxas)
-        bool filtered = false;
-        if ((C == 2 || C == 4) && !rd.bad && !greedy) {
-            const int tk = top_k[row];
-            if (tk > 0 && tk < vocab && tk <= kTopkFast)
-                filtered = row_filter_short<C>(cached ? cache - lo : x(), lo, hi, tk, t, top_p[row], min_p[row], ssm, rd);
-        }
+        float tmax = neg_inf();
+        if (short_k) row_max_groups<C>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax);
+        else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
         int fl;
@@ -333,7 +393,13 @@ __device__ __forceinline__ void verify_item(
                 out()[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
                 if (rd.bad || !accept_greedy) end.key = rowmath::stop_key(a, rd.bad ? kNonFinite : fl);
             }
+        } else if (short_k && verify_list<C>(x(), lo, hi, tk0, t, top_p[row], min_p[row], tmax, rd, ssm,
+                                             dl, drafted, fl, has_q ? q + ((long long)row * n + a) * vocab : nullptr,
+                                             seed[row], (u32)position[row] + (u32)a, a, out() + a, &end.key)) {
+            // the list held every kept id: the position is decided
         } else if (!ended_before<C>(n_accepted + row, a, sm)) {
+            // the long path, and a short-k row whose list overflowed (every block alike: the list's
+            // shared memory is free again after gather_list's last barrier)
             const float* xs = cached ? cache - lo : x();      // ids [lo, hi) from the cache
             const int tk = top_k[row];
             const float tp = top_p[row], mp = min_p[row];
@@ -341,7 +407,7 @@ __device__ __forceinline__ void verify_item(
             if (!(tk > 0 && tk < vocab) && !(tp < 1.f) && !(mp > 0.f)) {
                 kept = plain_sum<C>(xs, lo, hi, t, sm, rd, &before);
             } else {
-                if (!filtered) row_filter<C>(xs, lo, hi, vocab, t, tk, tp, mp, sm, rd);
+                row_filter<C>(xs, lo, hi, vocab, t, tk, tp, mp, sm, rd);
                 kept = weight_sum<C>(xs, lo, hi, rd, sm, KeptE{}, &before);
             }
             const u32 pa = (u32)position[row] + (u32)a;

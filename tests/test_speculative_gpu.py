@@ -225,6 +225,45 @@ def test_launch_shape_independence(monkeypatch, c, cache):
 
 @gpu
 @pytest.mark.parametrize("q_full", [False, True])
+def test_short_list_positions_equal_the_long_path(monkeypatch, q_full):
+    """Rows with a small top-k decide their positions from the short path's list at C = 2 and 4
+    and by the chunk passes at C = 1 and 8: the same tokens, counts and flags, including zero-q
+    and out-of-range device drafts, rows that accept everything (the bonus), and lists that
+    overflow (ties at the bound: the long path after all)."""
+    import cupy
+    from glimmer_cupy.ops import speculative as spec
+    rng = np.random.default_rng(29 + q_full)
+    rows, n, vocab = 20, 15, 30011
+    x, params, pos, drafts, q, n_drafts = make_case(rng, rows, n, vocab, q_full)
+    for r in range(rows):
+        params[r] = SamplingParams(float(rng.choice([0.6, 1.0])), int(rng.choice([1, 5, 50, 256])),
+                                   float(rng.choice([1.0, 0.8])), float(rng.choice([0.0, 0.02])), seed=100 + r)
+    x[0] = np.round(x[0])                                   # a few values: lists overflow at the bound
+    x[1, :, :3000] = x[1].max()                             # 3000 ties at the top
+    drafts[2] = np.argmax(x[2, :n], axis=-1)               # long accepted runs, often the bonus
+    drafts[3, 4] = vocab + 5                                # out of range (device drafts: unchecked)
+    drafts[4, 0] = -3
+    if q is not None:
+        q[5, 0, drafts[5, 0]] = 0.0                        # q(d) = 0: rejected, flag 2
+    d = cupy.asarray(drafts)
+    outs = {}
+    for c in (1, 2, 4, 8):
+        monkeypatch.setattr(spec, "verify_shape", lambda r, n_, v, budget, c=c: (c, spec.chunk_ids(v, c)))
+        outs[c] = run_gpu(x, params, pos, d, q, n_drafts)
+    for c in (1, 2, 4):
+        for g, b in zip(outs[c], outs[8]):
+            np.testing.assert_array_equal(g, b, err_msg=f"C = {c} against C = 8")
+    assert outs[8][2][3] & spec.INVALID_DRAFT or outs[8][0][3] < 4 or (n_drafts is not None and n_drafts[3] <= 4)
+    assert outs[8][2][4] & spec.INVALID_DRAFT or (n_drafts is not None and n_drafts[4] == 0)
+    keep = [r for r in range(rows) if r not in (3, 4)]
+    sub = lambda a: a[keep]
+    monkeypatch.undo()
+    compare(sub(x), [params[r] for r in keep], sub(pos), sub(drafts), None if q is None else sub(q),
+            None if n_drafts is None else sub(n_drafts))
+
+
+@gpu
+@pytest.mark.parametrize("q_full", [False, True])
 def test_plain_temperature_rows(q_full):
     """Rows without top-k, top-p or min-p: no selects, and K is summed in the pass that sums S."""
     rng = np.random.default_rng(19 + q_full)
