@@ -59,6 +59,7 @@
 // NaN act as 0 in the test and in the residual. Every written token is still a valid id.
 #include "sampling_rows.cuh"
 #include "sampling_topk.cuh"          // the short path's list, for rows with a small top-k
+#include "stamps.cuh"                 // per-item stage stamps (bench/probe_verify.py)
 
 using rowmath::kNonFinite;
 using rowmath::kZeroQDraft;
@@ -94,7 +95,9 @@ __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo,
                                          int* out, int* key) {
     TopkWork& w = sm.fast;
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
+    STAMP_AT(3);
     const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
+    STAMP_AT(4);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
     __shared__ u64 e_d;
@@ -104,6 +107,7 @@ __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo,
     const int d = drafted && fl == 0 ? (int)dl : -1;         // fl: a drafted id outside [0, vocab)
     if (le.lead && le.id == d) e_d = le.w;
     __syncthreads();
+    STAMP_AT(5);
     u64 mine = le.w, total = kept;
     u32 u24;
     int end_key;
@@ -136,6 +140,7 @@ __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo,
     if (le.lead) w.lw[le.sg.j] = mine;
     __syncthreads();
     list_draw(le, mine, (int)n, draw_target(u24, total), w, out);
+    STAMP_AT(6);
     if (threadIdx.x == 0) *key = end_key;
     return true;
 }
@@ -363,6 +368,8 @@ __device__ __forceinline__ void verify_item(
     }
     __syncthreads();
     const SharedInt a{item}, row{item + 1}, k{item + 2};
+    STAMP_SLOT(g * C + (C == 1 ? 0 : cluster_rank()));
+    STAMP_AT(0);
     const bool leader = threadIdx.x == 0 && (C == 1 || cluster_rank() == 0);
     const auto out = [&]() { return tokens + (long long)(int)row * (n + 1); };   // made where used
     int lo, hi;
@@ -382,8 +389,10 @@ __device__ __forceinline__ void verify_item(
         float* cache = reinterpret_cast<float*>(dyn_cache);
         RowDist rd;
         float tmax = neg_inf();
+        STAMP_AT(1);
         if (short_k) row_max_groups<C>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax);
         else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
+        STAMP_AT(2);
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
         int fl;
@@ -465,7 +474,9 @@ __device__ __forceinline__ void verify_item(
     __threadfence();
     __syncthreads();
     if (C > 1) cluster_sync();
+    STAMP_AT(7);
     if (leader) end_position(n_accepted, tokens, flags, row, k, n, end.key);
+    STAMP_AT(8);
 }
 
 // The leader's next (position, row) of this kernel, as g = a * rows + row: items are taken in

@@ -16,6 +16,20 @@ __device__ __forceinline__ void stamp(int i) {
     }
 }
 #define STAMP(i) stamp(i)
+// a kernel whose blocks take several work items stamps per item: STAMP_SLOT(s) names the row s of
+// glimmer_stamps that this block's STAMP_AT(i) then write
+__shared__ unsigned glimmer_stamp_slot;
+__device__ __forceinline__ void stamp_at(int i) {
+    if (threadIdx.x == 0 && threadIdx.y == 0 && glimmer_stamp_slot < kStampBlocks) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        glimmer_stamps[glimmer_stamp_slot][i] = t;
+    }
+}
+#define STAMP_SLOT(s) do { if (threadIdx.x == 0 && threadIdx.y == 0) glimmer_stamp_slot = (unsigned)(s); } while (0)
+#define STAMP_AT(i) stamp_at(i)
 #else
 #define STAMP(i) ((void)0)
+#define STAMP_SLOT(s) ((void)0)
+#define STAMP_AT(i) ((void)0)
 #endif

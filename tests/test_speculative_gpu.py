@@ -216,7 +216,7 @@ def test_launch_shape_independence(monkeypatch, c, cache):
     case = make_case(rng, rows, n, vocab, True)
     base = run_gpu(*case)
     monkeypatch.setattr(spec, "verify_shape",
-                        lambda r, n_, v, budget: (c, spec.chunk_ids(v, c) if cache is None else cache))
+                        lambda r, n_, v, budget, sms=0: (c, spec.chunk_ids(v, c) if cache is None else cache))
     got = run_gpu(*case)
     for g, b in zip(got, base):
         np.testing.assert_array_equal(g, b)
@@ -248,7 +248,7 @@ def test_short_list_positions_equal_the_long_path(monkeypatch, q_full):
     d = cupy.asarray(drafts)
     outs = {}
     for c in (1, 2, 4, 8):
-        monkeypatch.setattr(spec, "verify_shape", lambda r, n_, v, budget, c=c: (c, spec.chunk_ids(v, c)))
+        monkeypatch.setattr(spec, "verify_shape", lambda r, n_, v, budget, sms=0, c=c: (c, spec.chunk_ids(v, c)))
         outs[c] = run_gpu(x, params, pos, d, q, n_drafts)
     for c in (1, 2, 4):
         for g, b in zip(outs[c], outs[8]):

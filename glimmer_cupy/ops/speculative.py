@@ -85,17 +85,24 @@ def chunk_ids(vocab: int, c: int) -> int:
     return (-(-vocab // c) + 3) // 4 * 4
 
 
-def verify_shape(rows: int, n: int, vocab: int, smem_budget: int) -> tuple[int, int]:
-    """(C, cache) for a verification: C blocks per (position, row), the smallest C whose chunk
-    (plus 4 floats of slack) fits in smem_budget bytes of dynamic shared memory, so that a
-    stochastic row's filtering passes read it there; raised while the grid has fewer than
-    VERIFY_MIN_BLOCKS blocks. cache = the chunk in floats, or 0 when even C = 8's does not fit
-    (the passes then read global memory). No result depends on either."""
+def verify_shape(rows: int, n: int, vocab: int, smem_budget: int, sms: int = 132) -> tuple[int, int]:
+    """(C, cache) for a verification: C blocks per (position, row). One block an item once the
+    (n + 1) * rows items are at least the `sms` SMs: most items are then decided from a short list
+    (one read of the row and one gather), so more items at once beat more SMs an item (64 rows x 16
+    at vocab 151936: 155.8 us at C = 1, 199.7 at 2, 263.6 at 4, 408.1 at 8; bench/results/
+    verify_probe_df76d63.txt). Fewer items: the smallest C whose chunk (plus 4 floats of slack)
+    fits in smem_budget bytes of dynamic shared memory, so that the long path's filtering passes
+    read it there, raised while the grid has fewer than VERIFY_MIN_BLOCKS blocks. cache = the
+    chunk in floats, or 0 when it does not fit (the passes then read global memory). No result
+    depends on either."""
+    items = (n + 1) * rows
     fits = [c for c in VERIFY_CLUSTERS if 4 * (chunk_ids(vocab, c) + 4) <= smem_budget]
+    if items >= sms:
+        return 1, chunk_ids(vocab, 1) if 1 in fits else 0
     c = fits[0] if fits else VERIFY_CLUSTERS[-1]
-    while c < VERIFY_CLUSTERS[-1] and (n + 1) * rows * c < VERIFY_MIN_BLOCKS:
+    while c < VERIFY_CLUSTERS[-1] and items * c < VERIFY_MIN_BLOCKS:
         c *= 2
-    return c, chunk_ids(vocab, c) if fits else 0
+    return c, chunk_ids(vocab, c) if c in fits else 0
 
 
 def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
@@ -251,7 +258,7 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
     if rows and out[0].data.ptr == out[2].data.ptr:
         raise fail(OP, "out", "distinct n_accepted and flags arrays", "the same array twice")
     if rows:
-        c, cache = verify_shape(rows, n, vocab, _smem_budget(logits.device.id))
+        c, cache = verify_shape(rows, n, vocab, _smem_budget(logits.device.id), sm_count())
         kind = "i64" if drafts.dtype == np.int64 else "i32"
         best, done, queues, lists = _verify_slots(rows, n + 1)
         k_arg = positions if n_drafts is None else n_drafts
