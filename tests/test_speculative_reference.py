@@ -317,13 +317,15 @@ def test_op_checks():
 
 
 def test_verify_shape_rule():
-    """One block an item once the items are at least the SMs; fewer items spread over clusters
+    """One block an item once the items are at least half the SMs; fewer items spread over clusters
     whose chunk fits the shared-memory budget, raised while the grid is under VERIFY_MIN_BLOCKS."""
     from glimmer_cupy.ops.speculative import VERIFY_MIN_BLOCKS, chunk_ids, verify_shape
     budget = 227 * 1024 - 41648
     assert verify_shape(64, 15, 151936, budget, 132) == (1, 0)           # 1024 items; 600 KB does not fit
     assert verify_shape(66, 1, 40000, budget, 132) == (1, chunk_ids(40000, 1))
-    assert verify_shape(8, 15, 151936, budget, 132) == (4, chunk_ids(151936, 4))    # 128 items
+    assert verify_shape(8, 15, 151936, budget, 132) == (1, 0)            # 128 items
+    assert verify_shape(4, 15, 151936, budget, 132) == (8, chunk_ids(151936, 8))    # 64: 4 x 64 < 264
+    assert verify_shape(5, 15, 151936, budget, 132) == (1, 0)            # 80 items: at least 66
     assert verify_shape(1, 15, 151936, budget, 132) == (8, chunk_ids(151936, 8))
     c, cache = verify_shape(3, 4, 262144, budget, 132)
     assert c == 8 and cache == chunk_ids(262144, 8) and 15 * c < VERIFY_MIN_BLOCKS

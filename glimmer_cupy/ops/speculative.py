@@ -87,17 +87,18 @@ def chunk_ids(vocab: int, c: int) -> int:
 
 def verify_shape(rows: int, n: int, vocab: int, smem_budget: int, sms: int = 132) -> tuple[int, int]:
     """(C, cache) for a verification: C blocks per (position, row). One block an item once the
-    (n + 1) * rows items are at least the `sms` SMs: most items are then decided from a short list
-    (one read of the row and one gather), so more items at once beat more SMs an item (64 rows x 16
-    at vocab 151936: 155.8 us at C = 1, 199.7 at 2, 263.6 at 4, 408.1 at 8; bench/results/
-    verify_probe_df76d63.txt). Fewer items: the smallest C whose chunk (plus 4 floats of slack)
+    (n + 1) * rows items are at least half the `sms` SMs: most items are then decided from a short
+    list (one read of the row and one gather), so more items at once beat more SMs an item (vocab
+    151936, 16 positions: 64 rows 155.8 us at C = 1, 199.7 at 2, 263.6 at 4, 408.1 at 8; 8 rows
+    48.5, 70.2, 65.2, 86.8; one row 39.5, 37.0, 32.1, 37.3; bench/results/verify_probe_df76d63.txt
+    and verify_probe_ed24e78.txt). Fewer items: the smallest C whose chunk (plus 4 floats of slack)
     fits in smem_budget bytes of dynamic shared memory, so that the long path's filtering passes
     read it there, raised while the grid has fewer than VERIFY_MIN_BLOCKS blocks. cache = the
     chunk in floats, or 0 when it does not fit (the passes then read global memory). No result
     depends on either."""
     items = (n + 1) * rows
     fits = [c for c in VERIFY_CLUSTERS if 4 * (chunk_ids(vocab, c) + 4) <= smem_budget]
-    if items >= sms:
+    if 2 * items >= sms:
         return 1, chunk_ids(vocab, 1) if 1 in fits else 0
     c = fits[0] if fits else VERIFY_CLUSTERS[-1]
     while c < VERIFY_CLUSTERS[-1] and items * c < VERIFY_MIN_BLOCKS:
