@@ -229,7 +229,7 @@ def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, rep
     all_bytes = x.nbytes + (0 if q is None else q.nbytes)
     seen = rows * (accepted + 1) * vocab * 4 * (1 if q is None else 2)
     from glimmer_cupy.ops import speculative as spec
-    c, cache = spec.verify_shape(rows, n, vocab, spec._smem_budget(x.device.id))
+    c, cache = spec.verify_shape(rows, n, vocab, spec._smem_budget(x.device.id), spec.sm_count())
     row = {"case": "verify", "mode": "greedy" if greedy else "stochastic+q", "rows": rows, "vocab": vocab,
            "block": BLOCK, "us": us, "timing": how, "mean_accepted": accepted,
            "max_accepted": int(cupy.asnumpy(out[0]).max()), "blocks_per_position": c, "cached_ids": cache,

@@ -47,7 +47,6 @@
 // fragments, staging and arithmetic are also checked on the CPU (tests/test_mma_kq_frag.py).
 #include "mma_kq_frag.cuh"
 #include "pdl.cuh"
-#include "prefetch_l2.cuh"
 
 constexpr int kMmaWarps = 8;
 static_assert(32 * kMmaWarps == gguf::kStageThreads, "the block stages x with all its threads");
@@ -71,6 +70,10 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
                  "l"(src) : "memory");
+}
+// ask L2 for `bytes` (a multiple of 16) at p, 16-byte aligned: one instruction, no register, no fault
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }

@@ -80,9 +80,8 @@ __device__ __forceinline__ void sample_rows_body(
     const bool short_k = short_path && t > 0.f && k > 0 && k < vocab && k <= kTopkFast;
 
     RowDist rd;
-    ThreadTop tmax;
-    // 1.; at C = 8 a thread has ~19 ids of a 151936 row to read again, and two maxima spill
-    row_max_groups<C, (C < 8)>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd, &tmax);
+    float tmax;
+    row_max_groups<C>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd, &tmax);     // 1.
     if (rd.bad || !(t > 0.f)) {             // the same decision in every block of the cluster
         if (leader) {
             tokens[row] = rd.amax;

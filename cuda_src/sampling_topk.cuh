@@ -1,7 +1,6 @@
 // sampling_topk.cuh — the short path of sample_rows for rows with a small top-k (0 < k <= kTopkFast):
 // one read of the row for its maximum and a lower bound on the k-th largest logit, a second read
-// (from L1/L2, and only by a thread with two or more values at or above the bound: one value is
-// known from the first) that gathers the few logits at or above the bound into one block, and steps 2-6 of
+// (from L1/L2) that gathers the few logits at or above the bound into one block, and steps 2-6 of
 // sampling.cu on that list in the one block, with no radix passes and no more cluster barriers.
 //
 // The bound. Split the row's ids into G disjoint groups (g lanes' ids each) and take each group's
@@ -191,43 +190,27 @@ __device__ __forceinline__ int count_above(const float4* a4, int n4, float m, in
 
 // ---------------------------------------------------------------- step 1, with the group maxima
 
-// A thread's two largest values of its ids (NaN read as -inf; equal values count twice) and the
-// id of the first: when only the largest reaches the list's bound, the gather needs no second read.
-struct ThreadTop {
-    float m1, m2;
-    int i1;
-};
-
 // Max, lowest argmax and the non-finite check over this block's ids [lo, hi), combined over the
 // cluster into rd (the results of row_max); with g > 0 also the cluster's group maxima of g lanes
 // each into w.all (G = C * kThreads / g of them, padded with -inf to kThreads), and the thread's
-// own two largest values into *tmax (kTop2 false: its max twice, so that the gather reads its ids
-// again, a register fewer). One cluster barrier, after which every block reads the others' TopkPub
+// own max into *tmax. One cluster barrier, after which every block reads the others' TopkPub
 // (which nothing overwrites). A block must not exit before the cluster's next barrier: the others
 // may still be reading its TopkPub.
-template <int C, bool kTop2 = true>
+template <int C>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
-                                               RowDist& rd, ThreadTop* tmax) {
+                                               RowDist& rd, float* tmax) {
     TOPK_CLOCK(0);
-    float lmax = neg_inf(), mine = neg_inf(), second = neg_inf();
-    int amax = 0x7fffffff, mine_id = 0x7fffffff;
+    float lmax = neg_inf(), mine = neg_inf();
+    int amax = 0x7fffffff;
     int bad = 0;
     for_chunk(x, lo, hi, [&](int i, float l) {
         bad |= (l != l) | (l == pos_inf());
         const float m = l != l ? neg_inf() : l;
         take_better(lmax, amax, m, i);
-        if (!kTop2) {
-            mine = fmaxf(mine, m);
-        } else if (m > mine) {
-            second = mine;
-            mine = m;
-            mine_id = i;
-        } else {
-            second = fmaxf(second, m);
-        }
+        mine = fmaxf(mine, m);
     });
     TOPK_CLOCK(1);
-    *tmax = kTop2 ? ThreadTop{mine, second, mine_id} : ThreadTop{mine, mine, 0};    // m2 = m1: the gather reads
+    *tmax = mine;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (g > 0) {
         for (int o = g >> 1; o > 0; o >>= 1) mine = fmaxf(mine, __shfl_xor_sync(0xffffffffu, mine, o));
@@ -301,36 +284,32 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
 }
 
 // Steps 2's list: every id of [lo, hi) of the row x with l >= tau (the bound of group_bound), from
-// every block of the cluster into rank 0's w.lval / w.lid; a thread whose own max (top, from
-// row_max_groups) is below tau has none, and one whose second largest is below it has only its max.
-// Ends on a cluster barrier; returns the count (the same in every block; more than
+// every block of the cluster into rank 0's w.lval / w.lid; a thread whose own max tmax is below tau
+// has none. Ends on a cluster barrier; returns the count (the same in every block; more than
 // kTopkList: the list overflowed and holds only the first kTopkList). pub.n must be 0 on entry
 // and no block may touch rank 0's list since the cluster's last barrier.
 template <int C>
-__device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, int hi, float tau, ThreadTop top,
+__device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, int hi, float tau, float tmax,
                                            SampleSmem& sm) {
     TopkWork& w = sm.fast;
     const u32 n_at = map_rank(smem_addr(&sm.pub.n), 0);
     const u32 val_at = map_rank(smem_addr(&w.lval[0]), 0);
     const u32 id_at = map_rank(smem_addr(&w.lid[0]), 0);
-    const auto add = [&](int i, float l) {
-        const u32 at = C == 1 ? atomicAdd(&sm.pub.n, 1u) : add_cluster_u32(n_at, 1u);
-        if (at < (u32)kTopkList) {
-            if (C == 1) {
-                w.lval[at] = l;
-                w.lid[at] = i;
-            } else {
-                st_cluster_u32(val_at + 4 * at, __float_as_uint(l));
-                st_cluster_u32(id_at + 4 * at, (u32)i);
-            }
-        }
-    };
-    if (top.m2 >= tau) {                    // two or more of the thread's ids may reach it: read them
+    if (tmax >= tau) {
         for_chunk(x, lo, hi, [&](int i, float l) {
-            if (l >= tau) add(i, l);
+            if (l >= tau) {
+                const u32 at = C == 1 ? atomicAdd(&sm.pub.n, 1u) : add_cluster_u32(n_at, 1u);
+                if (at < (u32)kTopkList) {
+                    if (C == 1) {
+                        w.lval[at] = l;
+                        w.lid[at] = i;
+                    } else {
+                        st_cluster_u32(val_at + 4 * at, __float_as_uint(l));
+                        st_cluster_u32(id_at + 4 * at, (u32)i);
+                    }
+                }
+            }
         });
-    } else if (top.m1 >= tau) {             // one id (m1 > m2 >= -inf: a value the pass saw)
-        add(top.i1, top.m1);
     }
     TOPK_CLOCK(6);
     if (C == 1) __syncthreads();
@@ -501,7 +480,7 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
 // of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
 template <int C>
 __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                float top_p, float min_p, u32 u24, ThreadTop tmax, const RowDist& rd,
+                                                float top_p, float min_p, u32 u24, float tmax, const RowDist& rd,
                                                 SampleSmem& sm, int* token, int* flag) {
     TopkWork& w = sm.fast;
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);

@@ -60,14 +60,6 @@
 #include "sampling_rows.cuh"
 #include "sampling_topk.cuh"          // the short path's list, for rows with a small top-k
 #include "stamps.cuh"                 // per-item stage stamps (bench/probe_verify.py)
-#include "prefetch_l2.cuh"
-
-// Bytes of an item's chunk asked into L2 when the item starts (GLIMMER_VERIFY_PREFETCH, for A/B
-// runs; 0: none), so that its reads find the lines there sooner than its own loads ask for them.
-#ifndef GLIMMER_VERIFY_PREFETCH
-#define GLIMMER_VERIFY_PREFETCH 0
-#endif
-constexpr long long kPrefetchBytes = GLIMMER_VERIFY_PREFETCH;
 
 using rowmath::kNonFinite;
 using rowmath::kZeroQDraft;
@@ -98,7 +90,7 @@ struct EndWeights {
 // (its stop key, left as it is on acceptance), and the other blocks return at once.
 template <int C>
 __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo, int hi, int k, float t, float top_p,
-                                         float min_p, ThreadTop tmax, const RowDist& rd, SampleSmem& sm, long long dl,
+                                         float min_p, float tmax, const RowDist& rd, SampleSmem& sm, long long dl,
                                          bool drafted, int fl, const float* __restrict__ qa, u64 seed, u32 pa, int a,
                                          int* out, int* key) {
     TopkWork& w = sm.fast;
@@ -395,9 +387,8 @@ __device__ __forceinline__ void verify_item(
         const bool short_k = !greedy && tk0 > 0 && tk0 < vocab && tk0 <= kTopkFast;
         const bool cached = !greedy && !short_k && hi - lo <= cache_cap;
         float* cache = reinterpret_cast<float*>(dyn_cache);
-        if (kPrefetchBytes && threadIdx.x == 0) prefetch_l2_floats(x() + lo, hi - lo, kPrefetchBytes);
         RowDist rd;
-        ThreadTop tmax{neg_inf(), neg_inf(), 0};
+        float tmax = neg_inf();
         STAMP_AT(1);
         if (short_k) row_max_groups<C>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax);
         else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
@@ -632,21 +623,6 @@ __device__ __forceinline__ void verify_greedy_item(
                  is_bad || !accept ? rowmath::stop_key(a, is_bad ? kNonFinite : fl) : -1);
 }
 
-// Asks L2 for item w's chunk (verify_greedy_item's ids) unless its position is past the row's
-// drafts or its early end: the block's next item, while it works on this one.
-__device__ __forceinline__ void prefetch_greedy_item(int w, const float* __restrict__ logits,
-                                                     const int* __restrict__ n_drafts, const int* __restrict__ done,
-                                                     int rows, int n, int vocab, int has_n_drafts, int slices, int per,
-                                                     const int* __restrict__ lists) {
-    const int listed = lists[1];
-    const int i = w / slices, s = w - i * slices;
-    const int a = i / listed, row = lists[2 + rows + i - a * listed];
-    const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
-    if (a > k || __ldcg(done + (long long)(n + 1) * rows + row) < a) return;
-    const int lo = min(vocab, s * per), hi = min(vocab, lo + per);
-    prefetch_l2_floats(logits + ((long long)row * (n + 1) + a) * vocab + lo, hi - lo, kPrefetchBytes);
-}
-
 // The blocks of the launch (about as many as are resident at once) take the items w = i * S + s
 // (slice s of the i-th (position, listed greedy row), position-major) from `queue` in order, each claiming its next item while it works on
 // this one: a skipped item costs a block a few barriers, not a block's launch (which is what
@@ -663,12 +639,7 @@ __device__ __forceinline__ void verify_greedy_body(
     __syncthreads();
     int w = claimed[0], b = 0;
     while (w < total) {
-        if (threadIdx.x == 0) {
-            claimed[b ^ 1] = atomicAdd(queue, 1);
-            if (kPrefetchBytes && claimed[b ^ 1] < total)
-                prefetch_greedy_item(claimed[b ^ 1], logits, n_drafts, done, rows, n, vocab, has_n_drafts, slices, per,
-                                     lists);
-        }
+        if (threadIdx.x == 0) claimed[b ^ 1] = atomicAdd(queue, 1);
         verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,
                               n, vocab, has_n_drafts, slices, per, lists);
         __syncthreads();                    // the next claim seen; this item's shared memory free again
