@@ -295,21 +295,48 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
     const u32 n_at = map_rank(smem_addr(&sm.pub.n), 0);
     const u32 val_at = map_rank(smem_addr(&w.lval[0]), 0);
     const u32 id_at = map_rank(smem_addr(&w.lid[0]), 0);
-    if (tmax >= tau) {
-        for_chunk(x, lo, hi, [&](int i, float l) {
-            if (l >= tau) {
-                const u32 at = C == 1 ? atomicAdd(&sm.pub.n, 1u) : add_cluster_u32(n_at, 1u);
-                if (at < (u32)kTopkList) {
-                    if (C == 1) {
-                        w.lval[at] = l;
-                        w.lid[at] = i;
-                    } else {
-                        st_cluster_u32(val_at + 4 * at, __float_as_uint(l));
-                        st_cluster_u32(id_at + 4 * at, (u32)i);
-                    }
-                }
+    const auto add = [&](int i, float l) {
+        if (!(l >= tau)) return;
+        const u32 at = C == 1 ? atomicAdd(&sm.pub.n, 1u) : add_cluster_u32(n_at, 1u);
+        if (at < (u32)kTopkList) {
+            if (C == 1) {
+                w.lval[at] = l;
+                w.lid[at] = i;
+            } else {
+                st_cluster_u32(val_at + 4 * at, __float_as_uint(l));
+                st_cluster_u32(id_at + 4 * at, (u32)i);
             }
-        });
+        }
+    };
+    // The ids of each thread whose max reaches tau (for_chunk's: one float4 every kThreads, and a
+    // single id at each end) are read again by its whole warp, the float4s spread over the lanes,
+    // so that they are in flight at once rather than four at a time in one thread (a 151936 row at
+    // C = 1 is 37 float4s a thread; one such thread held its block's barrier ~8 us).
+    // At C = 8 (a thread has ~5 float4s of a 151936 row) each thread reads its own again: the
+    // warp's loop spills in sample_rows_c8 under its 64 registers.
+    if (C == 8) {
+        if (tmax >= tau) for_chunk(x, lo, hi, add);
+    } else if (unsigned need = __ballot_sync(0xffffffffu, tmax >= tau)) {
+        const int lane = threadIdx.x & 31;
+        const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
+        const int a = min(hi, lo + ((4 - mis) & 3));
+        const int nv = (hi - a) >> 2;
+        const int b = a + 4 * nv;
+        const float4* __restrict__ v = reinterpret_cast<const float4*>(x + a);
+        do {
+            const int t = (threadIdx.x & ~31) + __ffs(need) - 1;
+            need &= need - 1;
+            if (lane == 0 && t < a - lo) add(lo + t, x[lo + t]);
+            if (lane == 1 && t < hi - b) add(b + t, x[b + t]);
+            for (int j = t + lane * kThreads; j < nv; j += 32 * kThreads) {
+                const float4 q = v[j];
+                const int i = a + 4 * j;
+                add(i, q.x);
+                add(i + 1, q.y);
+                add(i + 2, q.z);
+                add(i + 3, q.w);
+            }
+        } while (need);
     }
     TOPK_CLOCK(6);
     if (C == 1) __syncthreads();
