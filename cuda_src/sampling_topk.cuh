@@ -330,11 +330,9 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
             if (lane == 1 && t < hi - b) add(b + t, x[b + t]);
             for (int j = t + lane * kThreads; j < nv; j += 32 * kThreads) {
                 const float4 q = v[j];
-                const int i = a + 4 * j;
-                add(i, q.x);
-                add(i + 1, q.y);
-                add(i + 2, q.z);
-                add(i + 3, q.w);
+                const float l[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int c = 0; c < 4; ++c) add(a + 4 * j + c, l[c]);
             }
         } while (need);
     }
