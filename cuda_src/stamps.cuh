@@ -7,25 +7,22 @@
 #ifdef GLIMMER_STAMPS
 constexpr int kStampBlocks = 4096, kStamps = 10;
 __device__ unsigned long long glimmer_stamps[kStampBlocks][kStamps];
-__device__ __forceinline__ void stamp(int i) {
-    const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+// thread 0 writes the global timer into glimmer_stamps[b][i] (rows past kStampBlocks are dropped)
+__device__ __forceinline__ void stamp_row(unsigned b, int i) {
     if (threadIdx.x == 0 && threadIdx.y == 0 && b < kStampBlocks) {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         glimmer_stamps[b][i] = t;
     }
 }
+__device__ __forceinline__ void stamp(int i) {
+    stamp_row(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), i);
+}
 #define STAMP(i) stamp(i)
 // a kernel whose blocks take several work items stamps per item: STAMP_SLOT(s) names the row s of
 // glimmer_stamps that this block's STAMP_AT(i) then write
 __shared__ unsigned glimmer_stamp_slot;
-__device__ __forceinline__ void stamp_at(int i) {
-    if (threadIdx.x == 0 && threadIdx.y == 0 && glimmer_stamp_slot < kStampBlocks) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        glimmer_stamps[glimmer_stamp_slot][i] = t;
-    }
-}
+__device__ __forceinline__ void stamp_at(int i) { stamp_row(glimmer_stamp_slot, i); }
 #define STAMP_SLOT(s) do { if (threadIdx.x == 0 && threadIdx.y == 0) glimmer_stamp_slot = (unsigned)(s); } while (0)
 #define STAMP_AT(i) stamp_at(i)
 #else
