@@ -551,7 +551,7 @@ template <class D>
 __device__ __forceinline__ void verify_greedy_item(
         int w, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
-        const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
+        u64* __restrict__ best, int* __restrict__ done, int rows, int n,
         int vocab, int has_n_drafts, int slices, int per, const int* __restrict__ lists) {
     const int listed = lists[1];            // greedy rows
     const int i = w / slices, s = w - i * slices;
@@ -624,14 +624,14 @@ __device__ __forceinline__ void verify_greedy_item(
 }
 
 // The blocks of the launch (about as many as are resident at once) take the items w = i * S + s
-// (slice s of the i-th (position, listed greedy row), position-major) from `queue` in order, each claiming its next item while it works on
-// this one: a skipped item costs a block a few barriers, not a block's launch (which is what
+// (slice s of the i-th (position, listed greedy row), position-major) from `queue` in order, each
+// claiming its next item while it works on this one: a skipped item costs a block a few barriers, not a block's launch (which is what
 // skipped positions cost when every item was a block of its own).
 template <class D>
 __device__ __forceinline__ void verify_greedy_body(
         int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
-        const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,
+        u64* __restrict__ best, int* __restrict__ done, int rows, int n,
         int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) {
     __shared__ int claimed[2];
     const int total = (n + 1) * lists[1] * slices;
@@ -640,8 +640,8 @@ __device__ __forceinline__ void verify_greedy_body(
     int w = claimed[0], b = 0;
     while (w < total) {
         if (threadIdx.x == 0) claimed[b ^ 1] = atomicAdd(queue, 1);
-        verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,
-                              n, vocab, has_n_drafts, slices, per, lists);
+        verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, best, done, rows, n, vocab,
+                              has_n_drafts, slices, per, lists);
         __syncthreads();                    // the next claim seen; this item's shared memory free again
         b ^= 1;
         w = claimed[b];
@@ -652,10 +652,10 @@ __device__ __forceinline__ void verify_greedy_body(
     extern "C" __global__ void __launch_bounds__(kGreedyThreads)                                                   \
     NAME(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                          \
          const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,         \
-         const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done, int rows, int n,   \
-         int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) { \
-        verify_greedy_body<D>(n_accepted, tokens, flags, logits, drafts, n_drafts, temperature, best, done, rows,  \
-                              n, vocab, has_n_drafts, slices, per, queue, lists);                                  \
+         u64* __restrict__ best, int* __restrict__ done, int rows, int n, int vocab, int has_n_drafts, int slices,  \
+         int per, int* __restrict__ queue, const int* __restrict__ lists) {                                         \
+        verify_greedy_body<D>(n_accepted, tokens, flags, logits, drafts, n_drafts, best, done, rows, n, vocab,     \
+                              has_n_drafts, slices, per, queue, lists);                                            \
     }
 
 VERIFY_GREEDY_KERNEL(verify_greedy_i32, int)

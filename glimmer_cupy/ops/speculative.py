@@ -85,7 +85,7 @@ def chunk_ids(vocab: int, c: int) -> int:
     return (-(-vocab // c) + 3) // 4 * 4
 
 
-def verify_shape(rows: int, n: int, vocab: int, smem_budget: int, sms: int = 132) -> tuple[int, int]:
+def verify_shape(rows: int, n: int, vocab: int, smem_budget: int, sms: int) -> tuple[int, int]:
     """(C, cache) for a verification: C blocks per (position, row). One block an item once the
     (n + 1) * rows items are at least half the `sms` SMs: most items are then decided from a short
     list (one read of the row and one gather), so more items at once beat more SMs an item (vocab
@@ -111,9 +111,8 @@ def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
     once by threads and shared memory an SM (its clusters take their items from a queue: the ones
     that do not fit start when the first leave, at the queue's end, and find it empty)."""
     import cupy
-    attrs = cupy.cuda.Device().attributes
-    static = get_kernel("speculative", "verify_i32_c1").fn.shared_size_bytes
-    by_smem = attrs["MaxSharedMemoryPerMultiprocessor"] // (smem + static + 1024)    # 1 KB reserved a block
+    per_sm_smem, static = _smem_limits(cupy.cuda.Device().id)[1:]
+    by_smem = per_sm_smem // (smem + static + 1024)           # 1 KB reserved a block
     per_sm = max(1, min(2048 // THREADS, by_smem))
     return max(1, min((n + 1) * rows, per_sm * sm_count() // c))
 
@@ -126,12 +125,19 @@ def _resident_greedy_blocks() -> int:
 
 
 @cache
+def _smem_limits(device_id: int) -> tuple[int, int, int]:
+    """(opt-in shared memory a block may take, shared memory an SM has, the cluster kernel's static
+    shared memory, the same for every C), read once per device."""
+    import cupy
+    attrs = cupy.cuda.Device(device_id).attributes
+    static = get_kernel("speculative", "verify_i32_c1").fn.shared_size_bytes
+    return attrs["MaxSharedMemoryPerBlockOptin"], attrs["MaxSharedMemoryPerMultiprocessor"], static
+
+
 def _smem_budget(device_id: int) -> int:
     """Dynamic shared memory a verify block may take: the opt-in limit per block less the
-    kernel's static shared memory (the same for every C)."""
-    import cupy
-    optin = cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
-    static = get_kernel("speculative", "verify_i32_c1").fn.shared_size_bytes
+    kernel's static shared memory."""
+    optin, _, static = _smem_limits(device_id)
     return optin - static
 
 
@@ -275,7 +281,7 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
             slices, per = greedy_slices(vocab)
             get_kernel("speculative", f"verify_greedy_{kind}")(
                 (min((n + 1) * rows * slices, _resident_greedy_blocks()),), (GREEDY_THREADS,),
-                (out[0], out[1], out[2], logits, drafts, k_arg, params.temperature, best, done, np.int32(rows),
+                (out[0], out[1], out[2], logits, drafts, k_arg, best, done, np.int32(rows),
                  np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per),
                  queues[1:], lists))
         if greedy is not None and all(greedy):
