@@ -18,7 +18,7 @@ from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "mma_kq": 5e-4}
+               "mma_kq": 5e-4, "mma_dq": 1e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -151,6 +151,31 @@ def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
 
 
 @gpu
+@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512), (77, 768), (4096, 12288)])
+def test_mma_dq_matches_the_reference(n, k):
+    """The bf16 tensor-core bucket (forced) on Q4_K: every n-tile count of x (M 1..32, rows of x
+    past a tile's edge), K split over clusters of 1..8 blocks (the shapes pick them, some splits
+    empty where K has fewer super-blocks than splits), rows of W past a block's 256; the same
+    bits on a second call (the cluster sums in rank order)."""
+    import cupy
+
+    from glimmer_cupy.ops.matmul import mma_dq_config
+    rng = np.random.default_rng(n + k + 1)
+    w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+    ref_w = w.dequantize(np.float64)
+    w_dev = w.to_device()
+    for m in (1, 3, 8, 9, 16, 17, 24, 25, 32):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        out = cupy.full((m, n), np.nan, np.float32)
+        got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_dq"))
+        what = (m, n, k, mma_dq_config(m, n, k))
+        assert np.isfinite(got).all(), what
+        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_dq"], what
+        again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket="mma_dq"))
+        assert np.array_equal(got, again), what
+
+
+@gpu
 def test_bad_input_before_launch():
     import cupy
 
@@ -171,6 +196,13 @@ def test_bad_input_before_launch():
                          force_bucket="gemv_dp4a")
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q4_K at M = 33, got mma_kq"):
         ops.quant_matmul(cupy.ones((33, 512), cupy.float32), w, force_bucket="mma_kq")
+    with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q4_K at M = 33, got mma_dq"):
+        ops.quant_matmul(cupy.ones((33, 512), cupy.float32), w, force_bucket="mma_dq")
+    with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q6_K at M = 3, got mma_dq"):
+        ops.quant_matmul(x, QuantTensor("q", QType.Q6_K, (256, 512), random_blocks(QType.Q6_K, 256, 512, rng)).to_device(),
+                         force_bucket="mma_dq")
+    with pytest.raises(OpArgumentError, match="quant_matmul: x must be 16-byte aligned for mma_dq, got address"):
+        ops.quant_matmul(cupy.ones(3 * 512 + 1, cupy.float32)[1:].reshape(3, 512), w, force_bucket="mma_dq")
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q8_0 at M = 3, got gemv_kq"):
         ops.quant_matmul(x, QuantTensor("q", QType.Q8_0, (256, 512), random_blocks(QType.Q8_0, 256, 512, rng)).to_device(),
                          force_bucket="gemv_kq")

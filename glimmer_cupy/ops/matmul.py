@@ -58,7 +58,7 @@ BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
@@ -68,6 +68,16 @@ MMA_KQ_STAGE_BYTES = {QType.Q4_K: 2560, QType.Q6_K: 2432}
 MMA_KQ_TYPES = frozenset(MMA_KQ_STAGE_BYTES)
 MMA_KQ_MAX_SMEM = 80 << 10          # x's two stage buffers at most: two blocks per SM (228 KB), L1 the rest
 MMA_KQ_TARGET_WARPS = 132 * 16      # slice K until about two blocks per SM of an H200 are launched
+#   mma_dq (force_bucket="mma_dq" until measured): bf16 tensor cores on Q4_K for up to 32 rows of x,
+#     each weight decoded once in registers with its sub-block scale applied, the mins as one more
+#     mma a super-block, K split over the blocks of a cluster (mma_dq.cu).
+MMA_DQ_TYPES = frozenset({QType.Q4_K})
+MMA_DQ_ROWS = 32                    # the widest M of mma_dq (four n-tiles of 8 rows of x)
+MMA_DQ_BLOCK_ROWS = 256             # kRows in mma_dq.cu: rows of W per block
+MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes per n-tile
+MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
+MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
+MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -130,6 +140,27 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
            and 2 * MMA_KQ_STAGE_BYTES[qtype] * nt * (2 << bits) <= MMA_KQ_MAX_SMEM):
         bits += 1
     return nt, bits
+
+
+def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
+    """(n-tiles of x, K splits) for mma_dq: splits double (a cluster of at most 8 blocks along K)
+    while a block holds more than MMA_DQ_SB_PER_BLOCK super-blocks or the launch has fewer blocks
+    than MMA_DQ_MIN_BLOCKS, as long as each split keeps a super-block."""
+    nt = -(-m // 8)
+    groups = -(-n // MMA_DQ_BLOCK_ROWS)
+    nsb = k // 256
+    ks = 1
+    while (ks < MMA_DQ_MAX_SPLITS and 2 * ks <= nsb
+           and (-(-nsb // ks) > MMA_DQ_SB_PER_BLOCK or groups * ks < MMA_DQ_MIN_BLOCKS)):
+        ks *= 2
+    return nt, ks
+
+
+@cache
+def _mma_dq_kernel(nt: int, ks: int):
+    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>",
+                      name_expressions=tuple(f"mma_dq_kernel<{i}, {j}>" for i in range(1, MMA_DQ_ROWS // 8 + 1)
+                                             for j in (1, 2, 4, 8)))
 
 
 @cache
@@ -209,6 +240,8 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in KQ_TYPES and m <= DP4A_WIDTHS[-1]
     if b == "mma_kq":
         return qtype in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
+    if b == "mma_dq":
+        return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
         return m <= GEMV_WIDTHS[-1]
     return b in BUCKET_NAMES
@@ -307,6 +340,16 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         _kernel(t, f"gemv_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
+        return out
+    if b == "mma_dq":
+        # 16-byte loads of x's rows and of W's blocks (a Q4_K row is 144 bytes a super-block)
+        for name, ptr in (("x", x.data.ptr), ("w", w.data.data.ptr)):
+            if ptr % 16:
+                raise fail("quant_matmul", name, "16-byte aligned for mma_dq", f"address {ptr:#x}")
+        nt, ks = mma_dq_config(m, n, k)
+        _mma_dq_kernel(nt, ks)((-(-n // MMA_DQ_BLOCK_ROWS), ks), (256,),
+                               (out, x, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes),
+                               shared_mem=MMA_DQ_STAGE * nt)
         return out
     x16 = cupy.empty((m, k), dtype=cupy.uint16)
     n8 = m * k // 8
