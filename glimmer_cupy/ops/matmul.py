@@ -158,7 +158,9 @@ def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
 
 @cache
 def _mma_dq_kernel(nt: int, ks: int):
-    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>",
+    import os
+    variant = int(os.environ.get("GLIMMER_DQ_VARIANT", "0"))      # an A/B switch for benchmarks
+    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>", defines={"DQ_VARIANT": variant},
                       name_expressions=tuple(f"mma_dq_kernel<{i}, {j}>" for i in range(1, MMA_DQ_ROWS // 8 + 1)
                                              for j in (1, 2, 4, 8)))
 
