@@ -43,15 +43,7 @@ constexpr int kChunk = 2;                 // super-blocks of x staged at once
 constexpr int kStageB = 8 * 32 * 16;      // B fragments of one super-block and n-tile
 constexpr int kStage = kStageB + 32 * 8;  // and the min fragments: 4352 bytes
 constexpr int kAhead = 2;                 // super-blocks of W asked into L2 ahead of the loads
-constexpr u32 kMagic = 0x43004300u;
-#ifndef DQ_VARIANT
-#define DQ_VARIANT 0
-#endif
-// DQ_VARIANT bit 0: ask the block's whole K range of its rows into L2 at the start (long runs of
-// a row together) instead of kAhead super-blocks ahead; bit 1: the next super-block's bytes in
-// registers while this one is computed (one block an SM)
-constexpr bool kWholeRange = DQ_VARIANT & 1;
-constexpr bool kDoubleBuffer = DQ_VARIANT & 2;       // bf16 128.0 in each half: | v gives 128 + v for v < 128
+constexpr u32 kMagic = 0x43004300u;       // bf16 128.0 in each half: | v gives 128 + v for v < 128
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
@@ -176,7 +168,7 @@ __device__ __forceinline__ void stage_x(unsigned char* stage, const float* __res
 
 // two blocks an SM up to 16 rows of x; three or four n-tiles need more than 128 registers
 template <int NT, int KS>
-__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * dq::kWarps, NT <= 2 && !dq::kDoubleBuffer ? 2 : 1)
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * dq::kWarps, NT <= 2 ? 2 : 1)
 mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned char* __restrict__ w, int m, int n,
               int k, long long row_bytes) {
     using namespace dq;
@@ -203,15 +195,10 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
         for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
 
     RowBytes cur[2][2];
-    if (kWholeRange) {
-        const long long lo = (long long)(pf_row - (const unsigned char*)0) + sb_begin * kBlockBytes;
-        const long long hi = (long long)(pf_row - (const unsigned char*)0) + sb_end * kBlockBytes;
-        for (long long a = lo & ~127LL; a < hi; a += 128) prefetch_l2((const unsigned char*)0 + a);
-    }
     if (sb_begin < sb_end) {
 #pragma unroll
         for (int a = 1; a <= kAhead; ++a)
-            if (!kWholeRange && sb_begin + a < sb_end) {
+            if (sb_begin + a < sb_end) {
                 prefetch_l2(pf_row + (sb_begin + a) * kBlockBytes);
                 prefetch_l2(pf_row + (sb_begin + a) * kBlockBytes + kBlockBytes - 1);
             }
@@ -229,7 +216,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
         __syncthreads();
         for (int sbl = 0; sbl < count; ++sbl) {
             const int sb = c0 + sbl;
-            if (!kWholeRange && sb + kAhead + 1 < sb_end) {
+            if (sb + kAhead + 1 < sb_end) {
                 prefetch_l2(pf_row + (sb + kAhead + 1) * kBlockBytes);
                 prefetch_l2(pf_row + (sb + kAhead + 1) * kBlockBytes + kBlockBytes - 1);
             }
@@ -239,13 +226,6 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int rr = 0; rr < 2; ++rr) row_scales(sc[mt][rr], cur[mt][rr].hdr, t);
-            RowBytes nxt[2][2];
-            if (kDoubleBuffer && sb + 1 < sb_end) {
-#pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-                    for (int rr = 0; rr < 2; ++rr) load_row(nxt[mt][rr], rows[mt][rr] + (sb + 1) * kBlockBytes, t);
-            }
             // the mins: -M[row][slot] * sum(x)[slot][col], slot = the lane's (sub-block, half)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -279,12 +259,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-                    for (int rr = 0; rr < 2; ++rr) {
-                        if (kDoubleBuffer)
-                            cur[mt][rr] = nxt[mt][rr];
-                        else
-                            load_row(cur[mt][rr], rows[mt][rr] + (sb + 1) * kBlockBytes, t);
-                    }
+                    for (int rr = 0; rr < 2; ++rr) load_row(cur[mt][rr], rows[mt][rr] + (sb + 1) * kBlockBytes, t);
             }
         }
     }

@@ -71,11 +71,13 @@ def test_large_shapes(q, n, k):
 
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 16, 32, 33, 64)] == \
-        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas", "dequant_cublas"]
+    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 8, 9, 16, 17, 32, 33, 64)] == \
+        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_dq", "mma_dq", "mma_kq", "mma_kq", "dequant_cublas",
+         "dequant_cublas"]
     assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 32, 33)] == \
         ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
     assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma"
+    assert bucket(16, QType.Q4_K, graph_safe=True) == "mma_dq"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
 
@@ -113,9 +115,9 @@ def test_forced_buckets_agree(q):
     for m in (1, 3, 8, 16, 33, 100):
         x = rng.normal(0, 1, (m, 1024)).astype(np.float32)
         ref = x.astype(np.float64) @ ref_w.T
-        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas"):
+        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq"):
             if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
-                    or (b == "gemv_kq" and q not in KQ_TYPES):
+                    or (b == "gemv_kq" and q not in KQ_TYPES) or (b == "mma_dq" and (q != QType.Q4_K or m > 32)):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
             assert nmse(got, ref) < NMSE_BUDGET[b], (q.name, m, b)

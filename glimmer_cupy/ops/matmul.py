@@ -53,7 +53,7 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
 #     wins on all; 5..7 not measured, left to the GEMV).
 BUCKETS = {
-    "q4k": ((3, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
@@ -68,9 +68,13 @@ MMA_KQ_STAGE_BYTES = {QType.Q4_K: 2560, QType.Q6_K: 2432}
 MMA_KQ_TYPES = frozenset(MMA_KQ_STAGE_BYTES)
 MMA_KQ_MAX_SMEM = 80 << 10          # x's two stage buffers at most: two blocks per SM (228 KB), L1 the rest
 MMA_KQ_TARGET_WARPS = 132 * 16      # slice K until about two blocks per SM of an H200 are launched
-#   mma_dq (force_bucket="mma_dq" until measured): bf16 tensor cores on Q4_K for up to 32 rows of x,
-#     each weight decoded once in registers with its sub-block scale applied, the mins as one more
-#     mma a super-block, K split over the blocks of a cluster (mma_dq.cu).
+#   mma_dq: bf16 tensor cores on Q4_K for up to 32 rows of x (mma_dq.cu), each weight decoded once
+#     in registers with its sub-block scale applied, the mins as one more mma a super-block, K split
+#     over the blocks of a cluster. Measured on the H200 (bench/results/quant_matmul_mma_dq_62a0e87.md,
+#     --pdl) against mma_kq at M = 9 / 16, µs: 4096x4096 10.7 / 11.1 vs 13.5 / 13.2, 12288x4096 21.2 /
+#     22.6 vs 27.8 / 27.3, 4096x12288 28.0 / 29.9 vs 35.1 / 34.5, head 151936x4096 196.4 / 207.9 vs
+#     214.0 / 215.4. At M = 4 and 8 it ties or loses (one n-tile costs it as much as two), at M = 32
+#     it loses on three shapes (four n-tiles need 157 registers: one block an SM), so it takes 9..16.
 MMA_DQ_TYPES = frozenset({QType.Q4_K})
 MMA_DQ_ROWS = 32                    # the widest M of mma_dq (four n-tiles of 8 rows of x)
 MMA_DQ_BLOCK_ROWS = 256             # kRows in mma_dq.cu: rows of W per block
@@ -158,9 +162,7 @@ def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
 
 @cache
 def _mma_dq_kernel(nt: int, ks: int):
-    import os
-    variant = int(os.environ.get("GLIMMER_DQ_VARIANT", "0"))      # an A/B switch for benchmarks
-    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>", defines={"DQ_VARIANT": variant},
+    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>",
                       name_expressions=tuple(f"mma_dq_kernel<{i}, {j}>" for i in range(1, MMA_DQ_ROWS // 8 + 1)
                                              for j in (1, 2, 4, 8)))
 
