@@ -30,6 +30,7 @@
 // memory in rank order (deterministic: a graph replay gives the bits of an eager call). Weights
 // stream once, past L1; the lines of the super-block after next are asked into L2 while this one
 // is computed, so a warp's own loads find them on chip.
+#include "bf16.cuh"
 #include "cluster.cuh"
 #include "pdl.cuh"
 
@@ -74,14 +75,6 @@ __device__ __forceinline__ float half_hi(u32 v) {
     float f;
     asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(v));
     return f;
-}
-
-__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // One row's bytes of one super-block as a lane holds them: the header and its two 16-byte pieces.
@@ -232,7 +225,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
                 const uint2 bm = reinterpret_cast<const uint2*>(stage + nt * kStage + kStageB)[lane];
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt)
-                    mma(acc[mt][nt], sc[mt][0].mn[0], sc[mt][1].mn[0], sc[mt][0].mn[1], sc[mt][1].mn[1], bm.x, bm.y);
+                    mma_bf16(acc[mt][nt], sc[mt][0].mn[0], sc[mt][1].mn[0], sc[mt][0].mn[1], sc[mt][1].mn[1], bm.x, bm.y);
             }
 #pragma unroll
             for (int h = 0; h < 2; ++h)
@@ -250,8 +243,8 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
                         decode_word(w1, sc[mt][1], 2 * h, le1, lo1, he1, ho1);
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt) {
-                            mma(acc[mt][nt], le0, le1, lo0, lo1, b[nt].x, b[nt].y);     // u = 0
-                            mma(acc[mt][nt], he0, he1, ho0, ho1, b[nt].z, b[nt].w);     // u = 1
+                            mma_bf16(acc[mt][nt], le0, le1, lo0, lo1, b[nt].x, b[nt].y);     // u = 0
+                            mma_bf16(acc[mt][nt], he0, he1, ho0, ho1, b[nt].z, b[nt].w);     // u = 1
                         }
                     }
                 }

@@ -18,6 +18,7 @@
 //   C (16x8 float): c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
 // Shared rows are padded by 8 bf16 (row stride 36 words), so the 32 lanes of a fragment load hit
 // 32 different banks.
+#include "bf16.cuh"
 #include "quant_blocks.cuh"
 #include "pdl.cuh"
 
@@ -33,14 +34,6 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     const u32 ra = (a + 0x7FFFu + ((a >> 16) & 1u)) >> 16;      // round to nearest even
     const u32 rb = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
     return ra | (rb << 16);
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 }  // namespace
