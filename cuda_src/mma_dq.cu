@@ -33,6 +33,7 @@
 #include "bf16.cuh"
 #include "cluster.cuh"
 #include "pdl.cuh"
+#include "quant_blocks.cuh"
 
 namespace dq {
 
@@ -66,17 +67,6 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
     return d;
 }
 
-__device__ __forceinline__ float half_lo(u32 v) {
-    float f;
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(v));
-    return f;
-}
-__device__ __forceinline__ float half_hi(u32 v) {
-    float f;
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(v));
-    return f;
-}
-
 // One row's bytes of one super-block as a lane holds them: the header and its two 16-byte pieces.
 struct RowBytes {
     uint4 hdr, q[2];
@@ -95,7 +85,7 @@ struct RowScales {
 };
 
 __device__ __forceinline__ void row_scales(RowScales& r, const uint4& hdr, int t) {
-    const float d = half_lo(hdr.x), dmin = half_hi(hdr.x);
+    const float d = gguf::half_to_float(hdr.x & 0xFFFFu), dmin = gguf::half_to_float(hdr.x >> 16);
     const u32 d2 = pack2(d, d), cd = pack2(-128.f * d, -128.f * d);
     const u32 n2 = pack2(-dmin, -dmin), cn = pack2(128.f * dmin, 128.f * dmin);
     const int sh = 16 * (t >> 1);                       // bytes j0, j0 + 1 of each scale word, j0 = 2 (t / 2)
