@@ -75,8 +75,10 @@ __device__ __forceinline__ void sample_rows_body(
     const float t = temperature[row];
     const int k = top_k[row];
     const float tp = top_p[row], mp = min_p[row];      // loaded here, in the shadow of the first pass
-    const u64 sd = seed[row];
-    const u32 ps = (u32)position[row];
+    if (threadIdx.x == 0) {                 // kept in shared memory: the short path's draw is late
+        sm.pub.seed = seed[row];
+        sm.pub.position = (u32)position[row];
+    }
     const bool short_k = short_path && t > 0.f && k > 0 && k < vocab && k <= kTopkFast;
 
     RowDist rd;
@@ -90,14 +92,14 @@ __device__ __forceinline__ void sample_rows_body(
         if (C > 1) cluster_sync();          // the others may still read this block's TopkPub
         return;
     }
-    const u32 u24 = philox::bits24(sd, ps, philox::kSample, 0u);
-    if (short_k && topk_short_path<C>(x, lo, hi, k, t, tp, mp, u24, tmax, rd, sm, tokens + row, flags + row))
+    if (short_k && topk_short_path<C>(x, lo, hi, k, t, tp, mp, tmax, rd, sm, tokens + row, flags + row))
         return;                                                                      // 2.-6. on a short list
     row_filter<C>(x, lo, hi, vocab, t, k, tp, mp, sm.slow, rd);                     // 2.-5.
     u64 run;                                // kept mass of the chunks before this block's
     const u64 kept = weight_sum<C>(x, lo, hi, rd, sm.slow, KeptE{}, &run);
     if (leader) flags[row] = 0;
-    draw<C>(x, lo, hi, rd, sm.slow, KeptE{}, run, draw_target(u24, kept), tokens + row);   // 6.
+    const u32 u24 = philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u);   // made here: no register
+    draw<C>(x, lo, hi, rd, sm.slow, KeptE{}, run, draw_target(u24, kept), tokens + row);  // holds it over 2.-5.; 6.
 }
 
 #define SAMPLING_KERNELS(C)                                                                                       \

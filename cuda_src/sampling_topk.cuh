@@ -4,8 +4,9 @@
 // sampling.cu on that list in the one block, with no radix passes and no more cluster barriers.
 //
 // The bound. Split the row's ids into G disjoint groups (g lanes' ids each) and take each group's
-// largest logit. The k-th largest of these G maxima, tau, is at most the row's k-th largest logit:
-// the k groups with the largest maxima hold k distinct ids >= tau. So {l >= tau} holds every id
+// largest logit. A value tau at most the k-th largest of these G maxima (group_bound: the lower
+// edge of its radix bin) is at most the row's k-th largest logit: the k groups with the largest
+// maxima hold k distinct ids >= tau. So {l >= tau} holds every id
 // that top-k keeps, and the k-th largest of that list is the row's k-th largest. With G >= 4k
 // groups of iid logits the list holds about 1.2k entries.
 //
@@ -106,6 +107,8 @@ struct TopkPub {
     int bad;                                // NaN or +inf seen
     u32 n;                                  // rank 0: list entries claimed (more than kTopkList: overflowed)
     float kth, e_min;                       // rank 0: the thresholds of row_filter_short
+    u64 seed;                               // sample_rows: the row's seed and position (thread 0
+    u32 position;                           // writes them at the start; read after barriers)
 };
 
 // The short path's working set (in a union with the long path's Smem).
@@ -121,6 +124,7 @@ struct TopkWork {
     int ci[8];
     int cbad[8];
     u32 tau_key;
+    u32 n_want;
 };
 
 struct SampleSmem {
@@ -270,17 +274,67 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
 
 // ---------------------------------------------------------------- the list
 
-// The k-th largest of the `groups` group maxima in w.all (the smallest value with fewer than k
-// larger ones), every thread of the block.
+// A lower bound on the k-th largest of the `groups` group maxima in w.all, every thread of the
+// block: the least value whose order key has the top 16 bits of the k-th largest's key (two radix
+// passes of 8 bits over the keys, each a histogram and one warp's scan of it). At least k maxima
+// are >= it, so at least k logits are (the bound of this file's header), and it is below the k-th
+// largest by less than 2^-7 of that value's binade. Each thread takes one maximum: the work is
+// two shared atomics a warp's distinct bins, not the groups^2 comparisons of a pairwise count.
 __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
-    if (threadIdx.x == 0) w.tau_key = 0xffffffffu;
-    __syncthreads();
-    const Seg sg = segment(groups);
-    const float m = sg.on ? w.all[sg.j] : neg_inf();
-    const int gt = seg_sum(count_above(reinterpret_cast<const float4*>(w.all), groups, m, sg.q, sg.s), sg.s);
-    if (sg.on && sg.q == 0 && gt < k) atomicMin(&w.tau_key, order_key(m));
-    __syncthreads();
-    return key_value(w.tau_key);
+    u32* hist = reinterpret_cast<u32*>(w.lw);           // free until the list is built
+    const int tid = threadIdx.x, lane = tid & 31;
+    const bool on = tid < groups;
+    const u32 key = on ? order_key(w.all[tid]) : 0u;
+    u32 prefix = 0, want = (u32)k;          // want: how many more maxima the bins below must hold
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass) {
+        const int shift = 24 - 8 * pass;
+        if (tid < kBins) hist[tid] = 0;
+        __syncthreads();
+        const bool in = on && (pass == 0 || (key >> 24) == prefix);
+        const u32 bin = (key >> shift) & 0xffu;
+        const u32 active = __ballot_sync(0xffffffffu, in);
+        if (in) {
+            const u32 peers = __match_any_sync(active, bin);
+            if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (u32)__popc(peers));
+        }
+        __syncthreads();
+        if (tid < 32) {                     // lane holds bins 8 lane .. 8 lane + 7; find from the top
+            u32 c[8], mine = 0;
+#pragma unroll
+            for (int b = 0; b < 8; ++b) mine += (c[b] = hist[8 * lane + b]);
+            u32 suf = mine;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const u32 v = __shfl_down_sync(0xffffffffu, suf, o);
+                if (lane + o < 32) suf += v;
+            }
+            const u32 higher = suf - mine;  // maxima in the bins of lanes above this one
+            int hit = -1;
+            u32 run = higher, left = 0;
+#pragma unroll
+            for (int b = 7; b >= 0; --b) {
+                if (hit < 0 && run + c[b] >= want) {
+                    hit = b;
+                    left = want - run;
+                }
+                run += c[b];
+            }
+            const u32 found = __ballot_sync(0xffffffffu, hit >= 0 && higher < want);
+            const int src = 31 - __clz(found);              // the highest lane whose bins reach it
+            const int bsel = __shfl_sync(0xffffffffu, hit, src);
+            const u32 lsel = __shfl_sync(0xffffffffu, left, src);
+            if (lane == 0) {
+                w.tau_key = (prefix << 8) | (u32)(8 * src + bsel);
+                w.n_want = lsel;
+            }
+        }
+        __syncthreads();
+        prefix = w.tau_key;
+        want = w.n_want;
+    }
+    const float b = key_value(prefix << 16);
+    return b == b ? b : neg_inf();          // the bin of -inf: its lower edge's bits are a NaN's
 }
 
 // Steps 2's list: every id of [lo, hi) of the row x with l >= tau (the bound of group_bound), from
@@ -454,6 +508,7 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
 #pragma unroll
         for (int h = 0; h < 2; ++h) gt[h] += (a > l[h]) + (b > l[h]);
     }
+    TOPK_CLOCK(20);
     // 3. e and E of the kept entries, S their sum
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -462,6 +517,7 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
         E[h] = kept[h] ? fixed(e[h]) : 0ull;
     }
     const u64 s = warp_sum_u64(E[0] + E[1]);
+    TOPK_CLOCK(21);
     // 4. top-p: the largest e of a kept entry whose weight of e-values >= it reaches the target
     float e_min = 0.f;
     if (top_p < 1.f) {
@@ -481,10 +537,12 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         e_min = m;
     }
+    TOPK_CLOCK(22);
     // 5. min-p; 6. the draw over the weights in id order
     e_min = fminf(fmaxf(e_min, min_p), 1.f);
     const u64 w0 = kept[0] && e[0] >= e_min ? E[0] : 0ull, w1 = kept[1] && e[1] >= e_min ? E[1] : 0ull;
     const u64 target = draw_target(u24, warp_sum_u64(w0 + w1));
+    TOPK_CLOCK(23);
     u64 c[2] = {0, 0};
 #pragma unroll 2
     for (int src = 0; src < 32; ++src) {
@@ -505,7 +563,7 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
 // of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
 template <int C>
 __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                float top_p, float min_p, u32 u24, float tmax, const RowDist& rd,
+                                                float top_p, float min_p, float tmax, const RowDist& rd,
                                                 SampleSmem& sm, int* token, int* flag) {
     TopkWork& w = sm.fast;
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
@@ -515,6 +573,8 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
     if (C > 1 && cluster_rank() != 0) return true;
     if (n <= (u32)kWarpList) {              // a short list: one warp, no block barriers
         if (threadIdx.x < 32) {
+            const u32 u24 = philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u);    // one warp's work only
+            TOPK_CLOCK(19);
             list_draw_warp((int)n, k, t, top_p, min_p, rd.lmax, u24, w, token);
             if (threadIdx.x == 0) *flag = 0;
             TOPK_CLOCK(11);
@@ -534,7 +594,7 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
 #endif
     u64 total;
     const ListEntry le = list_weights((int)n, k, t, top_p, min_p, rd.lmax, w, &total);
-    const u64 target = draw_target(u24, total);
+    const u64 target = draw_target(philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u), total);
     TOPK_CLOCK(10);
     list_draw(le, le.w, (int)n, target, w, token);
     if (threadIdx.x == 0) *flag = 0;

@@ -1,8 +1,8 @@
 """The short top-k path of sample_rows (cuda_src/sampling_topk.cuh), its bound modelled in NumPy:
 the ids of a row are split into groups the way the kernel's threads read them (chunk<C>, then
-for_chunk's single loads at the ends and 16-byte loads between, g lanes to a group), the k-th
-largest group maximum tau bounds the row's k-th largest logit from below, and the list {l >= tau}
-holds every id that top-k keeps. The GPU test (test_sampling_gpu.py) checks the kernel's tokens.
+for_chunk's single loads at the ends and 16-byte loads between, g lanes to a group), the lower
+edge tau of the k-th largest group maximum's radix bin (group_bound) bounds the row's k-th largest
+logit from below, and the list {l >= tau} holds every id that top-k keeps. The GPU test (test_sampling_gpu.py) checks the kernel's tokens.
 """
 
 import numpy as np
@@ -43,8 +43,29 @@ def short_list(row: np.ndarray, k: int, c: int) -> tuple[float, np.ndarray]:
     gmax = np.full(c * per_block, -np.inf)
     np.maximum.at(gmax, group, row.astype(np.float64))
     gt = (gmax[None, :] > gmax[:, None]).sum(1)
-    tau = gmax[gt < k].min()
+    tau = bin_edge(gmax[gt < k].min())
     return tau, np.nonzero(row >= tau)[0]
+
+
+def bin_edge(v: float) -> np.float32:
+    """group_bound's result for a k-th largest group maximum v: the least float32 whose order key
+    (order_key in sampling_rows.cuh) has the top 16 bits of v's, -inf where those bits are a NaN's."""
+    u = int(np.array(np.float32(v) + np.float32(0.0), np.float32).view(np.uint32))
+    key = (~u & 0xFFFFFFFF) if u & 0x80000000 else u | 0x80000000
+    edge = key & 0xFFFF0000
+    bits = edge & 0x7FFFFFFF if edge & 0x80000000 else ~edge & 0xFFFFFFFF
+    e = np.array(bits, np.uint32).view(np.float32)
+    return np.float32(-np.inf) if np.isnan(e) else e
+
+
+def test_the_bin_edge_bounds_from_below_within_its_binade():
+    rng = np.random.default_rng(3)
+    for v in np.concatenate([rng.normal(0, 3, 1000), [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 1e-40, -1e-40]]):
+        e = bin_edge(v)
+        assert e <= np.float32(v)
+        if np.isfinite(v) and abs(v) >= np.finfo(np.float32).tiny:     # normal: the bin is 2^-7 of a binade
+            assert np.float32(v) - e <= 2.0 ** (np.floor(np.log2(abs(v))) - 7) * 1.0000001
+    assert bin_edge(-np.inf) == -np.inf
 
 
 def rows(rng, vocab: int):
