@@ -274,66 +274,97 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
 
 // ---------------------------------------------------------------- the list
 
+// group_bound's result for at most 256 maxima, by one warp (lane holds w.all[lane + 32 r]): the
+// largest T with 16 low zero bits and at least k keys >= T, one bit at a time from the top (a
+// ballot per key a step). The same value as the radix passes below.
+__device__ __forceinline__ u32 bound_key_warp(int groups, int k, const TopkWork& w) {
+    const int lane = threadIdx.x & 31;
+    u32 key[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) key[r] = lane + 32 * r < groups ? order_key(w.all[lane + 32 * r]) : 0u;
+    u32 t = 0;
+#pragma unroll
+    for (int bit = 31; bit >= 16; --bit) {
+        const u32 cand = t | (1u << bit);
+        int n = 0;
+#pragma unroll
+        for (int r = 0; r < 8; ++r) n += __popc(__ballot_sync(0xffffffffu, key[r] >= cand));
+        if (n >= k) t = cand;
+    }
+    return t;
+}
+
 // A lower bound on the k-th largest of the `groups` group maxima in w.all, every thread of the
-// block: the least value whose order key has the top 16 bits of the k-th largest's key (two radix
-// passes of 8 bits over the keys, each a histogram and one warp's scan of it). At least k maxima
-// are >= it, so at least k logits are (the bound of this file's header), and it is below the k-th
-// largest by less than 2^-7 of that value's binade. Each thread takes one maximum: the work is
-// two shared atomics a warp's distinct bins, not the groups^2 comparisons of a pairwise count.
+// block: the least value whose order key has the top 16 bits of the k-th largest's key. At least k
+// maxima are >= it, so at least k logits are (the bound of this file's header), and it is below
+// the k-th largest by less than 2^-7 of that value's binade. Up to 256 maxima one warp finds it
+// (bound_key_warp); more go through two radix passes of 8 bits over the keys (a histogram, then
+// one warp's scan of it) by the warps that hold them. Either is a few hundred instructions, where
+// a pairwise count by the whole block was groups^2 comparisons (measured 2.8 -> 1.4 us at 256).
 __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
     u32* hist = reinterpret_cast<u32*>(w.lw);           // free until the list is built
     const int tid = threadIdx.x, lane = tid & 31;
-    const bool on = tid < groups;
-    const u32 key = on ? order_key(w.all[tid]) : 0u;
-    u32 prefix = 0, want = (u32)k;          // want: how many more maxima the bins below must hold
+    const int nt = 32 * ((groups + 31) >> 5);           // the warps that hold a maximum do the passes
+    if (groups <= 256) {
+        if (tid < 32) {
+            const u32 t = bound_key_warp(groups, k, w);
+            if (tid == 0) w.tau_key = t >> 16;
+        }
+    } else if (tid < nt) {                              // (named barrier 2); the rest wait at the end
+        const u32 key = tid < groups ? order_key(w.all[tid]) : 0u;
+        u32 prefix = 0, want = (u32)k;      // want: how many more maxima the bins below must hold
 #pragma unroll 1
-    for (int pass = 0; pass < 2; ++pass) {
-        const int shift = 24 - 8 * pass;
-        if (tid < kBins) hist[tid] = 0;
-        __syncthreads();
-        const bool in = on && (pass == 0 || (key >> 24) == prefix);
-        const u32 bin = (key >> shift) & 0xffu;
-        const u32 active = __ballot_sync(0xffffffffu, in);
-        if (in) {
-            const u32 peers = __match_any_sync(active, bin);
-            if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (u32)__popc(peers));
-        }
-        __syncthreads();
-        if (tid < 32) {                     // lane holds bins 8 lane .. 8 lane + 7; find from the top
-            u32 c[8], mine = 0;
-#pragma unroll
-            for (int b = 0; b < 8; ++b) mine += (c[b] = hist[8 * lane + b]);
-            u32 suf = mine;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const u32 v = __shfl_down_sync(0xffffffffu, suf, o);
-                if (lane + o < 32) suf += v;
+        for (int pass = 0; pass < 2; ++pass) {
+            const int shift = 24 - 8 * pass;
+            for (int b = tid; b < kBins; b += nt) hist[b] = 0;
+            asm volatile("bar.sync 2, %0;" ::"r"(nt) : "memory");
+            const bool in = tid < groups && (pass == 0 || (key >> 24) == prefix);
+            const u32 bin = (key >> shift) & 0xffu;
+            const u32 active = __ballot_sync(0xffffffffu, in);
+            if (in) {
+                const u32 peers = __match_any_sync(active, bin);
+                if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (u32)__popc(peers));
             }
-            const u32 higher = suf - mine;  // maxima in the bins of lanes above this one
-            int hit = -1;
-            u32 run = higher, left = 0;
+            asm volatile("bar.sync 2, %0;" ::"r"(nt) : "memory");
+            if (tid < 32) {                 // lane holds bins 8 lane .. 8 lane + 7; find from the top
+                u32 c[8], mine = 0;
 #pragma unroll
-            for (int b = 7; b >= 0; --b) {
-                if (hit < 0 && run + c[b] >= want) {
-                    hit = b;
-                    left = want - run;
+                for (int b = 0; b < 8; ++b) mine += (c[b] = hist[8 * lane + b]);
+                u32 suf = mine;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const u32 v = __shfl_down_sync(0xffffffffu, suf, o);
+                    if (lane + o < 32) suf += v;
                 }
-                run += c[b];
+                const u32 higher = suf - mine;                  // maxima in the bins of the lanes above
+                int hit = -1;
+                u32 run = higher, left = 0;
+#pragma unroll
+                for (int b = 7; b >= 0; --b) {
+                    if (hit < 0 && run + c[b] >= want) {
+                        hit = b;
+                        left = want - run;
+                    }
+                    run += c[b];
+                }
+                const u32 found = __ballot_sync(0xffffffffu, hit >= 0 && higher < want);
+                const int src = 31 - __clz(found);              // the one lane whose bins reach it
+                const int bsel = __shfl_sync(0xffffffffu, hit, src);
+                const u32 lsel = __shfl_sync(0xffffffffu, left, src);
+                if (lane == 0) {
+                    w.tau_key = (prefix << 8) | (u32)(8 * src + bsel);
+                    w.n_want = lsel;
+                }
             }
-            const u32 found = __ballot_sync(0xffffffffu, hit >= 0 && higher < want);
-            const int src = 31 - __clz(found);              // the highest lane whose bins reach it
-            const int bsel = __shfl_sync(0xffffffffu, hit, src);
-            const u32 lsel = __shfl_sync(0xffffffffu, left, src);
-            if (lane == 0) {
-                w.tau_key = (prefix << 8) | (u32)(8 * src + bsel);
-                w.n_want = lsel;
+            if (pass == 0) {
+                asm volatile("bar.sync 2, %0;" ::"r"(nt) : "memory");
+                prefix = w.tau_key;
+                want = w.n_want;
             }
         }
-        __syncthreads();
-        prefix = w.tau_key;
-        want = w.n_want;
     }
-    const float b = key_value(prefix << 16);
+    __syncthreads();
+    const float b = key_value(w.tau_key << 16);
     return b == b ? b : neg_inf();          // the bin of -inf: its lower edge's bits are a NaN's
 }
 
@@ -472,11 +503,16 @@ __device__ __forceinline__ void list_draw(const ListEntry& le, u64 mine, int n, 
     if (le.lead && mine && c <= target && target < c + mine) *dst = le.id;   // exactly one entry
 }
 
-// Steps 2-6 by one warp on a list of n <= kWarpList entries (lane holds entries lane and lane + 32):
-// list_weights' weights and thresholds and list_draw's pick by the same rules, with shuffles in
-// place of the block's barriers. Every sum is of integers and the thresholds are maxima, so the
-// token is list_draw's. Every lane of the warp calls it; the drawn entry's lane writes *dst.
+// Steps 2-6 by W warps on a list of n <= kWarpList entries: every warp holds the whole list (lane
+// holds entries lane and lane + 32) and computes list_weights' weights and thresholds and
+// list_draw's pick by the same rules, with shuffles in place of the block's barriers; the three
+// pairwise sums over the list (larger logits, weight of larger e, weight of lower ids) are split
+// over the W warps by source entry and added through shared memory after a barrier of the W warps
+// (named barrier 1). Every sum is of integers and the thresholds are maxima, so the token is
+// list_draw's whatever W. Every lane of the W warps calls it; warp 0's lane of the drawn entry
+// writes *dst.
 constexpr int kWarpList = 64;
+constexpr int kListWarps = 4;               // W for sample_rows' short lists (1 / 2 / 4 / 8 measured)
 
 __device__ __forceinline__ u64 shfl_u64(u64 v, int src) {
     return ((u64)__shfl_sync(0xffffffffu, (u32)(v >> 32), src) << 32) | __shfl_sync(0xffffffffu, (u32)v, src);
@@ -487,9 +523,31 @@ __device__ __forceinline__ u64 warp_sum_u64(u64 v) {
     return v;
 }
 
-__device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_p, float min_p, float lmax,
-                                               u32 u24, const TopkWork& w, int* dst) {
-    const int lane = threadIdx.x & 31;
+// v[h] (entry lane + 32 h of this warp's share) summed over the W warps: each warp's two partials
+// go to part[warp][64], and after the W warps' barrier every warp adds the W of its entries in
+// warp order. part must not be read by an earlier call's adds still in flight (each of the three
+// sums has its own).
+template <int W, class T>
+__device__ __forceinline__ void warps_sum(T (&v)[2], T* part) {
+    if (W == 1) return;
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    part[wi * 64 + lane] = v[0];
+    part[wi * 64 + lane + 32] = v[1];
+    asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
+    v[0] = v[1] = 0;
+#pragma unroll
+    for (int r = 0; r < W; ++r) {
+        v[0] += part[r * 64 + lane];
+        v[1] += part[r * 64 + lane + 32];
+    }
+}
+
+template <int W>
+__device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top_p, float min_p, float lmax,
+                                                u32 u24, TopkWork& w, int* dst) {
+    static_assert(W >= 1 && W <= 8 && 32 % W == 0, "W warps split 32 source lanes; 2 x 64 W u64 fit w.lw");
+    constexpr int kSrc = 32 / W;            // source lanes a warp takes
+    const int lane = threadIdx.x & 31, s0 = (threadIdx.x >> 5) * kSrc;
     float l[2], e[2];
     int id[2];
     bool kept[2];
@@ -502,12 +560,14 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
     }
     // 2. top-k: kept when fewer than k entries are larger
     int gt[2] = {0, 0};
-#pragma unroll 4
-    for (int src = 0; src < 32; ++src) {
+#pragma unroll
+    for (int i = 0; i < kSrc; ++i) {
+        const int src = s0 + i;
         const float a = __shfl_sync(0xffffffffu, l[0], src), b = __shfl_sync(0xffffffffu, l[1], src);
 #pragma unroll
         for (int h = 0; h < 2; ++h) gt[h] += (a > l[h]) + (b > l[h]);
     }
+    warps_sum<W>(gt, reinterpret_cast<int*>(w.le));
     TOPK_CLOCK(20);
     // 3. e and E of the kept entries, S their sum
 #pragma unroll
@@ -526,12 +586,14 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
         const float le0 = kept[0] ? e[0] : -1.f, le1 = kept[1] ? e[1] : -1.f;
         u64 above[2] = {0, 0};
 #pragma unroll 2
-        for (int src = 0; src < 32; ++src) {
+        for (int i = 0; i < kSrc; ++i) {
+            const int src = s0 + i;
             const float ea = __shfl_sync(0xffffffffu, le0, src), eb = __shfl_sync(0xffffffffu, le1, src);
             const u64 wa = shfl_u64(E[0], src), wb = shfl_u64(E[1], src);
 #pragma unroll
             for (int h = 0; h < 2; ++h) above[h] += (ea >= e[h] ? wa : 0ull) + (eb >= e[h] ? wb : 0ull);
         }
+        warps_sum<W>(above, w.lw);
         float m = fmaxf(kept[0] && above[0] >= (u64)want ? e[0] : 0.f, kept[1] && above[1] >= (u64)want ? e[1] : 0.f);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -545,12 +607,15 @@ __device__ __forceinline__ void list_draw_warp(int n, int k, float t, float top_
     TOPK_CLOCK(23);
     u64 c[2] = {0, 0};
 #pragma unroll 2
-    for (int src = 0; src < 32; ++src) {
+    for (int i = 0; i < kSrc; ++i) {
+        const int src = s0 + i;
         const int ia = __shfl_sync(0xffffffffu, id[0], src), ib = __shfl_sync(0xffffffffu, id[1], src);
         const u64 wa = shfl_u64(w0, src), wb = shfl_u64(w1, src);
 #pragma unroll
         for (int h = 0; h < 2; ++h) c[h] += (ia < id[h] ? wa : 0ull) + (ib < id[h] ? wb : 0ull);
     }
+    warps_sum<W>(c, w.lw + 64 * W);
+    if (threadIdx.x >= 32) return;
     if (w0 && c[0] <= target && target < c[0] + w0) *dst = id[0];       // exactly one entry
     if (w1 && c[1] <= target && target < c[1] + w1) *dst = id[1];
 }
@@ -571,11 +636,10 @@ __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int
     const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
-    if (n <= (u32)kWarpList) {              // a short list: one warp, no block barriers
-        if (threadIdx.x < 32) {
-            const u32 u24 = philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u);    // one warp's work only
-            TOPK_CLOCK(19);
-            list_draw_warp((int)n, k, t, top_p, min_p, rd.lmax, u24, w, token);
+    if (n <= (u32)kWarpList) {              // a short list: a few warps, no block barriers
+        if (threadIdx.x < 32 * kListWarps) {
+            const u32 u24 = philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u);
+            list_draw_warps<kListWarps>((int)n, k, t, top_p, min_p, rd.lmax, u24, w, token);
             if (threadIdx.x == 0) *flag = 0;
             TOPK_CLOCK(11);
         }

@@ -58,6 +58,37 @@ def bin_edge(v: float) -> np.float32:
     return np.float32(-np.inf) if np.isnan(e) else e
 
 
+def order_keys(v: np.ndarray) -> np.ndarray:
+    """order_key (sampling_rows.cuh) of float32 values, as uint64 for comparisons."""
+    u = (np.asarray(v, np.float32) + np.float32(0.0)).view(np.uint32).astype(np.uint64)
+    return np.where(u & 0x80000000, ~u & 0xFFFFFFFF, u | 0x80000000)
+
+
+def bound_key_warp(gmax: np.ndarray, k: int) -> int:
+    """bound_key_warp (sampling_topk.cuh): the largest T with 16 low zero bits and at least k keys
+    >= T, found one bit at a time from the top."""
+    keys, t = order_keys(gmax), 0
+    for bit in range(31, 15, -1):
+        if (keys >= (t | 1 << bit)).sum() >= k:
+            t |= 1 << bit
+    return t
+
+
+@pytest.mark.parametrize("groups", [1, 50, 200, 256])
+def test_the_warps_bit_search_finds_the_bin_edge(groups):
+    rng = np.random.default_rng(groups)
+    for gmax in (rng.normal(0, 3, groups), np.round(rng.normal(0, 3, groups)), -np.abs(rng.normal(0, 3, groups)),
+                 np.where(rng.random(groups) < 0.5, -np.inf, rng.normal(0, 3, groups))):
+        gmax = gmax.astype(np.float32)
+        for k in range(1, groups + 1, max(1, groups // 7)):
+            kth = np.sort(gmax)[::-1][k - 1]
+            t = bound_key_warp(gmax, k)
+            assert t == int(order_keys(kth)[()]) & 0xFFFF0000
+            bits = t & 0x7FFFFFFF if t & 0x80000000 else ~t & 0xFFFFFFFF
+            e = np.array(bits, np.uint32).view(np.float32)
+            assert (np.isnan(e) and bin_edge(kth) == -np.inf) or e == bin_edge(kth)
+
+
 def test_the_bin_edge_bounds_from_below_within_its_binade():
     rng = np.random.default_rng(3)
     for v in np.concatenate([rng.normal(0, 3, 1000), [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 1e-40, -1e-40]]):
