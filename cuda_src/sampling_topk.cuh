@@ -558,6 +558,10 @@ __device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top
         l[h] = j < n ? w.lval[j] : neg_inf();          // padding: never larger than an entry
         id[h] = j < n ? w.lid[j] : 0x7fffffff;
     }
+    // e of every entry (kept or not: the padding's is 0), before the count, so that the compiler
+    // may interleave the two (measured 11.06 -> 10.99 us a call at batch 1 / 151936)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) e[h] = exp_rel(l[h], lmax, t);
     // 2. top-k: kept when fewer than k entries are larger
     int gt[2] = {0, 0};
 #pragma unroll
@@ -573,7 +577,7 @@ __device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         kept[h] = lane + 32 * h < n && gt[h] < k;
-        e[h] = kept[h] ? exp_rel(l[h], lmax, t) : 0.f;
+        e[h] = kept[h] ? e[h] : 0.f;
         E[h] = kept[h] ? fixed(e[h]) : 0ull;
     }
     const u64 s = warp_sum_u64(E[0] + E[1]);
