@@ -275,22 +275,38 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
 // ---------------------------------------------------------------- the list
 
 // group_bound's result for at most 256 maxima, by one warp (lane holds w.all[lane + 32 r]): the
-// largest T with 16 low zero bits and at least k keys >= T, one bit at a time from the top (a
-// ballot per key a step). The same value as the radix passes below.
+// largest T with 16 low zero bits and at least k keys >= T. Every key lies between the least and
+// the largest, so T has their common leading bits; the bits below are decided from the top, two a
+// step (the counts of keys >= each of three candidates, a ballot per key and candidate), down to
+// bit 16. The same value as the radix passes below, and as deciding every bit in turn.
 __device__ __forceinline__ u32 bound_key_warp(int groups, int k, const TopkWork& w) {
     const int lane = threadIdx.x & 31;
-    u32 key[8];
+    u32 key[8], hi = 0, lo = 0xffffffffu;
 #pragma unroll
-    for (int r = 0; r < 8; ++r) key[r] = lane + 32 * r < groups ? order_key(w.all[lane + 32 * r]) : 0u;
-    u32 t = 0;
-#pragma unroll
-    for (int bit = 31; bit >= 16; --bit) {
-        const u32 cand = t | (1u << bit);
+    for (int r = 0; r < 8; ++r) {
+        const bool on = lane + 32 * r < groups;
+        key[r] = on ? order_key(w.all[lane + 32 * r]) : 0u;
+        hi = max(hi, key[r]);
+        lo = on ? min(lo, key[r]) : lo;
+    }
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    const int same = __clz(hi ^ lo);                    // 32 when every key is the same
+    int bit = 31 - same;                                // the highest bit not yet decided
+    u32 t = same >= 16 ? hi & 0xffff0000u : hi & ~(0xffffffffu >> same);
+    const auto count = [&](u32 cand) {
         int n = 0;
 #pragma unroll
         for (int r = 0; r < 8; ++r) n += __popc(__ballot_sync(0xffffffffu, key[r] >= cand));
-        if (n >= k) t = cand;
+        return n;
+    };
+#pragma unroll 1
+    for (; bit >= 17; bit -= 2) {                       // bits bit and bit - 1
+        const u32 c1 = t | (1u << (bit - 1)), c2 = t | (2u << (bit - 1)), c3 = t | (3u << (bit - 1));
+        const int n1 = count(c1), n2 = count(c2), n3 = count(c3);
+        t = n3 >= k ? c3 : n2 >= k ? c2 : n1 >= k ? c1 : t;
     }
+    if (bit == 16 && count(t | 0x10000u) >= k) t |= 0x10000u;
     return t;
 }
 

@@ -65,12 +65,20 @@ def order_keys(v: np.ndarray) -> np.ndarray:
 
 
 def bound_key_warp(gmax: np.ndarray, k: int) -> int:
-    """bound_key_warp (sampling_topk.cuh): the largest T with 16 low zero bits and at least k keys
-    >= T, found one bit at a time from the top."""
-    keys, t = order_keys(gmax), 0
-    for bit in range(31, 15, -1):
-        if (keys >= (t | 1 << bit)).sum() >= k:
-            t |= 1 << bit
+    """bound_key_warp (sampling_topk.cuh) step by step: the largest T with 16 low zero bits and at
+    least k keys >= T, from the keys' common leading bits, then two bits a step down to bit 16."""
+    keys = order_keys(gmax)
+    hi, lo = int(keys.max()), int(keys.min())
+    same = 32 - (hi ^ lo).bit_length()
+    bit = 31 - same
+    t = hi & 0xFFFF0000 if same >= 16 else hi & ~(0xFFFFFFFF >> same) & 0xFFFFFFFF
+    count = lambda cand: int((keys >= cand).sum())      # noqa: E731
+    while bit >= 17:
+        c1, c2, c3 = (t | m << (bit - 1) for m in (1, 2, 3))
+        t = c3 if count(c3) >= k else c2 if count(c2) >= k else c1 if count(c1) >= k else t
+        bit -= 2
+    if bit == 16 and count(t | 0x10000) >= k:
+        t |= 0x10000
     return t
 
 
@@ -78,7 +86,8 @@ def bound_key_warp(gmax: np.ndarray, k: int) -> int:
 def test_the_warps_bit_search_finds_the_bin_edge(groups):
     rng = np.random.default_rng(groups)
     for gmax in (rng.normal(0, 3, groups), np.round(rng.normal(0, 3, groups)), -np.abs(rng.normal(0, 3, groups)),
-                 np.where(rng.random(groups) < 0.5, -np.inf, rng.normal(0, 3, groups))):
+                 np.where(rng.random(groups) < 0.5, -np.inf, rng.normal(0, 3, groups)), np.full(groups, 2.5),
+                 np.full(groups, -np.inf), rng.normal(1000, 0.001, groups), rng.normal(0, 1e-30, groups)):
         gmax = gmax.astype(np.float32)
         for k in range(1, groups + 1, max(1, groups // 7)):
             kth = np.sort(gmax)[::-1][k - 1]
