@@ -76,7 +76,10 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
         take_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
 }
 
-// Argmax over the cluster; every thread gets the result.
+// Argmax over the cluster; every thread gets the result. Warp 0 alone combines: the warps' bests,
+// then (C > 1) the blocks' through distributed shared memory, lane r reading block r's slot, so a
+// remote value is read C times a block rather than C times a thread. (value, lowest id) is a total
+// order, so the result does not depend on the order of the combines.
 template <int C>
 __device__ __forceinline__ void cluster_argmax(float& v, int& i, float* sv, int* si, u64* slot) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -91,23 +94,32 @@ __device__ __forceinline__ void cluster_argmax(float& v, int& i, float* sv, int*
         i = si[lane];
         warp_best(v, i);
         if (lane == 0) {
-            sv[0] = v;
-            si[0] = i;
+            if (C > 1) *slot = ((u64)__float_as_uint(v) << 32) | (u32)i;
+            else sv[0] = v, si[0] = i;
+        }
+    }
+    if (C > 1) {
+        cluster_sync();
+        if (warp == 0) {
+            v = neg_inf();
+            i = 0x7fffffff;
+            if (lane < C) {
+                const u64 x = remote_u64(slot, (u32)lane);
+                v = __uint_as_float((u32)(x >> 32));
+                i = (int)(u32)x;
+            }
+            warp_best(v, i);
+            if (lane == 0) {
+                sv[0] = v;
+                si[0] = i;
+            }
         }
     }
     __syncthreads();
     v = sv[0];
     i = si[0];
-    __syncthreads();                        // sv, si free for the next use
-    if (C > 1) {
-        if (threadIdx.x == 0) *slot = ((u64)__float_as_uint(v) << 32) | (u32)i;
-        cluster_sync();
-        for (u32 r = 0; r < (u32)C; ++r) {
-            const u64 x = remote_u64(slot, r);
-            take_better(v, i, __uint_as_float((u32)(x >> 32)), (int)(u32)x);
-        }
-        cluster_sync();
-    }
+    if (C > 1) cluster_sync();              // no block leaves while another reads its slot; sv free again
+    else __syncthreads();                   // sv, si free for the next use
 }
 
 // Block-wide sum of integers; every thread gets the result.

@@ -120,9 +120,9 @@ struct TopkWork {
     u64 lw[kTopkList];                      // E, then the drawn weight
     u64 sh[kWarps + 1];
     float fsh[kWarps];
-    float cv[8];                            // the cluster's blocks' (v, i, bad), read from their TopkPub
-    int ci[8];
-    int cbad[8];
+    float cv;                               // the cluster's max, its lowest id and whether any block
+    int ci;                                 // saw NaN or +inf (warp 0 combines the blocks' TopkPub)
+    int cbad;
     u32 tau_key;
     u32 n_want;
 };
@@ -229,28 +229,43 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
     }
     bad = __syncthreads_or(bad);
     TOPK_CLOCK(2);
-    lmax = w.fsh[lane];
-    amax = reinterpret_cast<int*>(w.sh)[lane];
-    warp_best(lmax, amax);
-    if (threadIdx.x == 0) {
-        sm.pub.v = lmax;
-        sm.pub.i = amax;
-        sm.pub.bad = bad;
-        sm.pub.n = 0;
+    if (warp == 0) {                        // the block's best, by warp 0 alone
+        lmax = w.fsh[lane];
+        amax = reinterpret_cast<int*>(w.sh)[lane];
+        warp_best(lmax, amax);
+        if (lane == 0) {
+            sm.pub.v = lmax;
+            sm.pub.i = amax;
+            sm.pub.bad = bad;
+            sm.pub.n = 0;
+        }
     }
     const int per_block = g > 0 ? kThreads / g : 0;
     const int groups = C * per_block;
     if (C == 1) {
         __syncthreads();
         if (g > 0) w.all[threadIdx.x] = threadIdx.x < groups ? sm.pub.gmax[threadIdx.x] : neg_inf();
+        lmax = sm.pub.v;
+        amax = sm.pub.i;
     } else {
         cluster_sync();
         const int j = threadIdx.x;
-        if (j < C) {                        // one 16-byte read of each block's (v, i, bad, n)
-            const uint4 q = ld_cluster_v4(map_rank(smem_addr(&sm.pub.v), (u32)j));
-            w.cv[j] = __uint_as_float(q.x);
-            w.ci[j] = (int)q.y;
-            w.cbad[j] = (int)q.z;
+        if (warp == 0) {                    // lane r reads block r's (v, i, bad, n) in one 16-byte
+            float v = neg_inf();            // load, and the warp combines them ((value, lowest id)
+            int i = 0x7fffffff, b = 0;      // is a total order: any order of combines agrees)
+            if (lane < C) {
+                const uint4 q = ld_cluster_v4(map_rank(smem_addr(&sm.pub.v), (u32)lane));
+                v = __uint_as_float(q.x);
+                i = (int)q.y;
+                b = (int)q.z;
+            }
+            warp_best(v, i);
+            b = __any_sync(0xffffffffu, b);
+            if (lane == 0) {
+                w.cv = v;
+                w.ci = i;
+                w.cbad = b;
+            }
         }
         if (g > 0) {
             float m = neg_inf();
@@ -260,11 +275,9 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
         }
         __syncthreads();
         TOPK_CLOCK(3);
-#pragma unroll
-        for (int r = 0; r < C; ++r) {       // the same order in every block
-            take_better(lmax, amax, w.cv[r], w.ci[r]);
-            bad |= w.cbad[r];
-        }
+        lmax = w.cv;
+        amax = w.ci;
+        bad = w.cbad;
     }
     TOPK_CLOCK(4);
     rd.bad = bad | (lmax == neg_inf());
