@@ -98,8 +98,9 @@ __device__ __forceinline__ void sample_rows_body(
     u64 run;                                // kept mass of the chunks before this block's
     const u64 kept = weight_sum<C>(x, lo, hi, rd, sm.slow, KeptE{}, &run);
     if (leader) flags[row] = 0;
-    const u32 u24 = philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u);   // made here: no register
-    draw<C>(x, lo, hi, rd, sm.slow, KeptE{}, run, draw_target(u24, kept), tokens + row);  // holds it over 2.-5.; 6.
+    // the uniform is made here rather than before step 2, so that no register holds it over 2.-5.
+    const u32 u24 = philox::bits24(sm.pub.seed, sm.pub.position, philox::kSample, 0u);
+    draw<C>(x, lo, hi, rd, sm.slow, KeptE{}, run, draw_target(u24, kept), tokens + row);   // 6.
 }
 
 #define SAMPLING_KERNELS(C)                                                                                       \
