@@ -57,6 +57,11 @@ __device__ __forceinline__ u32 add_cluster_u32(u32 addr, u32 v) {
     return old;
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads) of the first `threads` threads (a multiple of 32).
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---------------------------------------------------------------- reading a chunk
 
 // f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, four in flight per
@@ -346,7 +351,7 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
         for (int pass = 0; pass < 2; ++pass) {
             const int shift = 24 - 8 * pass;
             for (int b = tid; b < kBins; b += nt) hist[b] = 0;
-            asm volatile("bar.sync 2, %0;" ::"r"(nt) : "memory");
+            bar_sync(2, nt);
             const bool in = tid < groups && (pass == 0 || (key >> 24) == prefix);
             const u32 bin = (key >> shift) & 0xffu;
             const u32 active = __ballot_sync(0xffffffffu, in);
@@ -354,7 +359,7 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
                 const u32 peers = __match_any_sync(active, bin);
                 if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (u32)__popc(peers));
             }
-            asm volatile("bar.sync 2, %0;" ::"r"(nt) : "memory");
+            bar_sync(2, nt);
             if (tid < 32) {                 // lane holds bins 8 lane .. 8 lane + 7; find from the top
                 u32 c[8], mine = 0;
 #pragma unroll
@@ -386,7 +391,7 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
                 }
             }
             if (pass == 0) {
-                asm volatile("bar.sync 2, %0;" ::"r"(nt) : "memory");
+                bar_sync(2, nt);
                 prefix = w.tau_key;
                 want = w.n_want;
             }
@@ -562,7 +567,7 @@ __device__ __forceinline__ void warps_sum(T (&v)[2], T* part) {
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     part[wi * 64 + lane] = v[0];
     part[wi * 64 + lane + 32] = v[1];
-    asm volatile("bar.sync 1, %0;" ::"r"(W * 32) : "memory");
+    bar_sync(1, W * 32);
     v[0] = v[1] = 0;
 #pragma unroll
     for (int r = 0; r < W; ++r) {

@@ -47,21 +47,23 @@ def short_list(row: np.ndarray, k: int, c: int) -> tuple[float, np.ndarray]:
     return tau, np.nonzero(row >= tau)[0]
 
 
-def bin_edge(v: float) -> np.float32:
-    """group_bound's result for a k-th largest group maximum v: the least float32 whose order key
-    (order_key in sampling_rows.cuh) has the top 16 bits of v's, -inf where those bits are a NaN's."""
-    u = int(np.array(np.float32(v) + np.float32(0.0), np.float32).view(np.uint32))
-    key = (~u & 0xFFFFFFFF) if u & 0x80000000 else u | 0x80000000
-    edge = key & 0xFFFF0000
-    bits = edge & 0x7FFFFFFF if edge & 0x80000000 else ~edge & 0xFFFFFFFF
-    e = np.array(bits, np.uint32).view(np.float32)
-    return np.float32(-np.inf) if np.isnan(e) else e
-
-
 def order_keys(v: np.ndarray) -> np.ndarray:
     """order_key (sampling_rows.cuh) of float32 values, as uint64 for comparisons."""
     u = (np.asarray(v, np.float32) + np.float32(0.0)).view(np.uint32).astype(np.uint64)
     return np.where(u & 0x80000000, ~u & 0xFFFFFFFF, u | 0x80000000)
+
+
+def key_value(key: int) -> np.float32:
+    """key_value (sampling_rows.cuh): the float32 whose order key is `key`."""
+    bits = key & 0x7FFFFFFF if key & 0x80000000 else ~key & 0xFFFFFFFF
+    return np.array(bits, np.uint32).view(np.float32)[()]
+
+
+def bin_edge(v: float) -> np.float32:
+    """group_bound's result for a k-th largest group maximum v: the least float32 whose order key
+    has the top 16 bits of v's, -inf where those bits are a NaN's."""
+    e = key_value(int(order_keys(v)[()]) & 0xFFFF0000)
+    return np.float32(-np.inf) if np.isnan(e) else e
 
 
 def bound_key_warp(gmax: np.ndarray, k: int) -> int:
@@ -93,8 +95,7 @@ def test_the_warps_bit_search_finds_the_bin_edge(groups):
             kth = np.sort(gmax)[::-1][k - 1]
             t = bound_key_warp(gmax, k)
             assert t == int(order_keys(kth)[()]) & 0xFFFF0000
-            bits = t & 0x7FFFFFFF if t & 0x80000000 else ~t & 0xFFFFFFFF
-            e = np.array(bits, np.uint32).view(np.float32)
+            e = key_value(t)
             assert (np.isnan(e) and bin_edge(kth) == -np.inf) or e == bin_edge(kth)
 
 
