@@ -38,7 +38,8 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.build import sm_count  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS,  # noqa: E402
-                                        mma_cluster, mma_cluster_cap, mma_plan, n_splits, stream_splits,
+                                        WGMMA_DEPTH, WGMMA_OVERLAP, WGMMA_ROWS, WGMMA_VARIANTS, mma_cluster,
+                                        mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_runs,
                                         workspace_size)
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
@@ -253,6 +254,11 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     row = {"prefill": t}
     results = {}
     variants = [("simt", {})] + ([("mma", {})] if mma else [])
+    if mma and wgmma_runs(D, HQ // HKV):         # the default prefill kernel on Hopper, each depth and block
+        variants += [("wgmma", {})] + [(f"wgmma_r{r}_s{st}{'_ov' if ov else ''}",
+                                        dict(kernel="wgmma", force_rows=r, force_stages=st, force_overlap=ov))
+                                       for d, st, r, ov in WGMMA_VARIANTS if d == D
+                                       if (st, r, ov) != (WGMMA_DEPTH, WGMMA_ROWS, WGMMA_OVERLAP)]
     if mma:
         for rows in rows_list or (None,):
             for st in stages or (None,):
@@ -395,10 +401,13 @@ def markdown(meta, rows) -> str:
     pre = [r for r in rows if "prefill" in r]
     if pre:
         lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
-                  "| T | simt µs | TFLOP/s | mma µs | TFLOP/s | torch SDPA µs | TFLOP/s |", "|---|---|---|---|---|---|---|"]
+                  "| T | simt µs | TFLOP/s | mma µs | TFLOP/s | wgmma µs (the default) | TFLOP/s | torch SDPA µs "
+                  "| TFLOP/s | wgmma / SDPA |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in pre:
             cell = lambda k: f"{r[k + '_us']:.1f} | {r[k + '_tflops']:.1f}" if k + "_us" in r else "– | –"  # noqa: E731
-            lines.append(f"| {r['prefill']} | {cell('simt')} | {cell('mma')} | {cell('torch')} |")
+            ratio = f"{r['wgmma_us'] / r['torch_us']:.2f}x" if "wgmma_us" in r and "torch_us" in r else "–"
+            lines.append(f"| {r['prefill']} | {cell('simt')} | {cell('mma')} | {cell('wgmma')} | {cell('torch')} "
+                         f"| {ratio} |")
     return "\n".join(lines) + "\n"
 
 

@@ -66,12 +66,12 @@
 
 #include "attn_mma_end.cuh"
 #include "attn_mma_ptx.cuh"
+#include "attn_mma_rows.cuh"
 #include "pdl.cuh"
 #include "stamps.cuh"
 
 namespace amma {
 
-constexpr int kTile = 64;                     // positions per K/V tile
 enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy issues (the PDL prologue)
 
 }  // namespace amma
@@ -134,26 +134,14 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     // position this step writes for that sequence: those rows are no kernel's output in this step
     // (a step writes only its own tokens' cells), so they may land while the kernel before (the
     // K/V write) finishes. q and the rows at or above `fresh` are read after the wait.
-    for (int i = tid; i < ntb; i += THREADS) {
-        const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
-        int lo, hi;
-        attn::visible_range(seq_lens[sq], p, masked, window, lo, hi);
-        s_seq[i] = sq;
-        s_pos[i] = p;
-        s_lo[i] = lo;
-        s_hi[i] = hi;
-    }
+    block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_pos, s_lo, s_hi);
     // not early, or wide (eager) steps: 0, nothing copied early
     const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, tok_seq[t0], lane) : 0;
     __syncthreads();
 
     // this lane's rows g and g + 8 of its warp: token index in the block (-1: padding)
     int rtok[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = 16 * mw + (lane >> 2) + 8 * i;
-        rtok[i] = r / hpb < ntb && r % hpb < nh ? r / hpb : -1;
-    }
+    row_tokens<M>(16 * mw, lane, hpb, ntb, nh, rtok);
     float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -164,17 +152,9 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     bool waited = false;                              // pdl_wait() is called in the first pass
     int active = 1;                                   // blocks with work (split mode: one pass)
     for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
+        int LO, HI;
+        if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
         const int seq = s_seq[pi];
-        bool seen = false;
-        for (int j = 0; j < pi; ++j) seen |= s_seq[j] == seq;
-        if (seen) continue;
-        int LO = 0x7fffffff, HI = 0;
-        for (int j = pi; j < ntb; ++j)
-            if (s_seq[j] == seq && s_hi[j] > s_lo[j]) {
-                LO = min(LO, s_lo[j]);
-                HI = max(HI, s_hi[j]);
-            }
-        if (HI == 0) LO = 0;                          // nothing visible: no tiles
         const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
         const int per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
         active = max(1, (tiles + per - 1) / per);
@@ -184,19 +164,8 @@ attn_mma_kernel(ATTN_TC_ARGS) {
         if (idle && (ncl == 1 || active == 1)) return;
         const int tb = idle ? tiles : (int)blockIdx.x * per, te = idle ? tiles : min(tiles, tb + per);
         const int* crow = cell_table + (long long)seq * table_width;
-        // this lane's rows in this pass: their range (empty for rows of another sequence), and
-        // whether the row is padding (never written out: its scores need no mask)
-        int rlo[2], rhi[2];
-        bool pad[2];
-        const unsigned char* rvis[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const bool act = rtok[i] >= 0 && s_seq[rtok[i]] == seq;
-            pad[i] = rtok[i] < 0;
-            rlo[i] = act ? s_lo[rtok[i]] : 0;
-            rhi[i] = act ? s_hi[rtok[i]] : 0;
-            rvis[i] = masked && act ? visible + (long long)(t0 + rtok[i]) * table_width : nullptr;
-        }
+        RowRange rr;                                  // this lane's rows in this pass
+        rr.set(rtok, seq, s_seq, s_lo, s_hi, visible, t0, table_width);
 
         // The pipeline. A tile's cells are read from the cell table STAGES tiles ahead of its copy
         // (a register load in flight over one tile's math, stored to s_off at its end), so the
@@ -295,14 +264,8 @@ attn_mma_kernel(ATTN_TC_ARGS) {
             __syncthreads();
             if (tile == tb) STAMP(4);
             const int pb = LO + kTile * tile + kw * NW;   // the warp's first position
-            bool need = false, full = !masked;
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                need |= pb < rhi[i] && pb + NW > rlo[i];
-                full &= pad[i] || (pb >= rlo[i] && pb + NW <= rhi[i]);
-            }
-            need = __any_sync(kAll, need);
-            full = __all_sync(kAll, full);            // no position of the warp's slice hidden from any row
+            const bool need = __any_sync(kAll, rr.any(pb, NW));
+            const bool full = rr.all(pb, NW, masked);    // no position of the warp's slice hidden from any row
             float s[NT][4];
             if (need) {
                 const unsigned short* tK = sK + st * kTile * RS + kw * NW * RS;
@@ -327,16 +290,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                     for (int n = 0; n < NT; ++n)
 #pragma unroll
                         for (int c = 0; c < 4; ++c) s[n][c] = softcap_log2 * tanhf(s[n][c] * inv_softcap);
-                if (!full)                            // mask: range (causal, window), visible
-#pragma unroll
-                    for (int n = 0; n < NT; ++n)
-#pragma unroll
-                        for (int c = 0; c < 4; ++c) {
-                            const int i = c >> 1, p = pb + 8 * n + c_col(lane, c);
-                            bool vis = p >= rlo[i] && p < rhi[i];
-                            if (vis && rvis[i] != nullptr) vis = rvis[i][p] != 0;
-                            s[n][c] = vis ? s[n][c] : kNegInf;
-                        }
+                if (!full) rr.mask<NT>(s, pb, lane);      // range (causal, window), visible
             }
             u32 p[NT / 2][4];                         // P as bf16 A fragments
             if (need) {

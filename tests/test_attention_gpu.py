@@ -1,7 +1,8 @@
 """attention and kv_write_ on the GPU against the NumPy reference (reference/attention.py).
 
-Every GPU test of attention runs every kernel (the `kernel` fixture): "mma" (attention_mma.cu, the
-default), "stream" (attention_stream.cu for decode-shaped steps) and "simt" (attention.cu). The
+Every GPU test of attention runs every kernel (the `kernel` fixture): "mma" (attention_mma.cu),
+"stream" (the default: attention_stream.cu for decode-shaped steps, attention_wgmma.cu for the
+others on Hopper), "wgmma" (the same) and "simt" (attention.cu). The
 pools hold bf16; the reference reads the same bf16 values widened to float32, so only the
 kernel's own error counts: for simt float32 scores and sums with exp2f, NMSE ~1e-12 on these
 inputs, budget NMSE = mse(out, ref) / mse(ref, 0) < 1e-5; for mma and stream also q and P
@@ -26,15 +27,16 @@ NMSE_BUDGET = 1e-5
 # test_bf16_rounding_error_is_inside_the_gpu_budget) that costs NMSE 2e-6 .. 7e-6; the budget is
 # ~7x the worst. A wrong cell, position, mask or row gives 1e-3 or worse.
 MMA_NMSE_BUDGET = 5e-5
-BUDGETS = {"simt": NMSE_BUDGET, "mma": MMA_NMSE_BUDGET, "stream": MMA_NMSE_BUDGET}
+BUDGETS = {"simt": NMSE_BUDGET, "mma": MMA_NMSE_BUDGET, "stream": MMA_NMSE_BUDGET, "wgmma": MMA_NMSE_BUDGET}
 BF16_NAN = 0x7FC0
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 
-@pytest.fixture(params=["mma", "simt", "stream"])
+@pytest.fixture(params=["mma", "simt", "stream", "wgmma"])
 def kernel(request):
-    """Every attention kernel for every GPU test that takes it ("stream" runs decode-shaped steps
-    on attention_stream.cu, the others as "mma")."""
+    """Every attention kernel for every GPU test that takes it ("stream" and "wgmma" run
+    decode-shaped steps on attention_stream.cu, the others on attention_wgmma.cu where it serves
+    them, else as "mma")."""
     return request.param
 
 
@@ -523,6 +525,130 @@ def test_mma_q8_codes(per_seq):
             cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), 128 ** -0.5)
     res = ops.attention(*args, q8=True, kernel="mma")
     plain = cupy.asnumpy(ops.attention(*args, kernel="mma"))
+    if not hasattr(res, "q"):
+        pytest.skip("no codes made for this shape (wants_q8)")
+    np.testing.assert_array_equal(cupy.asnumpy(res.x), plain)
+    assert_q8_codes(res, plain, sums=True)
+
+
+# -- the warpgroup kernel's own shapes (attention_wgmma.cu: prefill-shaped steps, 128-row blocks) --
+
+
+def run_wgmma(*step, **kw):
+    """run_both on the warpgroup kernel (Hopper only: elsewhere the test is skipped)."""
+    from glimmer_cupy.ops.attention import wgmma_runs
+    hq, d = step[0].shape[1:]
+    if not wgmma_runs(d, hq // step[1].shape[1]):
+        pytest.skip("attn_wgmma_kernel needs an sm_90 device and head dim 64 or 128")
+    return run_both(*step, kernel="wgmma", **kw)
+
+
+@gpu
+def test_wgmma_serves_prefill_on_hopper():
+    """On an sm_90 device the default route sends prefill-shaped steps of head dim 64 and 128 to
+    attn_wgmma_kernel, and its module compiles for sm_90a."""
+    import cupy
+    from glimmer_cupy.ops.attention import WGMMA_VARIANTS, _wgmma_kernel, wgmma_runs
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("not an sm_90 device")
+    assert wgmma_runs(128, 1) and wgmma_runs(128, 4) and not wgmma_runs(64, 4) and not wgmma_runs(256, 4)
+    for v in WGMMA_VARIANTS:
+        assert _wgmma_kernel(*v).fn.ptr, v
+
+
+@gpu
+@pytest.mark.parametrize("d", [128])
+@pytest.mark.parametrize("length", [7, 511, 512, 513, 4095])
+@pytest.mark.parametrize("per_seq", [16, 70])
+def test_wgmma_lengths(d, length, per_seq):
+    """Prefill-shaped steps (the last per_seq positions of two sequences, causal inside the step's
+    own tokens): 32 tokens a block, so a block holds tokens of both sequences when per_seq is 16."""
+    rng = np.random.default_rng(length * 1000 + d + per_seq)
+    step = make_step(rng, [length, length], 8, 2, d, per_seq=min(per_seq, length))
+    got, ref = run_wgmma(*step)
+    assert_close(got, ref, (d, length, per_seq), "wgmma")
+
+
+@gpu
+@pytest.mark.parametrize("length", [700, 2048])
+def test_wgmma_causal_prompt(length):
+    """A whole prompt of Qwen3-8B's heads (32 q / 8 kv, D 128), causal from position 0, as a
+    prefill step runs it; and the same step on attn_mma_kernel gives nearly the same output (both
+    round q and P to bf16, in different summation orders)."""
+    rng = np.random.default_rng(30 + length)
+    step = make_step(rng, [length], 32, 8, 128, per_seq=length)
+    got, ref = run_wgmma(*step)
+    assert_close(got, ref, ("prompt", length), "wgmma")
+    other, _ = run_mma(*step)
+    assert nmse(other, got) < MMA_NMSE_BUDGET
+
+
+@gpu
+@pytest.mark.parametrize("per_seq", [3, 40])
+@pytest.mark.parametrize("d", [128])
+def test_wgmma_variants_are_bit_identical(per_seq, d):
+    """Eight sequences of mixed lengths (blocks hold tokens of several sequences: one pass each),
+    on every variant: 64- and 128-row blocks, each depth, overlapped or not. Each against the
+    reference; the variants of one block size give the same output bit for bit."""
+    from glimmer_cupy.ops.attention import WGMMA_VARIANTS
+    rng = np.random.default_rng(12 + per_seq + d)
+    lens = [1, 7, 33, 511, 512, 513, 2000, 64]
+    step = make_step(rng, lens, 32, 8, d, per_seq=per_seq)
+    first = {}
+    for _, st, rows, ov in (v for v in WGMMA_VARIANTS if v[0] == d):
+        got, ref = run_wgmma(*step, force_stages=st, force_rows=rows, force_overlap=ov)
+        assert_close(got, ref, ("mixed", per_seq, d, st, rows, ov), "wgmma")
+        if rows in first:
+            np.testing.assert_array_equal(got, first[rows], err_msg=f"{st} stages, overlap {ov}")
+        first.setdefault(rows, got)
+
+
+@gpu
+@pytest.mark.parametrize("q_heads,kv_heads", [(8, 8), (12, 4), (16, 2), (9, 3), (64, 1)])
+def test_wgmma_gqa_groups(q_heads, kv_heads):
+    """GQA groups of 1, 3, 8, 3 and 64 query heads: rows // group tokens a block, padding rows when
+    the group does not divide the rows."""
+    rng = np.random.default_rng(q_heads * 10 + kv_heads)
+    got, ref = run_wgmma(*make_step(rng, [300, 1500], q_heads, kv_heads, 128, per_seq=37))
+    assert_close(got, ref, (q_heads, kv_heads), "wgmma")
+
+
+@gpu
+@pytest.mark.parametrize("length", [511, 512, 513, 3000])
+@pytest.mark.parametrize("d,per_seq", [(128, 4), (128, 70), (128, 600)])
+def test_wgmma_sliding_window(length, d, per_seq):
+    rng = np.random.default_rng(length + d + per_seq)
+    step = make_step(rng, [length, length + 1], 8, 4, d, per_seq=min(per_seq, length))
+    got, ref = run_wgmma(*step, window=512)
+    assert_close(got, ref, ("window", length, d, per_seq), "wgmma")
+
+
+@gpu
+@pytest.mark.parametrize("d", [128])
+def test_wgmma_softcap_and_visible_mask(d):
+    rng = np.random.default_rng(41 + d)
+    q, *rest = make_step(rng, [1200], 8, 2, d, per_seq=50)
+    got, ref = run_wgmma(q * 8, *rest, softcap=5.0)
+    assert_close(got, ref, ("softcap", d), "wgmma")
+    step, visible = hidden_row_step(22 + d, d)
+    got, ref = run_wgmma(*step, visible=visible.astype(np.uint8))
+    assert (got[2] == 0).all()
+    assert_close(got, ref, ("visible", d), "wgmma")
+
+
+@gpu
+def test_wgmma_q8_codes():
+    """q8=True on the warpgroup kernel: the same output, and quantize32's codes of it, bit for bit."""
+    import cupy
+    from glimmer_cupy.ops.attention import wgmma_runs
+    if not wgmma_runs(128, 4):
+        pytest.skip("attn_wgmma_kernel needs an sm_90 device")
+    rng = np.random.default_rng(25)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [700, 300], 32, 8, 128, per_seq=40)
+    args = (cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(table),
+            cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), 128 ** -0.5)
+    res = ops.attention(*args, q8=True, kernel="wgmma")
+    plain = cupy.asnumpy(ops.attention(*args, kernel="wgmma"))
     if not hasattr(res, "q"):
         pytest.skip("no codes made for this shape (wants_q8)")
     np.testing.assert_array_equal(cupy.asnumpy(res.x), plain)

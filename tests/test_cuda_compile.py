@@ -30,8 +30,14 @@ OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embe
                "prepare_qkv": "prepare_qkv"}
 
 
+def arch_flags(src: Path) -> list[str]:
+    """sm_90, or sm_90a for the modules of architecture-specific instructions (kernels/build.py)."""
+    from glimmer_cupy.kernels.build import ARCH_SPECIFIC
+    return [f"-gencode=arch=compute_{ARCH[3:]}a,code={ARCH}a"] if src.stem in ARCH_SPECIFIC else [f"-arch={ARCH}"]
+
+
 def compile_cubin(src: Path, out_dir: Path, defines=()) -> tuple[int, str]:
-    cmd = [NVCC, f"-arch={ARCH}", "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-Xptxas", "-v",
+    cmd = [NVCC, *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-Xptxas", "-v",
            *(f"-D{d}" for d in defines), "-o", str(out_dir / (src.stem + ".cubin")), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return proc.returncode, proc.stdout + proc.stderr
@@ -72,6 +78,23 @@ def test_cu_compiles_without_spills(src: Path, tmp_path: Path):
     assert kernels, (f"{src.name}: nvcc compiled no kernel; instantiate every template variant "
                      f"under #ifdef GLIMMER_INSTANTIATE (see norm.cu)")
     assert_no_spills(kernels, src.name)
+
+
+def test_arch_specific_sources_hold_warpgroup_multiplies(tmp_path: Path):
+    """The sm_90a modules really compile their wgmma code for sm_90a (it is guarded by
+    __CUDA_ARCH_FEAT_SM90_ALL, so a plain sm_90 build would compile empty kernels), and ptxas
+    serialises none of their multiplies."""
+    from glimmer_cupy.kernels.build import ARCH_SPECIFIC
+    for name in sorted(ARCH_SPECIFIC):
+        src = CUDA_SRC / f"{name}.cu"
+        ptx = tmp_path / f"{name}.ptx"
+        cmd = [NVCC, *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", "--ptx", "-DGLIMMER_INSTANTIATE",
+               "-o", str(ptx), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert "wgmma.mma_async" in ptx.read_text(), f"{name}.cu: no wgmma in its sm_90a PTX"
+        rc, log = compile_cubin(src, tmp_path, defines=("GLIMMER_INSTANTIATE",))
+        assert rc == 0 and "serialized" not in log, log
 
 
 @pytest.mark.parametrize("module", sorted(OPS_SOURCES))

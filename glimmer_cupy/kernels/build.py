@@ -8,6 +8,8 @@ header recompiles what includes it. Templates are instantiated through `name_exp
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from functools import cache
 from pathlib import Path
 
@@ -72,6 +74,69 @@ def compile_options(defines: tuple[tuple[str, object], ...] = ()) -> tuple[str, 
     return tuple(opts)
 
 
+# Modules made of architecture-specific instructions (Hopper's wgmma): compiled for sm_90a, whose
+# code runs only on sm_90 devices. CuPy's RawModule always appends its own -arch=sm_XY, so these go
+# through NVRTC directly (the same library CuPy uses) and are cached on disk here, keyed like
+# CuPy's cache by the source, the options (which carry _sources_hash) and the NVRTC version.
+ARCH_SPECIFIC = frozenset({"attention_wgmma"})
+ARCH_SPECIFIC_DEVICE = "sm_90"
+
+
+def has_arch_specific() -> bool:
+    """Whether the device runs ARCH_SPECIFIC modules (an sm_90 GPU: H100, H200)."""
+    return device_arch() == ARCH_SPECIFIC_DEVICE
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("GLIMMER_KERNEL_CACHE") or Path.home() / ".cache" / "glimmer_cupy" / "kernels"
+    return Path(root)
+
+
+class _ArchModule:
+    """A cubin loaded through CuPy, with the lowered names of its name expressions."""
+
+    def __init__(self, cubin: bytes, mapping: dict[str, str]):
+        from cupy.cuda import function
+        self.module = function.Module()
+        self.module.load(cubin)
+        self.mapping = mapping
+
+    def get_function(self, name: str):
+        return self.module.get_function(self.mapping.get(name, name))
+
+
+def _compile_arch_specific(path: Path, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> _ArchModule:
+    from cupy_backends.cuda.libs import nvrtc
+
+    arch = device_arch() + "a"
+    if device_arch() != ARCH_SPECIFIC_DEVICE:
+        raise KernelBuildError(f"{path}: needs an {ARCH_SPECIFIC_DEVICE} device, this one is {device_arch()}")
+    code = path.read_text()
+    opts = options + (f"-arch={arch}", "-ftz=true", "--device-as-default-execution-space")
+    key = hashlib.sha256(repr((code, opts, name_expressions, nvrtc.getVersion())).encode()).hexdigest()[:32]
+    cubin_path, names_path = _cache_dir() / f"{key}.cubin", _cache_dir() / f"{key}.json"
+    if cubin_path.is_file() and names_path.is_file():
+        return _ArchModule(cubin_path.read_bytes(), json.loads(names_path.read_text()))
+    prog = nvrtc.createProgram(code, path.name, (), ())
+    try:
+        for e in name_expressions:
+            nvrtc.addNameExpression(prog, e)
+        try:
+            nvrtc.compileProgram(prog, list(opts))
+        except nvrtc.NVRTCError:
+            raise KernelBuildError(f"{path}: compilation for {arch} failed:\n{nvrtc.getProgramLog(prog)}") from None
+        cubin = nvrtc.getCUBIN(prog)
+        mapping = {e: nvrtc.getLoweredName(prog, e) for e in name_expressions}
+    finally:
+        nvrtc.destroyProgram(prog)
+    _cache_dir().mkdir(parents=True, exist_ok=True)
+    tmp = cubin_path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(cubin)
+    tmp.replace(cubin_path)                                  # whole files only, if processes race
+    names_path.write_text(json.dumps(mapping))
+    return _ArchModule(cubin, mapping)
+
+
 @cache
 def _load(name: str, defines: tuple[tuple[str, object], ...], name_expressions: tuple[str, ...]):
     import cupy
@@ -81,6 +146,8 @@ def _load(name: str, defines: tuple[tuple[str, object], ...], name_expressions: 
     path = CUDA_SRC / f"{name}.cu"
     if not path.is_file():
         raise KernelBuildError(f"no CUDA source {path}")
+    if name in ARCH_SPECIFIC:
+        return _compile_arch_specific(path, compile_options(defines), name_expressions)
     module = cupy.RawModule(code=path.read_text(), options=compile_options(defines),
                             name_expressions=name_expressions or None)
     try:
@@ -97,8 +164,8 @@ def load_module(name: str, defines: dict | None = None, name_expressions=()):
 
 # sources whose every kernel calls pdl_wait() before touching earlier kernels' data (pdl.cuh);
 # tests/test_launch.py checks the list against the sources
-PDL_SOURCES = frozenset({"activation", "attention", "attention_mma", "attention_stream", "embed", "gemv_kq",
-                         "mma_dq", "mma_kq", "norm", "prepare_qkv", "quant_matmul", "quant_mma", "rope"})
+PDL_SOURCES = frozenset({"activation", "attention", "attention_mma", "attention_stream", "attention_wgmma", "embed",
+                         "gemv_kq", "mma_dq", "mma_kq", "norm", "prepare_qkv", "quant_matmul", "quant_mma", "rope"})
 
 
 def get_kernel(name: str, kernel: str, defines: dict | None = None, name_expressions=()) -> Kernel:

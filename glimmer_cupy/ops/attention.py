@@ -70,7 +70,7 @@ def _kernel(expr: str):
 # attention_mma_prefill.md): decode batch 1 / 32k 53.0 us (attn_kernel 57.6), causal prefill
 # T = 2048 276 us (attn_kernel 2372; SDPA 81.3).
 MMA_TILE = 64                                # positions per K/V tile (kTile)
-KERNELS = ("mma", "simt", "stream")
+KERNELS = ("mma", "simt", "stream", "wgmma")
 MMA_ROWS = (16, 64, 128)                     # rows per block: MW = 1, 4, 8
 SMEM_PER_SM = 228 * 1024                     # H100 / H200: shared memory of an SM ...
 SMEM_PER_BLOCK = 227 * 1024                  # ... the most one block may have ...
@@ -236,6 +236,48 @@ def _stream_kernel(d: int, stages: int):
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
     _allow_large_clusters(kern.fn)
+    return kern
+
+
+# Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS, OV>,
+# sm_90a): unsplit blocks of WGS warpgroups, 64 WGS rows laid out as attn_mma_kernel's blocks of as
+# many rows (rows // group tokens). The default for prefill-shaped steps where it runs ("stream" and
+# "wgmma"; "mma" keeps attn_mma_kernel). Head dim 128 only: at 64 its outputs were wrong in every
+# GPU test (NMSE 6-68, deterministic; not found yet), and 256 would not fit its registers, so both
+# stay on attn_mma_kernel. Measured on the H200 (bench/results/attention_wgmma_*.md), causal prefill
+# T = 2048, Qwen3-8B heads: 64-row blocks (two an SM) 167 us, 128-row blocks 194, attn_mma_kernel
+# 248, SDPA 83; 2 or 3 stages the same; overlapping each tile's softmax with the next tile's scores
+# (OV) no faster.
+WGMMA_DIMS = (128,)
+WGMMA_DEPTH = 2
+WGMMA_ROW_CHOICES = (64, 128)
+WGMMA_ROWS = 64
+WGMMA_OVERLAP = False
+WGMMA_VARIANTS = tuple((d, st, r, ov) for d in WGMMA_DIMS for st, ov in ((2, False), (3, False), (3, True))
+                       for r in WGMMA_ROW_CHOICES)
+_WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(ov).lower()}>" for d, st, r, ov in WGMMA_VARIANTS)
+
+
+def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
+    """Dynamic shared memory of attn_wgmma_kernel<d, stages, rows // 64>: the K and V stages or the
+    block end's merge, whichever is larger, and 1024 bytes to align the swizzled tiles."""
+    return max(2 * stages * MMA_TILE * d * 2, 4 * (rows * d + 2 * rows)) + 1024
+
+
+def wgmma_runs(d: int, group: int) -> bool:
+    """Whether attn_wgmma_kernel serves a prefill step of head dim d and GQA group size `group`."""
+    from ..kernels.build import has_arch_specific
+    return d in WGMMA_DIMS and group <= min(WGMMA_ROW_CHOICES) and has_arch_specific()
+
+
+@cache
+def _wgmma_kernel(d: int, stages: int, rows: int, overlap: bool):
+    from cupy_backends.cuda.api import driver
+    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}, {str(overlap).lower()}>",
+                      name_expressions=_WGMMA_EXPRS)
+    driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            wgmma_smem(d, stages, rows))
+    driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
     return kern
 
 
@@ -428,7 +470,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
               force_splits: int | None = None, q8: bool = False, kernel: str = "stream",
               force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
-              force_early: bool | None = None):
+              force_early: bool | None = None, force_overlap: bool | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -439,15 +481,19 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_splits (benchmarks only) replaces the split rule's count.
     q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
     return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
-    kernel: "stream" (the default: decode-shaped steps on attn_stream_kernel, others as "mma"),
+    kernel: "stream" (the default: decode-shaped steps on attn_stream_kernel, others on
+    attn_wgmma_kernel where wgmma_runs says it serves them, else as "mma"), "wgmma" (the same),
     "mma" (attn_mma_kernel for every step: tensor cores, q and the softmax weights rounded to bf16,
     NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
-    force_stages, force_rows (benchmarks and tests, "mma" and "stream" only): the pipeline depth
-    (MMA_STAGES; MMA_DEPTH or STREAM_DEPTH otherwise; the same result at every depth) and the rows
-    of a block (MMA_ROWS, mma_plan's rule otherwise).
+    force_stages, force_rows (benchmarks and tests, not "simt"): the pipeline depth (MMA_STAGES, or
+    WGMMA_VARIANTS'; MMA_DEPTH, WGMMA_DEPTH or STREAM_DEPTH otherwise; the same result at every depth)
+    and the rows of a block (MMA_ROWS, or WGMMA_ROW_CHOICES for attn_wgmma_kernel, which 16 rows
+    leave for attn_mma_kernel; mma_plan's rule or WGMMA_ROWS otherwise).
     force_cluster (benchmarks and tests, "mma" and "stream" only): blocks per cluster of a split decode step,
     one of CLUSTER_SIZES, at least the split count (mma_cluster's rule otherwise); 1 merges the
     splits through global memory.
+    force_overlap (benchmarks and tests, attn_wgmma_kernel only): whether each tile's softmax overlaps
+    the next tile's scores (WGMMA_OVERLAP's rule otherwise; the same result either way).
     force_early (benchmarks and tests, "mma" and "stream" only): whether K/V rows below the step's lowest new
     position are copied before pdl_wait (mma_early's rule otherwise; no effect outside overlapped()).
     """
@@ -484,7 +530,9 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     if kernel != "simt":
         mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, sm_count(), force_splits,
                                            force_rows)
-    stream = kernel == "stream" and mw == 1
+    stream = kernel in ("stream", "wgmma") and mw == 1
+    wgmma = (kernel in ("stream", "wgmma") and mw != 1 and force_rows in (None, *WGMMA_ROW_CHOICES)
+             and not force_splits and wgmma_runs(d, group))
     if stream:                                       # decode: one token a block
         if not force_splits:
             splits = stream_splits(t * hkv * chunks, max_len, sm_count())
@@ -497,6 +545,20 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
+    elif wgmma:                                      # prefill: 128-row blocks, one split
+        overlap = WGMMA_OVERLAP if force_overlap is None else bool(force_overlap)
+        stages = int(force_stages) if force_stages else 3 if overlap else WGMMA_DEPTH
+        rows = force_rows or WGMMA_ROWS
+        if (d, stages, rows, overlap) not in WGMMA_VARIANTS:
+            raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS if v[3] == overlap})} for "
+                       f"the warpgroup kernel{' overlapped' if overlap else ''}", stages)
+        chunks, tpb, splits, cluster = 1, rows // group, 1, 1
+        blocks_z = -(-t // tpb)
+        if blocks_z > 65535:
+            raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
+        fn, block = _wgmma_kernel(d, stages, rows, overlap), (2 * rows,)
+        grid = (1, hkv, blocks_z)
+        smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
         stages = int(force_stages) if force_stages else MMA_DEPTH
         if (d, mw, stages) not in MMA_VARIANTS:

@@ -1,0 +1,259 @@
+// attention_wgmma.cu — prefill attention over the KV cell pool on Hopper's warpgroup multiplies
+// (wgmma, sm_90a; the PTX in wgmma.cuh).
+//
+// The same inputs, outputs and visibility rules as attn_mma_kernel (attention_mma.cu; the NumPy spec
+// is glimmer_cupy/reference/attention.py) and the same argument list, for blocks of several tokens
+// with no split: ops/attention.py sends prefill-shaped steps here on an sm_90 device (head dim 128;
+// the template also compiles for 64, whose outputs were wrong on the GPU: not served). Its GPU tests are tests/test_attention_gpu.py (every test runs every kernel), its
+// timings bench/results/attention_wgmma_*.md.
+//
+// attn_wgmma_kernel<D, STAGES, WGS>  a block of WGS warpgroups (4 WGS warps) takes M = 64 WGS query rows
+//     of one kv head, (token, query head) pairs exactly as attn_mma_kernel's blocks of M rows lay
+//     them out (hpb heads of the GQA group times tpb consecutive tokens, token blocks in reverse):
+//     warp w holds rows 16 w .. 16 w + 15, so warpgroup i rows 64 i .. 64 i + 63. One warpgroup
+//     (two blocks an SM) or two (one block an SM, each K/V tile copied once for 128 rows).
+//   q is read once, scaled, into registers as the bf16 A fragments of S = Q K^T (D / 16 k-steps).
+//   The block walks K/V tiles of 64 positions of its tokens' sequence (one pass per distinct
+//     sequence, as attn_mma_kernel): all 256 threads gather a tile's K and V rows from the pool
+//     through the cell table with cp.async (16-byte pieces) into the 128-byte-swizzled layout the
+//     tensor cores read (wgmma.cuh), STAGES tiles deep, K and V separate commit groups, each
+//     tile's cell offsets read STAGES tiles ahead into s_off.
+//   Per tile and warpgroup: S (64 rows x 64 positions) = D / 16 wgmma m64n64k16, A = q from
+//     registers, B = the K tile (K-major); then per warp, in registers, softcap, masking where a
+//     row does not see every position of the tile, the online softmax (attention_mma_frag.cuh:
+//     tile_max, update) and P as bf16 A fragments; then O += P V: 4 k-steps x D / 64 wgmma
+//     m64n64k16, B = the V tile read N-major (imm-trans-b).
+//   End: as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
+//   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS,)
+//   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages, or the block end's
+//   merge where that is larger, and 1024 bytes to start the swizzled tiles on 1024.
+// Error against the float64 reference: q and P rounded to bf16, as attn_mma_kernel.
+
+#include "attn_mma_end.cuh"
+#include "attn_mma_ptx.cuh"
+#include "attn_mma_rows.cuh"
+#include "pdl.cuh"
+#include "wgmma.cuh"
+
+// bytes of a K (or V) tile: 64 positions of D bf16
+#define ATTN_WGMMA_TILE_BYTES(D) (64 * (D) * 2)
+
+template <int D, int STAGES, int WGS, bool OV>
+__global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel(ATTN_TC_ARGS) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using namespace amma;
+    constexpr int WARPS = 4 * WGS, THREADS = 32 * WARPS, M = 64 * WGS;
+    constexpr int NT = kTile / 8;                     // n-tiles of S per warp (64 positions)
+    constexpr int NO = D / 8;                         // n-tiles of O per warp
+    constexpr int KS = D / 16;                        // k-steps of S
+    constexpr int PANELS = D / 64;                    // 64-wide panels of a K/V row
+    constexpr u32 TILE = ATTN_WGMMA_TILE_BYTES(D);
+    constexpr u32 PANEL = TILE / PANELS;              // bytes of a tile's 64-wide panel
+    constexpr int PIECES = kTile * D / 8 / THREADS;   // 16-byte pieces of a tile's K (or V) per thread
+    constexpr int ROW_STEP = THREADS / (D / 8);
+    static_assert(D == 64 || D == 128, "head dims of this kernel");
+    static_assert(PIECES * THREADS == kTile * D / 8 && ROW_STEP % 8 == 0, "tile copy keeps each piece's swizzle");
+    static_assert(STAGES >= 2 + OV, "pipeline: the overlapped loop copies two tiles ahead");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ int s_seq[M], s_pos[M], s_lo[M], s_hi[M];
+    __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
+    const u32 raw = smem_u32(smem_raw);
+    const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
+    unsigned char* sbase = smem_raw + (base - raw);
+    const u32 sK = base, sV = base + STAGES * TILE;   // stage s of K at sK + s * TILE
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
+    const int group = q_heads / kv_heads;
+    const int hpb = min(group, M);
+    const int tpb = (n_tok + (int)gridDim.z - 1) / (int)gridDim.z;
+    const int t0 = ((int)gridDim.z - 1 - (int)blockIdx.z) * tpb;   // longest blocks first
+    const int ntb = min(tpb, n_tok - t0);
+    if (ntb <= 0) return;
+    const int h0 = kvh * group + hc * hpb;
+    const int nh = min(hpb, group - hc * hpb);
+    const bool masked = visible != nullptr;
+    const long long row_bytes = 2ll * kv_heads * D;
+    const unsigned short* kb = k_pool + (long long)kvh * D;
+    const unsigned short* vb = v_pool + (long long)kvh * D;
+
+    block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_pos, s_lo, s_hi);
+    pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
+    __syncthreads();
+
+    int rtok[2];
+    row_tokens<M>(16 * warp, lane, hpb, ntb, nh, rtok);
+    // q as bf16 A fragments, scaled: rows g and g + 8 of the warp, columns 2t, 2t + 1 (+ 8) of each k-step
+    u32 qf[KS][4];
+    {
+        const float* qr[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int r = 16 * warp + (lane >> 2) + 8 * i;
+            qr[i] = rtok[i] >= 0 ? q + ((long long)(t0 + rtok[i]) * q_heads + h0 + r % hpb) * D : nullptr;
+        }
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {             // a_j: row g + 8 (j & 1), columns + 8 (j >> 1)
+                const float* p = qr[j & 1];
+                const int c = 16 * ks + 2 * (lane & 3) + 8 * (j >> 1);
+                const float2 v = p != nullptr ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.f, 0.f);
+                qf[ks][j] = pack_bf16(v.x * q_scale, v.y * q_scale);
+            }
+        wg::hold(qf);
+    }
+
+    float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
+        int LO, HI;
+        if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
+        const int seq = s_seq[pi];
+        const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
+        const int* crow = cell_table + (long long)seq * table_width;
+        RowRange rr;
+        rr.set(rtok, seq, s_seq, s_lo, s_hi, visible, t0, table_width);
+
+        auto offset_of = [&](int tile, int j) {
+            const int p = LO + kTile * tile + j;
+            return tile < tiles && p < HI ? (long long)crow[p] * row_bytes : 0ll;
+        };
+        const int row0 = tid / (D / 8), col0 = 8 * (tid % (D / 8));
+        const u32 dst0 = wg::sw128_offset(kTile, row0, col0);
+        auto issue = [&](int tile, int st, const unsigned short* src, u32 dst) {
+            if (tile < tiles) {
+                const char* src0 = reinterpret_cast<const char*>(src + col0);
+                const long long* offs = &s_off[st][row0];
+                const int left = HI - (LO + kTile * tile + row0);
+#pragma unroll
+                for (int k = 0; k < PIECES; ++k) {
+                    const int i = k * ROW_STEP;
+                    cp_async16(dst + st * TILE + dst0 + i * 128, src0 + offs[i], i < left ? 16 : 0);
+                }
+            }
+        };
+        for (int i = tid; i < STAGES * kTile; i += THREADS) s_off[i / kTile][i % kTile] = offset_of(i / kTile, i % kTile);
+        __syncthreads();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            issue(s, s, kb, sK);
+            cp_commit();
+            issue(s, s, vb, sV);
+            cp_commit();
+        }
+        // S = Q K^T of the tile in stage `stage` into sc, issued (the caller waits)
+        auto scores = [&](int stage, float (&sc)[NT][4]) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+            wg::hold(sc);
+            wg::fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks)
+                wg::mma_rs<0>(sc, qf[ks], wg::sw128_desc(sK + stage * TILE + (ks >> 2) * PANEL + (ks & 3) * 32, 16, 1024),
+                              ks > 0);
+            wg::commit();
+        };
+        // softcap, mask, online softmax of the tile at pb: P as bf16 A fragments, O rescaled
+        auto softmax = [&](float (&sc)[NT][4], int pb, u32 (&p)[NT / 2][4]) {
+            const bool full = rr.all(pb, kTile, masked);
+            if (softcap_log2 > 0.f)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) sc[n][c] = softcap_log2 * tanhf(sc[n][c] * inv_softcap);
+            if (!full) rr.mask<NT>(sc, pb, lane);
+            float mx[2];
+            tile_max<NT>(sc, mx);
+            mx[0] = quad_max(mx[0]);
+            mx[1] = quad_max(mx[1]);
+            update<NT, NO>(sc, mx, m, l, o, p);
+        };
+        // O += P V of the tile in stage `stage`, issued (the caller waits)
+        auto values = [&](int stage, u32 (&p)[NT / 2][4]) {
+            wg::hold(o);
+            wg::hold(p);
+            wg::fence();
+#pragma unroll
+            for (int ks = 0; ks < NT / 2; ++ks)
+#pragma unroll
+                for (int pn = 0; pn < PANELS; ++pn)
+                    wg::mma_rs<1>(*reinterpret_cast<float(*)[8][4]>(&o[8 * pn][0]), p[ks],
+                                  wg::sw128_desc(sV + stage * TILE + pn * PANEL + ks * 16 * 128, PANEL, 1024), 1);
+            wg::commit();
+        };
+        int st = 0;
+        float s[NT][4];
+        if (OV && tiles > 0) {                        // the first tile's scores before the loop
+            cp_wait<2 * STAGES - 3>();                // K of tile 0
+            wg::fence_smem();
+            __syncthreads();
+            scores(0, s);
+            wg::wait<0>();
+            wg::hold(s);
+        }
+        for (int tile = 0; tile < tiles; ++tile) {
+            const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
+            issue(tile + STAGES - 1, refill, kb, sK);
+            cp_commit();
+            issue(tile + STAGES - 1, refill, vb, sV);
+            cp_commit();
+            const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
+            const int pb = LO + kTile * tile;
+            u32 p[NT / 2][4];
+            if (OV) {
+                // the next tile's scores run on the tensor cores while this tile's softmax runs here
+                cp_wait<2 * STAGES - 3>();            // K of the next tile (and V of this one)
+                wg::fence_smem();
+                __syncthreads();
+                float sn[NT][4];
+                const bool more = tile + 1 < tiles;
+                if (more) scores(st == STAGES - 1 ? 0 : st + 1, sn);
+                softmax(s, pb, p);
+                values(st, p);
+                wg::wait<0>();
+                wg::hold(o);
+                if (more) {
+                    wg::hold(sn);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) s[n][c] = sn[n][c];
+                }
+            } else {
+                cp_wait<2 * STAGES - 1>();            // K of this tile
+                wg::fence_smem();
+                __syncthreads();
+                scores(st, s);
+                wg::wait<0>();
+                wg::hold(s);
+                softmax(s, pb, p);
+                cp_wait<2 * STAGES - 2>();            // V of this tile
+                wg::fence_smem();
+                __syncthreads();
+                values(st, p);
+                wg::wait<0>();
+                wg::hold(o);
+            }
+            if (tid < kTile) s_off[st][tid] = next_off;
+            __syncthreads();                          // stage st is refilled next
+            st = st == STAGES - 1 ? 0 : st + 1;
+        }
+    }
+
+    cp_wait<0>();
+    __syncthreads();
+    const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
+                       counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
+    end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+#endif
+}
+
+#ifdef GLIMMER_INSTANTIATE
+#define ATTN_WGMMA(D, S, OV) \
+    template __global__ void attn_wgmma_kernel<D, S, 1, OV>(ATTN_TC_TYPES); \
+    template __global__ void attn_wgmma_kernel<D, S, 2, OV>(ATTN_TC_TYPES);
+ATTN_WGMMA(128, 2, false) ATTN_WGMMA(128, 3, false) ATTN_WGMMA(128, 3, true)
+#endif
