@@ -105,7 +105,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     unsigned short* sQ = smem;
     unsigned short* sK = smem + M * RS;               // [stage][64][RS]
     unsigned short* sV = sK + STAGES * kTile * RS;
-    __shared__ int s_seq[M], s_pos[M], s_lo[M], s_hi[M];
+    __shared__ int s_seq[M], s_lo[M], s_hi[M];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -134,7 +134,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     // position this step writes for that sequence: those rows are no kernel's output in this step
     // (a step writes only its own tokens' cells), so they may land while the kernel before (the
     // K/V write) finishes. q and the rows at or above `fresh` are read after the wait.
-    block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_pos, s_lo, s_hi);
+    block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_lo, s_hi);
     // not early, or wide (eager) steps: 0, nothing copied early
     const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, tok_seq[t0], lane) : 0;
     __syncthreads();

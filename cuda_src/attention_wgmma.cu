@@ -38,7 +38,18 @@
 // bytes of a K (or V) tile: 64 positions of D bf16
 #define ATTN_WGMMA_TILE_BYTES(D) (64 * (D) * 2)
 
-template <int D, int STAGES, int WGS, bool OV>
+// this thread's cp.async copies but the newest N groups have landed, and then every thread's: visible
+// to the tensor cores (the async proxy) for the block
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int N>
+__device__ __forceinline__ void landed() {
+    amma::cp_wait<N>();
+    wg::fence_smem();
+    __syncthreads();
+}
+#endif
+
+template <int D, int STAGES, int WGS>
 __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel(ATTN_TC_ARGS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace amma;
@@ -53,9 +64,9 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     constexpr int ROW_STEP = THREADS / (D / 8);
     static_assert(D == 64 || D == 128, "head dims of this kernel");
     static_assert(PIECES * THREADS == kTile * D / 8 && ROW_STEP % 8 == 0, "tile copy keeps each piece's swizzle");
-    static_assert(STAGES >= 2 + OV, "pipeline: the overlapped loop copies two tiles ahead");
+    static_assert(STAGES >= 2, "pipeline");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __shared__ int s_seq[M], s_pos[M], s_lo[M], s_hi[M];
+    __shared__ int s_seq[M], s_lo[M], s_hi[M];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
     const u32 raw = smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
@@ -77,7 +88,7 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     const unsigned short* kb = k_pool + (long long)kvh * D;
     const unsigned short* vb = v_pool + (long long)kvh * D;
 
-    block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_pos, s_lo, s_hi);
+    block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_lo, s_hi);
     pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
     __syncthreads();
 
@@ -185,15 +196,6 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
             wg::commit();
         };
         int st = 0;
-        float s[NT][4];
-        if (OV && tiles > 0) {                        // the first tile's scores before the loop
-            cp_wait<2 * STAGES - 3>();                // K of tile 0
-            wg::fence_smem();
-            __syncthreads();
-            scores(0, s);
-            wg::wait<0>();
-            wg::hold(s);
-        }
         for (int tile = 0; tile < tiles; ++tile) {
             const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
             issue(tile + STAGES - 1, refill, kb, sK);
@@ -201,42 +203,17 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
             issue(tile + STAGES - 1, refill, vb, sV);
             cp_commit();
             const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
-            const int pb = LO + kTile * tile;
+            float s[NT][4];
             u32 p[NT / 2][4];
-            if (OV) {
-                // the next tile's scores run on the tensor cores while this tile's softmax runs here
-                cp_wait<2 * STAGES - 3>();            // K of the next tile (and V of this one)
-                wg::fence_smem();
-                __syncthreads();
-                float sn[NT][4];
-                const bool more = tile + 1 < tiles;
-                if (more) scores(st == STAGES - 1 ? 0 : st + 1, sn);
-                softmax(s, pb, p);
-                values(st, p);
-                wg::wait<0>();
-                wg::hold(o);
-                if (more) {
-                    wg::hold(sn);
-#pragma unroll
-                    for (int n = 0; n < NT; ++n)
-#pragma unroll
-                        for (int c = 0; c < 4; ++c) s[n][c] = sn[n][c];
-                }
-            } else {
-                cp_wait<2 * STAGES - 1>();            // K of this tile
-                wg::fence_smem();
-                __syncthreads();
-                scores(st, s);
-                wg::wait<0>();
-                wg::hold(s);
-                softmax(s, pb, p);
-                cp_wait<2 * STAGES - 2>();            // V of this tile
-                wg::fence_smem();
-                __syncthreads();
-                values(st, p);
-                wg::wait<0>();
-                wg::hold(o);
-            }
+            landed<2 * STAGES - 1>();                 // K of this tile
+            scores(st, s);
+            wg::wait<0>();
+            wg::hold(s);
+            softmax(s, LO + kTile * tile, p);
+            landed<2 * STAGES - 2>();                 // V of this tile
+            values(st, p);
+            wg::wait<0>();
+            wg::hold(o);
             if (tid < kTile) s_off[st][tid] = next_off;
             __syncthreads();                          // stage st is refilled next
             st = st == STAGES - 1 ? 0 : st + 1;
@@ -252,8 +229,8 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define ATTN_WGMMA(D, S, OV) \
-    template __global__ void attn_wgmma_kernel<D, S, 1, OV>(ATTN_TC_TYPES); \
-    template __global__ void attn_wgmma_kernel<D, S, 2, OV>(ATTN_TC_TYPES);
-ATTN_WGMMA(128, 2, false) ATTN_WGMMA(128, 3, false) ATTN_WGMMA(128, 3, true)
+#define ATTN_WGMMA(D, S) \
+    template __global__ void attn_wgmma_kernel<D, S, 1>(ATTN_TC_TYPES); \
+    template __global__ void attn_wgmma_kernel<D, S, 2>(ATTN_TC_TYPES);
+ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
 #endif

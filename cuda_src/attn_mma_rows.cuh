@@ -10,17 +10,16 @@ namespace amma {
 
 constexpr int kTile = 64;                     // positions per K/V tile
 
-// the block's tokens t0 .. t0 + ntb - 1: sequence, position and visible range [lo, hi)
+// the block's tokens t0 .. t0 + ntb - 1: sequence and visible range [lo, hi)
 // (attn::visible_range), by all threads of the block; the caller synchronises
 __device__ __forceinline__ void block_tokens(const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
                                              const int* __restrict__ seq_lens, bool masked, int window, int t0,
-                                             int ntb, int* s_seq, int* s_pos, int* s_lo, int* s_hi) {
+                                             int ntb, int* s_seq, int* s_lo, int* s_hi) {
     for (int i = threadIdx.x; i < ntb; i += blockDim.x) {
         const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
         int lo, hi;
         attn::visible_range(seq_lens[sq], p, masked, window, lo, hi);
         s_seq[i] = sq;
-        s_pos[i] = p;
         s_lo[i] = lo;
         s_hi[i] = hi;
     }

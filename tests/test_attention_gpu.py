@@ -513,22 +513,26 @@ def test_mma_visible_mask_with_hidden_row(d, rows):
     assert_mma_close(got, ref, ("visible", rows))
 
 
-@gpu
-@pytest.mark.parametrize("per_seq", [1, 4])
-def test_mma_q8_codes(per_seq):
-    """q8=True: the output is the same, and its int8 codes are those of quantize32 (gpu_rounding)
-    applied to that output, bit for bit (q8_lane in the epilogue, as in attn_kernel)."""
+def check_q8_codes(kernel: str, per_seq: int, seed: int):
+    """q8=True on `kernel`: the output is the same, and its int8 codes are those of quantize32
+    (gpu_rounding) applied to that output, bit for bit (q8_lane in the epilogue, as in attn_kernel)."""
     import cupy
-    rng = np.random.default_rng(24 + per_seq)
+    rng = np.random.default_rng(seed)
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [700, 300], 32, 8, 128, per_seq=per_seq)
     args = (cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(table),
             cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), 128 ** -0.5)
-    res = ops.attention(*args, q8=True, kernel="mma")
-    plain = cupy.asnumpy(ops.attention(*args, kernel="mma"))
+    res = ops.attention(*args, q8=True, kernel=kernel)
+    plain = cupy.asnumpy(ops.attention(*args, kernel=kernel))
     if not hasattr(res, "q"):
         pytest.skip("no codes made for this shape (wants_q8)")
     np.testing.assert_array_equal(cupy.asnumpy(res.x), plain)
     assert_q8_codes(res, plain, sums=True)
+
+
+@gpu
+@pytest.mark.parametrize("per_seq", [1, 4])
+def test_mma_q8_codes(per_seq):
+    check_q8_codes("mma", per_seq, 24 + per_seq)
 
 
 # -- the warpgroup kernel's own shapes (attention_wgmma.cu: prefill-shaped steps, 128-row blocks) --
@@ -588,18 +592,18 @@ def test_wgmma_causal_prompt(length):
 @pytest.mark.parametrize("d", [128])
 def test_wgmma_variants_are_bit_identical(per_seq, d):
     """Eight sequences of mixed lengths (blocks hold tokens of several sequences: one pass each),
-    on every variant: 64- and 128-row blocks, each depth, overlapped or not. Each against the
+    on every variant: 64- and 128-row blocks, each depth. Each against the
     reference; the variants of one block size give the same output bit for bit."""
     from glimmer_cupy.ops.attention import WGMMA_VARIANTS
     rng = np.random.default_rng(12 + per_seq + d)
     lens = [1, 7, 33, 511, 512, 513, 2000, 64]
     step = make_step(rng, lens, 32, 8, d, per_seq=per_seq)
     first = {}
-    for _, st, rows, ov in (v for v in WGMMA_VARIANTS if v[0] == d):
-        got, ref = run_wgmma(*step, force_stages=st, force_rows=rows, force_overlap=ov)
-        assert_close(got, ref, ("mixed", per_seq, d, st, rows, ov), "wgmma")
+    for _, st, rows in (v for v in WGMMA_VARIANTS if v[0] == d):
+        got, ref = run_wgmma(*step, force_stages=st, force_rows=rows)
+        assert_close(got, ref, ("mixed", per_seq, d, st, rows), "wgmma")
         if rows in first:
-            np.testing.assert_array_equal(got, first[rows], err_msg=f"{st} stages, overlap {ov}")
+            np.testing.assert_array_equal(got, first[rows], err_msg=f"{st} stages")
         first.setdefault(rows, got)
 
 
@@ -638,21 +642,10 @@ def test_wgmma_softcap_and_visible_mask(d):
 
 @gpu
 def test_wgmma_q8_codes():
-    """q8=True on the warpgroup kernel: the same output, and quantize32's codes of it, bit for bit."""
-    import cupy
     from glimmer_cupy.ops.attention import wgmma_runs
     if not wgmma_runs(128, 4):
         pytest.skip("attn_wgmma_kernel needs an sm_90 device")
-    rng = np.random.default_rng(25)
-    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, [700, 300], 32, 8, 128, per_seq=40)
-    args = (cupy.asarray(q), cupy.asarray(k_pool), cupy.asarray(v_pool), cupy.asarray(table),
-            cupy.asarray(seq_lens), cupy.asarray(tok_seq), cupy.asarray(tok_pos), 128 ** -0.5)
-    res = ops.attention(*args, q8=True, kernel="wgmma")
-    plain = cupy.asnumpy(ops.attention(*args, kernel="wgmma"))
-    if not hasattr(res, "q"):
-        pytest.skip("no codes made for this shape (wants_q8)")
-    np.testing.assert_array_equal(cupy.asnumpy(res.x), plain)
-    assert_q8_codes(res, plain, sums=True)
+    check_q8_codes("wgmma", 16, 25)        # 32 tokens of two sequences: a prefill-shaped step that makes codes
 
 
 def test_mma_plan_cpu():

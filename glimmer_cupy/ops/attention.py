@@ -23,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel, sm_count
+from ..kernels.build import get_kernel, has_arch_specific, sm_count
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
@@ -88,8 +88,8 @@ def mma_smem(d: int, mw: int, stages: int = 2) -> int:
 
 
 def mma_static_smem(mw: int, stages: int) -> int:
-    """Its static shared memory (ptxas: s_seq, s_pos, s_lo, s_hi, s_off and the last-block flag)."""
-    return 4 * 4 * 16 * mw + 8 * MMA_TILE * stages + 16
+    """Its static shared memory (ptxas: s_seq, s_lo, s_hi, s_off and the last-block flag)."""
+    return 3 * 4 * 16 * mw + 8 * MMA_TILE * stages + 16
 
 
 def mma_blocks_per_sm(d: int, mw: int, stages: int) -> int:
@@ -239,23 +239,21 @@ def _stream_kernel(d: int, stages: int):
     return kern
 
 
-# Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS, OV>,
+# Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS>,
 # sm_90a): unsplit blocks of WGS warpgroups, 64 WGS rows laid out as attn_mma_kernel's blocks of as
 # many rows (rows // group tokens). The default for prefill-shaped steps where it runs ("stream" and
 # "wgmma"; "mma" keeps attn_mma_kernel). Head dim 128 only: at 64 its outputs were wrong in every
 # GPU test (NMSE 6-68, deterministic; not found yet), and 256 would not fit its registers, so both
 # stay on attn_mma_kernel. Measured on the H200 (bench/results/attention_wgmma_*.md), causal prefill
 # T = 2048, Qwen3-8B heads: 64-row blocks (two an SM) 167 us, 128-row blocks 194, attn_mma_kernel
-# 248, SDPA 83; 2 or 3 stages the same; overlapping each tile's softmax with the next tile's scores
-# (OV) no faster.
+# 248, SDPA 83; 2 or 3 stages the same (a variant that overlapped each tile's softmax with the next
+# tile's scores, measured no faster, was removed).
 WGMMA_DIMS = (128,)
 WGMMA_DEPTH = 2
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
-WGMMA_OVERLAP = False
-WGMMA_VARIANTS = tuple((d, st, r, ov) for d in WGMMA_DIMS for st, ov in ((2, False), (3, False), (3, True))
-                       for r in WGMMA_ROW_CHOICES)
-_WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(ov).lower()}>" for d, st, r, ov in WGMMA_VARIANTS)
+WGMMA_VARIANTS = tuple((d, st, r) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES)
+_WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}>" for d, st, r in WGMMA_VARIANTS)
 
 
 def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
@@ -266,15 +264,13 @@ def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
 
 def wgmma_runs(d: int, group: int) -> bool:
     """Whether attn_wgmma_kernel serves a prefill step of head dim d and GQA group size `group`."""
-    from ..kernels.build import has_arch_specific
     return d in WGMMA_DIMS and group <= min(WGMMA_ROW_CHOICES) and has_arch_specific()
 
 
 @cache
-def _wgmma_kernel(d: int, stages: int, rows: int, overlap: bool):
+def _wgmma_kernel(d: int, stages: int, rows: int):
     from cupy_backends.cuda.api import driver
-    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}, {str(overlap).lower()}>",
-                      name_expressions=_WGMMA_EXPRS)
+    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}>", name_expressions=_WGMMA_EXPRS)
     driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             wgmma_smem(d, stages, rows))
     driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
@@ -470,7 +466,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
               force_splits: int | None = None, q8: bool = False, kernel: str = "stream",
               force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
-              force_early: bool | None = None, force_overlap: bool | None = None):
+              force_early: bool | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -492,8 +488,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_cluster (benchmarks and tests, "mma" and "stream" only): blocks per cluster of a split decode step,
     one of CLUSTER_SIZES, at least the split count (mma_cluster's rule otherwise); 1 merges the
     splits through global memory.
-    force_overlap (benchmarks and tests, attn_wgmma_kernel only): whether each tile's softmax overlaps
-    the next tile's scores (WGMMA_OVERLAP's rule otherwise; the same result either way).
     force_early (benchmarks and tests, "mma" and "stream" only): whether K/V rows below the step's lowest new
     position are copied before pdl_wait (mma_early's rule otherwise; no effect outside overlapped()).
     """
@@ -546,17 +540,16 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
-        overlap = WGMMA_OVERLAP if force_overlap is None else bool(force_overlap)
-        stages = int(force_stages) if force_stages else 3 if overlap else WGMMA_DEPTH
+        stages = int(force_stages) if force_stages else WGMMA_DEPTH
         rows = force_rows or WGMMA_ROWS
-        if (d, stages, rows, overlap) not in WGMMA_VARIANTS:
-            raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS if v[3] == overlap})} for "
-                       f"the warpgroup kernel{' overlapped' if overlap else ''}", stages)
+        if (d, stages, rows) not in WGMMA_VARIANTS:
+            raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
+                       stages)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
         blocks_z = -(-t // tpb)
         if blocks_z > 65535:
             raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
-        fn, block = _wgmma_kernel(d, stages, rows, overlap), (2 * rows,)
+        fn, block = _wgmma_kernel(d, stages, rows), (2 * rows,)
         grid = (1, hkv, blocks_z)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
