@@ -108,9 +108,9 @@ class _ArchModule:
 def _compile_arch_specific(path: Path, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> _ArchModule:
     from cupy_backends.cuda.libs import nvrtc
 
-    arch = device_arch() + "a"
     if device_arch() != ARCH_SPECIFIC_DEVICE:
         raise KernelBuildError(f"{path}: needs an {ARCH_SPECIFIC_DEVICE} device, this one is {device_arch()}")
+    arch = device_arch() + "a"
     code = path.read_text()
     opts = options + (f"-arch={arch}", "-ftz=true", "--device-as-default-execution-space")
     key = hashlib.sha256(repr((code, opts, name_expressions, nvrtc.getVersion())).encode()).hexdigest()[:32]
@@ -130,10 +130,11 @@ def _compile_arch_specific(path: Path, options: tuple[str, ...], name_expression
     finally:
         nvrtc.destroyProgram(prog)
     _cache_dir().mkdir(parents=True, exist_ok=True)
-    tmp = cubin_path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(cubin)
-    tmp.replace(cubin_path)                                  # whole files only, if processes race
-    names_path.write_text(json.dumps(mapping))
+    # whole files only, if processes race; the names first, so that a cubin found has its names
+    for dest, data in ((names_path, json.dumps(mapping).encode()), (cubin_path, cubin)):
+        tmp = dest.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(dest)
     return _ArchModule(cubin, mapping)
 
 
