@@ -65,6 +65,10 @@ __device__ __forceinline__ void hold(u32 (&a)[N][4]) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) asm volatile("" : "+r"(a[j][c])::"memory");
 }
+__device__ __forceinline__ void hold(u32 (&a)[4]) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) asm volatile("" : "+r"(a[c])::"memory");
+}
 
 // d (+)= a b: m64n64k16, a bf16 from registers, b bf16 from shared memory through `desc`, float
 // accumulators; accumulate = 0 overwrites d. TB: b N-major (1) or K-major (0).

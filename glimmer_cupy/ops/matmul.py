@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel
+from ..kernels.build import get_kernel, has_arch_specific
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -58,7 +58,7 @@ BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
@@ -82,6 +82,9 @@ MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
+MMA_WG_TYPES = frozenset({QType.Q4_K})
+MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and of W per block
+MMA_WG_SMEM = 2 * 5 * 128 * 128 + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -168,6 +171,34 @@ def _mma_dq_kernel(nt: int, ks: int):
 
 
 @cache
+def _mma_wg_kernel(name: str):
+    from cupy_backends.cuda.api import driver
+    kern = get_kernel("mma_wg", name)
+    if name == "mma_wg_kernel":
+        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_WG_SMEM)
+    return kern
+
+
+def mma_wg(out, x, w: QuantTensor) -> None:
+    """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp, xs), then the
+    warpgroup kernel. Needs an sm_90 device; x and W 16-byte aligned."""
+    import cupy
+
+    m, k = x.shape
+    n = w.shape[0]
+    for name, ptr in (("x", x.data.ptr), ("w", w.data.data.ptr)):
+        if ptr % 16:
+            raise fail("quant_matmul", name, "16-byte aligned for mma_wg", f"address {ptr:#x}")
+    xp = cupy.empty((m, k), dtype=cupy.uint16)
+    xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
+    slots = m * k // 16
+    _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
+    _mma_wg_kernel("mma_wg_kernel")((-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE)), (256,),
+                                    (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k),
+                                     np.int64(w.data.nbytes // n)), shared_mem=MMA_WG_SMEM)
+
+
+@cache
 def _mma_kq_kernel(trait: str, nt: int):
     """One module per weight type, its four n-tile counts."""
     kern = get_kernel("mma_kq", f"mma_kq_kernel<gguf::{trait}, {nt}>",
@@ -248,6 +279,8 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
         return m <= GEMV_WIDTHS[-1]
+    if b == "mma_wg":
+        return qtype in MMA_WG_TYPES
     return b in BUCKET_NAMES
 
 
@@ -344,6 +377,11 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         _kernel(t, f"gemv_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
+        return out
+    if b == "mma_wg":
+        if not has_arch_specific():
+            raise fail("quant_matmul", "force_bucket", "a bucket this device runs (mma_wg needs sm_90)", b)
+        mma_wg(out, x, w)
         return out
     if b == "mma_dq":
         # 16-byte loads of x's rows and of W's blocks (a Q4_K row is 144 bytes a super-block)
