@@ -48,7 +48,7 @@ constexpr int kStages = 2;                    // stage sb in sb & 1
 
 // One thread per (row of x, super-block, slot): its 16 values into their places in xp, their sum
 // into xs.
-__global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256)
 wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict__ xs, const float* __restrict__ x,
                     int m, int k) {
     pdl_wait();
@@ -72,7 +72,7 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
     xs[row * per_row + c] = (unsigned short)(dq::pack2(s, 0.f) & 0xFFFFu);
 }
 
-__global__ void __launch_bounds__(wgq::kThreads, 1)
+extern "C" __global__ void __launch_bounds__(wgq::kThreads, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
