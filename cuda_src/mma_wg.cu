@@ -8,8 +8,8 @@
 //     sixteen-deep product. One thread a slot (16 values).   grid=(ceil(M K / 16 / 256),) block=(256,)
 // mma_wg_kernel  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows 16-byte
 //     aligned). A block is two warpgroups: 128 rows of W (64 a warpgroup, warp w of it rows 16 w ..
-//     16 w + 15) by 128 rows of x.  grid=(ceil(M / 128), ceil(N / 128)) block=(256,)
-//     dynamic shared memory kMins + 2 kPanel + 1024 bytes (225 KB: one block an SM).
+//     16 w + 15) by 128 rows of x (two n64 halves).  grid=(ceil(M / 128), ceil(N / 128)) block=(256,)
+//     dynamic shared memory kStages * kStage + 1024 bytes.
 //
 // The order of K. Per warp, a wgmma's A fragments are those of mma.sync m16n8k16 on its 16 rows, so
 // mma_dq's lanes serve unchanged (q4k_lanes.cuh, described in mma_dq.cu): in k-step s = 8 h + 2 i + u
@@ -20,15 +20,13 @@
 // .. + 15 (the slot's half of that sub-block). tests/test_mma_wg_layout.py checks both against the
 // order mma_dq stages x in, which tests/test_mma_dq_frag.py multiplies to gguf's product.
 //
-// Per super-block and block: the tiles arrive by cp.async (16-byte pieces) in the 128-byte-swizzled
-// layout of wgmma.cuh: x's 256 values in one of three stages of four 64-wide panels, its 16 slot
-// sums in 16 columns of a two-panel ring (four super-blocks a panel); super-block sb + 1 is copied
-// while sb is multiplied. Each lane loads its two rows' header and codes of the next super-block
-// into registers meanwhile (W is no kernel's output: the first super-block's loads go out before
-// pdl_wait). Per warpgroup a super-block is 17 k-steps (the mins' first), each one wgmma
-// m64n128k16 (A from registers, B = the x tile read K-major), in commit groups of two k-steps with
-// at most two groups in flight, and never drained between super-blocks: a stage is refilled only
-// once its readers' groups are done (one barrier a super-block).
+// Per super-block and block: both stages' tiles arrive by cp.async (16-byte pieces) in the
+// 128-byte-swizzled layout of wgmma.cuh: x's 256 values in four 64-wide panels, the 16 slot sums in
+// the first 16 columns of a fifth; stage s + 1 is copied while stage s is multiplied. Each lane loads
+// its two rows' header and codes of the next super-block into registers while this one is
+// multiplied (W is no kernel's output: the first super-block's loads go out before pdl_wait). Per
+// warpgroup a super-block is 17 k-steps (the mins' first), each two wgmma m64n64k16 (A from
+// registers, B = the x tile read K-major), in commit groups of two k-steps, at most two in flight.
 // Error against the float64 product: x and W rounded to bf16, float32 accumulation (mma_dq's).
 #include "attn_mma_ptx.cuh"
 #include "pdl.cuh"
@@ -41,10 +39,10 @@ typedef unsigned int u32;
 constexpr int kThreads = 256;                 // two warpgroups
 constexpr int kRowsW = 128;                   // rows of W a block
 constexpr int kRowsX = 128;                   // rows of x a block
-constexpr u32 kPanel = kRowsX * 128;          // one 64-wide panel of the x tile (128 rows)
-constexpr u32 kStage = 4 * kPanel;            // a super-block's 256 values of x
-constexpr int kStages = 3;                    // super-block sb in stage sb % 3
-constexpr u32 kMins = kStages * kStage;       // two panels of slot sums: sb's at panel (sb / 4) % 2, k-step sb % 4
+constexpr u32 kPanel = kRowsX * 128;          // one 64-wide panel of the x tile
+constexpr u32 kHalf = 64 * 128;               // the second n64 half of a panel starts 64 rows in
+constexpr u32 kStage = 5 * kPanel;            // 4 panels of values, 1 of slot sums
+constexpr int kStages = 2;                    // stage sb in sb & 1
 
 }  // namespace wgq
 
@@ -79,7 +77,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace wgq;
-    static_assert(kStages == 3, "a stage is refilled one super-block after its last reader's");
+    static_assert(kStages == 2, "the loop alternates two stages");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const u32 raw = amma::smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
@@ -96,83 +94,91 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     for (int r = 0; r < 2; ++r) dq::load_row(cur[r], rows[r], t);
     pdl_wait();                                       // x is the stage kernel's output
 
-    // the copies of super-block sb: xp rows prow + 8 j (j < 16) at 16-byte piece c8 of 32, and the
-    // slot sums' piece sc8 of row srow into the fifth column block of panel (sb / 4) % 2
+    // the copies of a stage: xp rows prow + 8 j (j < 16) at 16-byte piece c8 of 32, and one xs piece
     const int prow = tid >> 5, c8 = tid & 31;
     const u32 xdst = (c8 >> 3) * kPanel + prow * 128 + (((c8 & 7) ^ (prow & 7)) << 4);
     const int srow = tid >> 1, sc8 = tid & 1;
+    const u32 sdst = 4 * kPanel + srow * 128 + ((sc8 ^ (srow & 7)) << 4);
     const unsigned short* ssrc = xs + (long long)min(m0 + srow, m - 1) * per_row + 8 * sc8;
-    auto issue = [&](int sb) {
-        const u32 d = base + (sb % kStages) * kStage;
+    auto issue = [&](int sb, int st) {
+        const u32 d = base + st * kStage;
 #pragma unroll
         for (int j = 0; j < 16; ++j)
             amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(m0 + prow + 8 * j, m - 1) * k + 256 * sb + 8 * c8, 16);
-        const int piece = 2 * (sb & 3) + sc8;
-        amma::cp_async16(base + kMins + ((sb >> 2) & 1) * kPanel + srow * 128 + ((piece ^ (srow & 7)) << 4),
-                         ssrc + 16 * sb, 16);
+        amma::cp_async16(d + sdst, ssrc + 16 * sb, 16);
     };
 
-    float acc[16][4];
+    float acc[2][8][4];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    wg::hold(acc);
-    // the A fragments a of one k-step times the x tile's 128 rows at `addr` (the k-step's columns)
-    auto step = [&](const u32 (&a)[4], u32 addr) { wg::mma_rs128<0>(acc, a, wg::sw128_desc(addr, 16, 1024), 1); };
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[hf][j][0] = acc[hf][j][1] = acc[hf][j][2] = acc[hf][j][3] = 0.f;
+    // the A fragments a of one k-step times both halves of the x tile at `addr` (a k-step's columns)
+    auto step = [&](const u32 (&a)[4], u32 addr) {
+        wg::mma_rs<0>(acc[0], a, wg::sw128_desc(addr, 16, 1024), 1);
+        wg::mma_rs<0>(acc[1], a, wg::sw128_desc(addr + kHalf, 16, 1024), 1);
+    };
 
-    issue(0);
+    issue(0, 0);
     amma::cp_commit();
 
     for (int sb = 0; sb < nsb; ++sb) {
+        const int st = sb & 1;
         amma::cp_wait<0>();
         wg::fence_smem();
-        // super-block sb landed; every warpgroup has at most sb - 1's last group in flight, so stage
-        // (sb + 1) % 3 (super-block sb - 2's) is free, and so are the slot columns sb + 1 takes
-        __syncthreads();
+        __syncthreads();                              // stage st landed; every warpgroup is done with st ^ 1
         if (sb + 1 < nsb) {
-            issue(sb + 1);
+            issue(sb + 1, st ^ 1);
 #pragma unroll
             for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
         amma::cp_commit();
-        const u32 sx = base + (sb % kStages) * kStage;
+        const u32 sx = base + st * kStage;
         dq::RowScales sc[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], cur[r].hdr, t);
+        {
+            u32 a[4] = {sc[0].mn[0], sc[1].mn[0], sc[0].mn[1], sc[1].mn[1]};
+            wg::hold(acc[0]);
+            wg::hold(acc[1]);
+            wg::hold(a);
+            wg::fence();
+            step(a, sx + 4 * kPanel);                 // the mins: slot sums in the fifth panel's k-step 0
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                u32 lo[4], hi[4];                     // k-steps s = 8 h + 2 i (low nibbles) and s + 1 (high)
-                dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo[0], lo[2], hi[0], hi[2]);
-                dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo[1], lo[3], hi[1], hi[3]);
-                u32 mn[4] = {sc[0].mn[0], sc[1].mn[0], sc[0].mn[1], sc[1].mn[1]};
-                wg::hold(lo);
-                wg::hold(hi);
-                if (h == 0 && i == 0) wg::hold(mn);
+                u32 lo0[4], hi0[4];                   // k-steps s = 8 h + 2 i (low nibbles) and s + 1 (high)
+                dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo0[0], lo0[2], hi0[0], hi0[2]);
+                dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo0[1], lo0[3], hi0[1], hi0[3]);
+                wg::hold(lo0);
+                wg::hold(hi0);
                 wg::fence();
-                if (h == 0 && i == 0)                 // the mins: this super-block's slot sums
-                    step(mn, base + kMins + ((sb >> 2) & 1) * kPanel + (sb & 3) * 32);
                 const int s = 8 * h + 2 * i;
-                step(lo, sx + (s >> 2) * kPanel + (s & 3) * 32);
-                step(hi, sx + ((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32);
+                step(lo0, sx + (s >> 2) * kPanel + (s & 3) * 32);
+                step(hi0, sx + ((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32);
                 wg::commit();
                 wg::wait<1>();
             }
+        wg::wait<0>();
+        wg::hold(acc[0]);
+        wg::hold(acc[1]);
         if (sb + 1 < nsb) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
         }
     }
-    wg::wait<0>();
-    wg::hold(acc);
 
-    // D fragments: acc[j] = (W row r0, x rows 8 j + 2 t, + 1), (W row r0 + 8, the same)
+    // D fragments: acc[hf][j] = (W row r0, x rows 64 hf + 8 j + 2 t, + 1), (W row r0 + 8, the same)
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int xr = m0 + 8 * j + 2 * t + (c & 1), wr = r0 + 8 * (c >> 1);
-            if (xr < m && wr < n) y[(long long)xr * n + wr] = acc[j][c];
-        }
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int xr = m0 + 64 * hf + 8 * j + 2 * t + (c & 1), wr = r0 + 8 * (c >> 1);
+                if (xr < m && wr < n) y[(long long)xr * n + wr] = acc[hf][j][c];
+            }
 #endif
 }
