@@ -52,8 +52,16 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     at 32: 23.0 vs 41.8) and a graph can capture it. The GEMV wins at few rows: Q4_K through
 #     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
 #     wins on all; 5..7 not measured, left to the GEMV).
+#   mma_wg: Hopper's warpgroup multiplies on Q4_K (mma_wg.cu; sm_90 devices, elsewhere the table's
+#     mma_wg rows run dequant_cublas, or mma inside graph_safe()), W decoded in registers into the A
+#     fragments, no scratch copy of W, and a CUDA graph can capture it. Measured on the H200
+#     (bench/results/quant_matmul_mma_wg_7b04a49.md) against dequant_cublas, Q4_K, us, at M = 64 / 128
+#     / 512: 4096x4096 39.1 / 39.5 / 44.4 vs 37.6 / 42.4 / 56.7; 12288x4096 60.0 / 41.9 / 125.3 vs 97.9
+#     / 99.0 / 139.1; 4096x12288 106.9 / 107.3 / 127.5 vs 101.7 / 104.9 / 140.1; head 151936x4096 409 /
+#     389 / 1485 vs 1029 / 1046 / 1555. It loses 2-5% on two shapes at M = 64..128 and wins everywhere
+#     else (2.5x on the head at M = 64), so it takes every M above 32.
 BUCKETS = {
-    "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
@@ -344,6 +352,8 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
+    if b == "mma_wg" and not force_bucket and not has_arch_specific():
+        b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
