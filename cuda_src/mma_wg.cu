@@ -99,27 +99,13 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     const u32 xdst = (c8 >> 3) * kPanel + prow * 128 + (((c8 & 7) ^ (prow & 7)) << 4);
     const int srow = tid >> 1, sc8 = tid & 1;
     const u32 sdst = 4 * kPanel + srow * 128 + ((sc8 ^ (srow & 7)) << 4);
-    // in the last block of x rows, rows past m are zeros (nothing read): many lanes reading one
-    // clamped row would meet on its L2 lines; full blocks copy without the size operand, which
-    // measured ~10% slower at M = 512
-    const bool full = m0 + kRowsX <= m;
     const unsigned short* ssrc = xs + (long long)min(m0 + srow, m - 1) * per_row + 8 * sc8;
     auto issue = [&](int sb, int st) {
         const u32 d = base + st * kStage;
-        if (full) {
 #pragma unroll
-            for (int j = 0; j < 16; ++j)
-                amma::cp_async16(d + xdst + j * 1024, xp + (long long)(m0 + prow + 8 * j) * k + 256 * sb + 8 * c8, 16);
-            amma::cp_async16(d + sdst, ssrc + 16 * sb, 16);
-            return;
-        }
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int row = m0 + prow + 8 * j;
-            amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(row, m - 1) * k + 256 * sb + 8 * c8,
-                             row < m ? 16 : 0);
-        }
-        amma::cp_async16(d + sdst, ssrc + 16 * sb, m0 + srow < m ? 16 : 0);
+        for (int j = 0; j < 16; ++j)
+            amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(m0 + prow + 8 * j, m - 1) * k + 256 * sb + 8 * c8, 16);
+        amma::cp_async16(d + sdst, ssrc + 16 * sb, 16);
     };
 
     float acc[2][8][4];
