@@ -36,6 +36,7 @@
 namespace wgq {
 
 typedef unsigned int u32;
+typedef unsigned long long u64;
 constexpr int kThreads = 256;                 // two warpgroups
 constexpr int kRowsW = 128;                   // rows of W a block
 constexpr int kRowsX = 128;                   // rows of x a block
@@ -113,10 +114,12 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[hf][j][0] = acc[hf][j][1] = acc[hf][j][2] = acc[hf][j][3] = 0.f;
-    // the A fragments a of one k-step times both halves of the x tile at `addr` (a k-step's columns)
-    auto step = [&](const u32 (&a)[4], u32 addr) {
-        wg::mma_rs<0>(acc[0], a, wg::sw128_desc(addr, 16, 1024), 1);
-        wg::mma_rs<0>(acc[1], a, wg::sw128_desc(addr + kHalf, 16, 1024), 1);
+    // the A fragments a of one k-step times both halves of the x tile at descriptor d (a k-step's
+    // columns); a descriptor's start field is the address / 16, so an offset inside the tile adds
+    // offset / 16 to it (no carry: shared addresses stay below 256 KB)
+    auto step = [&](const u32 (&a)[4], u64 d) {
+        wg::mma_rs<0>(acc[0], a, d, 1);
+        wg::mma_rs<0>(acc[1], a, d + (kHalf >> 4), 1);
     };
 
     issue(0, 0);
@@ -133,7 +136,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
             for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
         amma::cp_commit();
-        const u32 sx = base + st * kStage;
+        const u64 dx = wg::sw128_desc(base + st * kStage, 16, 1024);
         dq::RowScales sc[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], cur[r].hdr, t);
@@ -143,7 +146,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
             wg::hold(acc[1]);
             wg::hold(a);
             wg::fence();
-            step(a, sx + 4 * kPanel);                 // the mins: slot sums in the fifth panel's k-step 0
+            step(a, dx + ((4 * kPanel) >> 4));        // the mins: slot sums in the fifth panel's k-step 0
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -156,8 +159,8 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                 wg::hold(hi0);
                 wg::fence();
                 const int s = 8 * h + 2 * i;
-                step(lo0, sx + (s >> 2) * kPanel + (s & 3) * 32);
-                step(hi0, sx + ((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32);
+                step(lo0, dx + (((s >> 2) * kPanel + (s & 3) * 32) >> 4));
+                step(hi0, dx + ((((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32) >> 4));
                 wg::commit();
                 wg::wait<1>();
             }

@@ -71,14 +71,22 @@ __device__ __forceinline__ void row_scales(RowScales& r, const uint4& hdr, int t
     r.mn[1] = fma2(__byte_perm(m_hi, 0, 0x4140) | kMagic, n2, cn);
 }
 
+// (v & 0x000F000F) | kMagic in one lop3: a bf16 pair 128 + nibble (the magic in a register, where
+// the compiler's & then | take two instructions with both constants as immediates)
+__device__ __forceinline__ u32 nib_pair(u32 v) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(v), "n"(0x000F000F), "r"(kMagic));
+    return d;
+}
+
 // the four bf16 pairs of word w (bytes b0..b3): values (b0, b2) and (b1, b3) of the low nibbles
 // (sub-block of scale j), then of the high nibbles (scale j + 1)
 __device__ __forceinline__ void decode_word(u32 w, const RowScales& r, int j, u32& lo_e, u32& lo_o, u32& hi_e,
                                             u32& hi_o) {
-    lo_e = fma2((w & 0x000F000Fu) | kMagic, r.s[j], r.c[j]);
-    lo_o = fma2(((w >> 8) & 0x000F000Fu) | kMagic, r.s[j], r.c[j]);
-    hi_e = fma2(((w >> 4) & 0x000F000Fu) | kMagic, r.s[j + 1], r.c[j + 1]);
-    hi_o = fma2(((w >> 12) & 0x000F000Fu) | kMagic, r.s[j + 1], r.c[j + 1]);
+    lo_e = fma2(nib_pair(w), r.s[j], r.c[j]);
+    lo_o = fma2(nib_pair(w >> 8), r.s[j], r.c[j]);
+    hi_e = fma2(nib_pair(w >> 4), r.s[j + 1], r.c[j + 1]);
+    hi_o = fma2(nib_pair(w >> 12), r.s[j + 1], r.c[j + 1]);
 }
 
 }  // namespace dq
