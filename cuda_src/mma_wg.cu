@@ -44,10 +44,6 @@ constexpr u32 kPanel = kRowsX * 128;          // one 64-wide panel of the x tile
 constexpr u32 kHalf = 64 * 128;               // the second n64 half of a panel starts 64 rows in
 constexpr u32 kStage = 5 * kPanel;            // 4 panels of values, 1 of slot sums
 constexpr int kStages = 2;                    // stage sb in sb & 1
-#ifndef GLIMMER_WG_PAIRS
-#define GLIMMER_WG_PAIRS 1
-#endif
-constexpr int kPairs = GLIMMER_WG_PAIRS;      // (low, high) k-step pairs a commit group: one fence each
 
 }  // namespace wgq
 
@@ -153,26 +149,21 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
             step(a, dx + ((4 * kPanel) >> 4));        // the mins: slot sums in the fifth panel's k-step 0
         }
 #pragma unroll
-        for (int p0 = 0; p0 < 8; p0 += kPairs) {
-            u32 lo[kPairs][4], hi[kPairs][4];         // pair p = 4 h + i: k-steps s = 8 h + 2 i (low nibbles), s + 1
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int p = 0; p < kPairs; ++p) {
-                const int h = (p0 + p) >> 2, i = (p0 + p) & 3;
-                dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo[p][0], lo[p][2], hi[p][0], hi[p][2]);
-                dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo[p][1], lo[p][3], hi[p][1], hi[p][3]);
+            for (int i = 0; i < 4; ++i) {
+                u32 lo0[4], hi0[4];                   // k-steps s = 8 h + 2 i (low nibbles) and s + 1 (high)
+                dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo0[0], lo0[2], hi0[0], hi0[2]);
+                dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo0[1], lo0[3], hi0[1], hi0[3]);
+                wg::hold(lo0);
+                wg::hold(hi0);
+                wg::fence();
+                const int s = 8 * h + 2 * i;
+                step(lo0, dx + (((s >> 2) * kPanel + (s & 3) * 32) >> 4));
+                step(hi0, dx + ((((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32) >> 4));
+                wg::commit();
+                wg::wait<1>();
             }
-            wg::hold(lo);
-            wg::hold(hi);
-            wg::fence();
-#pragma unroll
-            for (int p = 0; p < kPairs; ++p) {
-                const int s = 2 * (p0 + p);
-                step(lo[p], dx + (((s >> 2) * kPanel + (s & 3) * 32) >> 4));
-                step(hi[p], dx + ((((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32) >> 4));
-            }
-            wg::commit();
-            wg::wait<1>();
-        }
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
