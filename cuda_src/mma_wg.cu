@@ -28,6 +28,8 @@
 // warpgroup a super-block is 17 k-steps (the mins' first), each two wgmma m64n64k16 (A from
 // registers, B = the x tile read K-major), in commit groups of two k-steps, at most two in flight.
 // Error against the float64 product: x and W rounded to bf16, float32 accumulation (mma_dq's).
+// Speed on the H200 and what limits it (the tensor pipe about half busy): bench/results/NOTES.md,
+// seventeenth session.
 #include "attn_mma_ptx.cuh"
 #include "pdl.cuh"
 #include "q4k_lanes.cuh"

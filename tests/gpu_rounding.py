@@ -4,8 +4,9 @@ The CUDA executor rounds in three places the NumPy path does not:
 - K and V are stored as bfloat16 (round to nearest even);
 - a matmul in an int8 bucket (gemv_kq, gemv_dp4a: M <= 16) quantizes x per 32 values to int8
   with d = max|x| / 127 and round-half-even codes; the integer dot products are exact;
-- a matmul in a tensor-core bucket (mma, dequant_cublas: the rest above the GEMVs) multiplies
-  bfloat16 x by bfloat16 W with float32 accumulation.
+- a matmul in a tensor-core bucket (mma, mma_dq, mma_wg, dequant_cublas: the rest above the GEMVs)
+  multiplies bfloat16 x by bfloat16 W with float32 accumulation (mma_dq and mma_wg round each weight
+  once from its codes and take the mins as a product of their own: close to, not the same as, bf16 W).
 GpuRoundingExecutor applies the same roundings to the reference ops. What remains between the two
 is float32 accumulation order (and the int8 codes it sometimes tips: test_cuda_executor.py), so
 greedy tokens can be compared wherever the top-1 margin is clear of that, not of the roundings

@@ -55,11 +55,11 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #   mma_wg: Hopper's warpgroup multiplies on Q4_K (mma_wg.cu; sm_90 devices, elsewhere the table's
 #     mma_wg rows run dequant_cublas, or mma inside graph_safe()), W decoded in registers into the A
 #     fragments, no scratch copy of W, and a CUDA graph can capture it. Measured on the H200
-#     (bench/results/quant_matmul_mma_wg_7b04a49.md) against dequant_cublas, Q4_K, us, at M = 64 / 128
-#     / 512: 4096x4096 39.1 / 39.5 / 44.4 vs 37.6 / 42.4 / 56.7; 12288x4096 60.0 / 41.9 / 125.3 vs 97.9
-#     / 99.0 / 139.1; 4096x12288 106.9 / 107.3 / 127.5 vs 101.7 / 104.9 / 140.1; head 151936x4096 409 /
-#     389 / 1485 vs 1029 / 1046 / 1555. It loses 2-5% on two shapes at M = 64..128 and wins everywhere
-#     else (2.5x on the head at M = 64), so it takes every M above 32.
+#     (bench/results/quant_matmul_mma_wg_400555b.md) against dequant_cublas, Q4_K, us, at M = 64 / 512
+#     (128 beside it): 4096x4096 37.9 / 42.0 (38.1) vs 37.7 / 57.8; 12288x4096 60.6 / 118.1 (39.9) vs
+#     98.3 / 141.4; 4096x12288 104.4 / 121.2 (101.7) vs 101.8 / 142.8; head 151936x4096 452.5 / 1413.6
+#     (370.4) vs 1030.9 / 1559.8. It loses 1-3% on two shapes at M = 64 and wins everywhere else
+#     (2.3x on the head at M = 64), so it takes every M above 32.
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
