@@ -31,6 +31,7 @@
 // Speed on the H200 and what limits it (the tensor pipe about half busy): bench/results/NOTES.md,
 // seventeenth session.
 #include "attn_mma_ptx.cuh"
+#include "bulk_copy.cuh"
 #include "pdl.cuh"
 #include "q4k_lanes.cuh"
 #include "wgmma.cuh"
@@ -75,9 +76,11 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
     xs[row * per_row + c] = (unsigned short)(dq::pack2(s, 0.f) & 0xFFFFu);
 }
 
-extern "C" __global__ void __launch_bounds__(wgq::kThreads, 1)
-mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
-              const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
+// kTiled: x comes as wg_tile_q4k_kernel lays it out (xp = xt, xs unused), a stage one bulk copy
+template <bool kTiled>
+__device__ __forceinline__ void mma_wg_body(float* __restrict__ y, const unsigned short* __restrict__ xp,
+                                            const unsigned short* __restrict__ xs, const unsigned char* __restrict__ w,
+                                            int m, int n, int k, long long row_bytes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace wgq;
     static_assert(kStages == 2, "the loop alternates two stages");
@@ -97,6 +100,18 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     for (int r = 0; r < 2; ++r) dq::load_row(cur[r], rows[r], t);
     pdl_wait();                                       // x is the stage kernel's output
 
+    // kTiled: stage st full when its bulk copy has landed (phase sb / 2 of full[st])
+    __shared__ unsigned long long full[kStages];
+    if constexpr (kTiled) {
+        if (tid == 0) {
+            mbar_init(&full[0], 1);
+            mbar_init(&full[1], 1);
+            fence_mbarrier_init();
+        }
+        __syncthreads();
+    }
+    const unsigned short* xt = xp + (long long)blockIdx.x * nsb * (kStage / 2);
+
     // the copies of a stage: xp rows prow + 8 j (j < 16) at 16-byte piece c8 of 32, and one xs piece
     const int prow = tid >> 5, c8 = tid & 31;
     const u32 xdst = (c8 >> 3) * kPanel + prow * 128 + (((c8 & 7) ^ (prow & 7)) << 4);
@@ -105,6 +120,13 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     const unsigned short* ssrc = xs + (long long)min(m0 + srow, m - 1) * per_row + 8 * sc8;
     auto issue = [&](int sb, int st) {
         const u32 d = base + st * kStage;
+        if constexpr (kTiled) {
+            if (tid == 0) {
+                mbar_expect_tx(&full[st], kStage);
+                bulk_g2s(d, xt + (long long)sb * (kStage / 2), kStage, &full[st]);
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < 16; ++j)
             amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(m0 + prow + 8 * j, m - 1) * k + 256 * sb + 8 * c8, 16);
@@ -129,8 +151,10 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 
     for (int sb = 0; sb < nsb; ++sb) {
         const int st = sb & 1;
-        amma::cp_wait<0>();
-        wg::fence_smem();
+        if constexpr (!kTiled) {
+            amma::cp_wait<0>();
+            wg::fence_smem();
+        }
         __syncthreads();                              // stage st landed; every warpgroup is done with st ^ 1
         if (sb + 1 < nsb) {
             issue(sb + 1, st ^ 1);
@@ -138,6 +162,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
             for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
         amma::cp_commit();
+        if constexpr (kTiled) mbar_wait(&full[st], (sb >> 1) & 1);
         const u64 dx = wg::sw128_desc(base + st * kStage, 16, 1024);
         dq::RowScales sc[2];
 #pragma unroll
@@ -186,4 +211,47 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                 if (xr < m && wr < n) y[(long long)xr * n + wr] = acc[hf][j][c];
             }
 #endif
+}
+
+// wg_stage_q4k_kernel's values and sums laid out as mma_wg_tiled_kernel's stages are in shared
+// memory: for each block of 128 rows of x and super-block, kStage bytes (four swizzled panels of
+// values, the sums in the first 16 columns of a fifth), so a stage is one bulk copy. Rows past m
+// are zeros; the fifth panel's other columns are never read (and never written).
+extern "C" __global__ void __launch_bounds__(256)
+wg_tile_q4k_kernel(unsigned short* __restrict__ xt, const float* __restrict__ x, int m, int k) {
+    pdl_wait();
+    const long long slot = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int per_row = k >> 4, nsb = k >> 8;
+    const int rows = (m + wgq::kRowsX - 1) / wgq::kRowsX * wgq::kRowsX;
+    if (slot >= (long long)rows * per_row) return;
+    const long long row = slot / per_row;
+    const int c = (int)(slot - row * per_row), sb = c >> 4, sg = c & 15;
+    const int h = sg >> 3, t = (sg >> 1) & 3, u = sg & 1;
+    const int r = (int)(row % wgq::kRowsX);
+    unsigned char* stage = reinterpret_cast<unsigned char*>(xt) + ((row / wgq::kRowsX) * nsb + sb) * (long long)wgq::kStage;
+    const bool real = row < m;
+    const float* src = x + (real ? row : 0) * k + 256 * sb + 64 * (2 * h + (t >> 1)) + 32 * u + 16 * (t & 1);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float4 v = real ? reinterpret_cast<const float4*>(src)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        s += (v.x + v.y) + (v.z + v.w);
+        const int kk = 16 * (8 * h + 2 * i + u) + 2 * t;      // as wg_stage_q4k_kernel's positions
+        *reinterpret_cast<dq::u32*>(stage + wg::sw128_offset(wgq::kRowsX, r, kk)) = dq::pack2(v.x, v.z);
+        *reinterpret_cast<dq::u32*>(stage + wg::sw128_offset(wgq::kRowsX, r, kk + 8)) = dq::pack2(v.y, v.w);
+    }
+    *reinterpret_cast<unsigned short*>(stage + wg::sw128_offset(wgq::kRowsX, r, 256 + sg)) =
+        (unsigned short)(dq::pack2(s, 0.f) & 0xFFFFu);
+}
+
+extern "C" __global__ void __launch_bounds__(wgq::kThreads, 1)
+mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
+              const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
+    mma_wg_body<false>(y, xp, xs, w, m, n, k, row_bytes);
+}
+
+extern "C" __global__ void __launch_bounds__(wgq::kThreads, 1)
+mma_wg_tiled_kernel(float* __restrict__ y, const unsigned short* __restrict__ xt, const unsigned short* __restrict__ xs,
+                    const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
+    mma_wg_body<true>(y, xt, xs, w, m, n, k, row_bytes);
 }

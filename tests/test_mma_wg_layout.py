@@ -71,3 +71,71 @@ def test_stage_is_a_permutation_of_x():
     for sb in range(2):
         for r in range(2):
             assert sorted(xp[r, 256 * sb:256 * sb + 256]) == sorted(xb[r, 256 * sb:256 * sb + 256])
+
+
+PANEL = 128 * 128                   # kPanel: a 64-wide panel of 128 rows
+STAGE = 5 * PANEL                   # kStage
+
+
+def sw128_offset(rows: int, row: int, col: int) -> int:
+    """wgmma.cuh's sw128_offset: byte offset of bf16 (row, col) in a 128-byte-swizzled tile."""
+    panel, piece = col >> 6, (col >> 3) & 7
+    return panel * rows * 128 + row * 128 + ((piece ^ (row & 7)) << 4) + (col & 7) * 2
+
+
+def cp_async_stage(xp: np.ndarray, xs: np.ndarray, m0: int, sb: int) -> dict[int, int]:
+    """The shared-memory image mma_wg_kernel's issue() copies for rows m0.. of x and super-block sb,
+    as {byte offset: bf16 bits}: thread tid's 16 xp pieces and its slot-sum piece (rows clamped)."""
+    m, k = xp.shape
+    img = {}
+    for tid in range(256):
+        prow, c8 = tid >> 5, tid & 31
+        xdst = (c8 >> 3) * PANEL + prow * 128 + (((c8 & 7) ^ (prow & 7)) << 4)
+        for j in range(16):
+            row = min(m0 + prow + 8 * j, m - 1)
+            for e in range(8):
+                img[xdst + j * 1024 + 2 * e] = int(xp[row, 256 * sb + 8 * c8 + e])
+        srow, sc8 = tid >> 1, tid & 1
+        sdst = 4 * PANEL + srow * 128 + ((sc8 ^ (srow & 7)) << 4)
+        for e in range(8):
+            img[sdst + 2 * e] = int(xs[min(m0 + srow, m - 1), 16 * sb + 8 * sc8 + e])
+    return img
+
+
+def wg_tile(x: np.ndarray) -> dict[int, int]:
+    """wg_tile_q4k_kernel: {byte offset in xt: bf16 bits} of every position it writes (rows past M zeros)."""
+    m, k = x.shape
+    nsb, tiles = k // 256, -(-m // 128)
+    xz = np.zeros((tiles * 128, k), np.float32)
+    xz[:m] = x
+    xp, xs = wg_stage(xz)
+    img = {}
+    for row in range(tiles * 128):
+        for sb in range(nsb):
+            base = ((row // 128) * nsb + sb) * STAGE
+            for kk in range(256):
+                img[base + sw128_offset(128, row % 128, kk)] = int(xp[row, 256 * sb + kk])
+            for sg in range(16):
+                img[base + sw128_offset(128, row % 128, 256 + sg)] = int(xs[row, 16 * sb + sg])
+    return img
+
+
+@pytest.mark.parametrize("m", [128, 200])
+def test_tiled_stage_is_the_copied_stage(m):
+    """A stage of wg_tile_q4k_kernel's layout is byte for byte the shared memory mma_wg_kernel's
+    cp.async copies build (the values and the 16 slot sums; rows past M: zeros in the tiled layout,
+    where the copies repeat row M - 1, whose outputs are not stored)."""
+    rng = np.random.default_rng(m)
+    k = 512
+    x = rng.normal(0, 1, (m, k)).astype(np.float32)
+    tiled = wg_tile(x)
+    xp, xs = wg_stage(x)
+    for m0 in range(0, m, 128):
+        for sb in range(k // 256):
+            copied = cp_async_stage(xp, xs, m0, sb)
+            base = ((m0 // 128) * (k // 256) + sb) * STAGE
+            assert set(copied) == {o - base for o in tiled if base <= o < base + STAGE}
+            for off, bits in copied.items():
+                row = ((off % PANEL) // 128) if off < 4 * PANEL else (off - 4 * PANEL) // 128
+                want = bits if m0 + row < m else 0
+                assert tiled[base + off] == want, (m0, sb, off)

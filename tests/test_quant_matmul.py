@@ -18,7 +18,7 @@ from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4}
+               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4, "mma_wg_tiled": 1e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -115,10 +115,10 @@ def test_forced_buckets_agree(q):
     for m in (1, 3, 8, 16, 33, 100):
         x = rng.normal(0, 1, (m, 1024)).astype(np.float32)
         ref = x.astype(np.float64) @ ref_w.T
-        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg"):
+        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg", "mma_wg_tiled"):
             if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
                     or (b == "gemv_kq" and q not in KQ_TYPES) or (b == "mma_dq" and (q != QType.Q4_K or m > 32)) \
-                    or (b == "mma_wg" and q != QType.Q4_K):
+                    or (b in ("mma_wg", "mma_wg_tiled") and q != QType.Q4_K):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
             assert nmse(got, ref) < NMSE_BUDGET[b], (q.name, m, b)
@@ -179,8 +179,9 @@ def test_mma_dq_matches_the_reference(n, k):
 
 
 @gpu
+@pytest.mark.parametrize("b", ["mma_wg", "mma_wg_tiled"])
 @pytest.mark.parametrize("n,k", [(512, 1024), (1027, 768), (300, 256), (515, 2560), (4096, 4096), (4096, 12288)])
-def test_mma_wg_matches_the_reference(n, k):
+def test_mma_wg_matches_the_reference(n, k, b):
     """The warpgroup bucket (forced) on Q4_K: rows of x and W past the 128-row tiles' edges (M 1..513,
     N not a multiple of 128), one super-block of K and 48; every output written (NaN first); the same
     bits on a second call."""
@@ -192,11 +193,11 @@ def test_mma_wg_matches_the_reference(n, k):
     for m in (1, 5, 33, 64, 127, 128, 129, 300, 513):
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
         out = cupy.full((m, n), np.nan, np.float32)
-        got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_wg"))
+        got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket=b))
         assert np.isfinite(got).all(), (m, n, k)
         e = nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T)
-        assert e < NMSE_BUDGET["mma_wg"], (m, n, k, e)
-        again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket="mma_wg"))
+        assert e < NMSE_BUDGET[b], (m, n, k, e)
+        again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket=b))
         assert np.array_equal(got, again), (m, n, k)
 
 
@@ -217,6 +218,25 @@ def test_mma_wg_stage_is_its_emulation():
     want_p, want_s = wg_stage(x)
     assert np.array_equal(cupy.asnumpy(xp), want_p)
     assert np.array_equal(cupy.asnumpy(xs), want_s)
+
+
+@gpu
+def test_mma_wg_tile_stage_is_its_emulation():
+    """wg_tile_q4k_kernel writes, bit for bit, the CPU emulation's tiled layout (rows past M zeros)
+    at every position it writes (test_mma_wg_layout.py); 7 rows: one partial block of 128."""
+    import cupy
+
+    from glimmer_cupy.ops.matmul import MMA_WG_STAGE, _mma_wg_kernel
+    from test_mma_wg_layout import wg_tile
+    rng = np.random.default_rng(12)
+    m, k = 7, 512
+    x = rng.normal(0, 2, (m, k)).astype(np.float32)
+    xt = cupy.full((k // 256 * MMA_WG_STAGE // 2,), 0xFFFF, cupy.uint16)
+    _mma_wg_kernel("wg_tile_q4k_kernel")((-(-128 * k // 16 // 256),), (256,), (xt, cupy.asarray(x), np.int32(m), np.int32(k)))
+    got = cupy.asnumpy(xt)
+    want = wg_tile(x)
+    offs = np.array(sorted(want), np.int64) // 2
+    assert np.array_equal(got[offs], np.array([want[o] for o in sorted(want)], np.uint16))
 
 
 @gpu

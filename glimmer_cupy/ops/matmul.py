@@ -60,13 +60,17 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     98.3 / 141.4; 4096x12288 104.4 / 121.2 (101.7) vs 101.8 / 142.8; head 151936x4096 452.5 / 1413.6
 #     (370.4) vs 1030.9 / 1559.8. It loses 1-3% on two shapes at M = 64 and wins everywhere else
 #     (2.3x on the head at M = 64), so it takes every M above 32.
+#   mma_wg_tiled (not in the table; force_bucket only): mma_wg with x laid out as the stages' images,
+#     each stage one bulk copy by one thread on an mbarrier instead of 17 cp.async a thread (their
+#     issue and addresses were ~20% of mma_wg's warp samples under ncu), rows past M zeros instead
+#     of clamped. Not yet run on a GPU.
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg", "mma_wg_tiled")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
@@ -92,7 +96,8 @@ MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this man
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
 MMA_WG_TYPES = frozenset({QType.Q4_K})
 MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and of W per block
-MMA_WG_SMEM = 2 * 5 * 128 * 128 + 1024      # kStages * kStage + the 1024-byte alignment
+MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
+MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -182,14 +187,15 @@ def _mma_dq_kernel(nt: int, ks: int):
 def _mma_wg_kernel(name: str):
     from cupy_backends.cuda.api import driver
     kern = get_kernel("mma_wg", name)
-    if name == "mma_wg_kernel":
+    if name in ("mma_wg_kernel", "mma_wg_tiled_kernel"):
         driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_WG_SMEM)
     return kern
 
 
-def mma_wg(out, x, w: QuantTensor) -> None:
-    """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp, xs), then the
-    warpgroup kernel. Needs an sm_90 device; x and W 16-byte aligned."""
+def mma_wg(out, x, w: QuantTensor, tiled: bool = False) -> None:
+    """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs, or with tiled
+    the stages' images, one bulk copy each), then the warpgroup kernel. Needs an sm_90 device; x
+    and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
@@ -197,13 +203,22 @@ def mma_wg(out, x, w: QuantTensor) -> None:
     for name, ptr in (("x", x.data.ptr), ("w", w.data.data.ptr)):
         if ptr % 16:
             raise fail("quant_matmul", name, "16-byte aligned for mma_wg", f"address {ptr:#x}")
-    xp = cupy.empty((m, k), dtype=cupy.uint16)
-    xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
-    slots = m * k // 16
-    _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
-    _mma_wg_kernel("mma_wg_kernel")((-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE)), (256,),
-                                    (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k),
-                                     np.int64(w.data.nbytes // n)), shared_mem=MMA_WG_SMEM)
+    tiles = -(-m // MMA_WG_TILE)
+    if tiled:
+        xp = cupy.empty((tiles * (k // 256) * MMA_WG_STAGE // 2,), dtype=cupy.uint16)
+        xs = xp                                     # unused by the tiled kernel
+        slots = tiles * MMA_WG_TILE * k // 16
+        _mma_wg_kernel("wg_tile_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, x, np.int32(m), np.int32(k)))
+    else:
+        xp = cupy.empty((m, k), dtype=cupy.uint16)
+        xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
+        slots = m * k // 16
+        _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,),
+                                              (xp, xs, x, np.int32(m), np.int32(k)))
+    _mma_wg_kernel("mma_wg_tiled_kernel" if tiled else "mma_wg_kernel")(
+        (tiles, -(-n // MMA_WG_TILE)), (256,),
+        (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
+        shared_mem=MMA_WG_SMEM)
 
 
 @cache
@@ -287,7 +302,7 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
         return m <= GEMV_WIDTHS[-1]
-    if b == "mma_wg":
+    if b in ("mma_wg", "mma_wg_tiled"):
         return qtype in MMA_WG_TYPES
     return b in BUCKET_NAMES
 
@@ -388,10 +403,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
-    if b == "mma_wg":
+    if b in ("mma_wg", "mma_wg_tiled"):
         if not has_arch_specific():
-            raise fail("quant_matmul", "force_bucket", "a bucket this device runs (mma_wg needs sm_90)", b)
-        mma_wg(out, x, w)
+            raise fail("quant_matmul", "force_bucket", f"a bucket this device runs ({b} needs sm_90)", b)
+        mma_wg(out, x, w, tiled=b == "mma_wg_tiled")
         return out
     if b == "mma_dq":
         # 16-byte loads of x's rows and of W's blocks (a Q4_K row is 144 bytes a super-block)
