@@ -10,6 +10,9 @@
 //     aligned). A block is two warpgroups: 128 rows of W (64 a warpgroup, warp w of it rows 16 w ..
 //     16 w + 15) by 128 rows of x (two n64 halves).  grid=(ceil(M / 128), ceil(N / 128)) block=(256,)
 //     dynamic shared memory kStages * kStage + 1024 bytes.
+// wg_tile_q4k_kernel, mma_wg_tiled_kernel  the same product with x laid out as the stages' images in
+//     shared memory (below), so that one thread's bulk copy fills a stage; rows past M are zeros.
+//     Forced only (ops: "mma_wg_tiled"); not yet run on a GPU.
 //
 // The order of K. Per warp, a wgmma's A fragments are those of mma.sync m16n8k16 on its 16 rows, so
 // mma_dq's lanes serve unchanged (q4k_lanes.cuh, described in mma_dq.cu): in k-step s = 8 h + 2 i + u
@@ -50,6 +53,33 @@ constexpr int kStages = 2;                    // stage sb in sb & 1
 
 }  // namespace wgq
 
+// Slot sg of a super-block of x, its four float4 of values given by load(i): put(kk, pair) for each
+// bf16 pair, at position kk + 2 t in the super-block's lanes' order (t = slot_lane(sg)), and their
+// sum returned, as both stage kernels lay them out.
+template <class Load, class Put>
+__device__ __forceinline__ float stage_slot(int sg, Load load, Put put) {
+    const int h = sg >> 3, u = sg & 1;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float4 v = load(i);
+        s += (v.x + v.y) + (v.z + v.w);
+        const int kk = 16 * (8 * h + 2 * i + u);              // k-step 8 h + 2 i + u, b = 0
+        put(kk, dq::pack2(v.x, v.z));                         // e = 0, 1
+        put(kk + 8, dq::pack2(v.y, v.w));                     // b = 1
+    }
+    return s;
+}
+
+// the lane t whose fragments hold slot sg's values
+__device__ __forceinline__ int slot_lane(int sg) { return (sg >> 1) & 3; }
+
+// where slot sg's values start in a super-block of x
+__device__ __forceinline__ int slot_first(int sg) {
+    const int h = sg >> 3, t = (sg >> 1) & 3, u = sg & 1;
+    return 64 * (2 * h + (t >> 1)) + 32 * u + 16 * (t & 1);
+}
+
 // One thread per (row of x, super-block, slot): its 16 values into their places in xp, their sum
 // into xs.
 extern "C" __global__ void __launch_bounds__(256)
@@ -61,18 +91,9 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
     if (slot >= (long long)m * per_row) return;
     const long long row = slot / per_row;
     const int c = (int)(slot - row * per_row), sb = c >> 4, sg = c & 15;
-    const int h = sg >> 3, t = (sg >> 1) & 3, u = sg & 1;
-    const float* src = x + row * k + 256 * sb + 64 * (2 * h + (t >> 1)) + 32 * u + 16 * (t & 1);
-    dq::u32* dst = reinterpret_cast<dq::u32*>(xp + row * k + 256 * sb + 2 * t);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float4 v = reinterpret_cast<const float4*>(src)[i];
-        s += (v.x + v.y) + (v.z + v.w);
-        const int kk = 16 * (8 * h + 2 * i + u);      // k-step s's first position
-        dst[kk / 2] = dq::pack2(v.x, v.z);            // b = 0: e = 0, 1
-        dst[(kk + 8) / 2] = dq::pack2(v.y, v.w);      // b = 1
-    }
+    dq::u32* dst = reinterpret_cast<dq::u32*>(xp + row * k + 256 * sb + 2 * slot_lane(sg));
+    const float4* src = reinterpret_cast<const float4*>(x + row * k + 256 * sb + slot_first(sg));
+    const float s = stage_slot(sg, [&](int i) { return src[i]; }, [&](int kk, dq::u32 pair) { dst[kk / 2] = pair; });
     xs[row * per_row + c] = (unsigned short)(dq::pack2(s, 0.f) & 0xFFFFu);
 }
 
@@ -125,12 +146,13 @@ __device__ __forceinline__ void mma_wg_body(float* __restrict__ y, const unsigne
                 mbar_expect_tx(&full[st], kStage);
                 bulk_g2s(d, xt + (long long)sb * (kStage / 2), kStage, &full[st]);
             }
-            return;
-        }
+        } else {
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-            amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(m0 + prow + 8 * j, m - 1) * k + 256 * sb + 8 * c8, 16);
-        amma::cp_async16(d + sdst, ssrc + 16 * sb, 16);
+            for (int j = 0; j < 16; ++j)
+                amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(m0 + prow + 8 * j, m - 1) * k + 256 * sb + 8 * c8,
+                                 16);
+            amma::cp_async16(d + sdst, ssrc + 16 * sb, 16);
+        }
     };
 
     float acc[2][8][4];
@@ -226,20 +248,13 @@ wg_tile_q4k_kernel(unsigned short* __restrict__ xt, const float* __restrict__ x,
     if (slot >= (long long)rows * per_row) return;
     const long long row = slot / per_row;
     const int c = (int)(slot - row * per_row), sb = c >> 4, sg = c & 15;
-    const int h = sg >> 3, t = (sg >> 1) & 3, u = sg & 1;
-    const int r = (int)(row % wgq::kRowsX);
+    const int r = (int)(row % wgq::kRowsX), t2 = 2 * slot_lane(sg);
     unsigned char* stage = reinterpret_cast<unsigned char*>(xt) + ((row / wgq::kRowsX) * nsb + sb) * (long long)wgq::kStage;
     const bool real = row < m;
-    const float* src = x + (real ? row : 0) * k + 256 * sb + 64 * (2 * h + (t >> 1)) + 32 * u + 16 * (t & 1);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float4 v = real ? reinterpret_cast<const float4*>(src)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        s += (v.x + v.y) + (v.z + v.w);
-        const int kk = 16 * (8 * h + 2 * i + u) + 2 * t;      // as wg_stage_q4k_kernel's positions
-        *reinterpret_cast<dq::u32*>(stage + wg::sw128_offset(wgq::kRowsX, r, kk)) = dq::pack2(v.x, v.z);
-        *reinterpret_cast<dq::u32*>(stage + wg::sw128_offset(wgq::kRowsX, r, kk + 8)) = dq::pack2(v.y, v.w);
-    }
+    const float4* src = reinterpret_cast<const float4*>(x + (real ? row : 0) * k + 256 * sb + slot_first(sg));
+    const float s = stage_slot(
+        sg, [&](int i) { return real ? src[i] : make_float4(0.f, 0.f, 0.f, 0.f); },
+        [&](int kk, dq::u32 pair) { *reinterpret_cast<dq::u32*>(stage + wg::sw128_offset(wgq::kRowsX, r, kk + t2)) = pair; });
     *reinterpret_cast<unsigned short*>(stage + wg::sw128_offset(wgq::kRowsX, r, 256 + sg)) =
         (unsigned short)(dq::pack2(s, 0.f) & 0xFFFFu);
 }
