@@ -192,6 +192,14 @@ def _mma_wg_kernel(name: str):
     return kern
 
 
+def check_aligned16(x, w: QuantTensor, b: str) -> None:
+    """Bucket b's kernels load x's rows and W's blocks 16 bytes at a time (a Q4_K row is 144 bytes a
+    super-block): both must start 16-byte aligned."""
+    for name, ptr in (("x", x.data.ptr), ("w", w.data.data.ptr)):
+        if ptr % 16:
+            raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
+
+
 def mma_wg(out, x, w: QuantTensor, tiled: bool = False) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs, or with tiled
     the stages' images, one bulk copy each), then the warpgroup kernel. Needs an sm_90 device; x
@@ -200,9 +208,7 @@ def mma_wg(out, x, w: QuantTensor, tiled: bool = False) -> None:
 
     m, k = x.shape
     n = w.shape[0]
-    for name, ptr in (("x", x.data.ptr), ("w", w.data.data.ptr)):
-        if ptr % 16:
-            raise fail("quant_matmul", name, "16-byte aligned for mma_wg", f"address {ptr:#x}")
+    check_aligned16(x, w, "mma_wg")
     tiles = -(-m // MMA_WG_TILE)
     if tiled:
         xp = cupy.empty((tiles * (k // 256) * MMA_WG_STAGE // 2,), dtype=cupy.uint16)
@@ -409,10 +415,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         mma_wg(out, x, w, tiled=b == "mma_wg_tiled")
         return out
     if b == "mma_dq":
-        # 16-byte loads of x's rows and of W's blocks (a Q4_K row is 144 bytes a super-block)
-        for name, ptr in (("x", x.data.ptr), ("w", w.data.data.ptr)):
-            if ptr % 16:
-                raise fail("quant_matmul", name, "16-byte aligned for mma_dq", f"address {ptr:#x}")
+        check_aligned16(x, w, "mma_dq")
         nt, ks = mma_dq_config(m, n, k)
         _mma_dq_kernel(nt, ks)((-(-n // MMA_DQ_BLOCK_ROWS), ks), (256,),
                                (out, x, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes),
