@@ -9,16 +9,18 @@ error is NMSE = mse(out, ref) / mse(ref, 0), budget per bucket:
   NMSE ~3e-5 (seen up to 1.2e-4 on one row), so 5e-4. A wrong nibble, bit or scale in a block gives 1e-3 or worse.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
 from glimmer_cupy import ops
-from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, TRAITS, bucket
+from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_LOOP, MMA_WG_LOOPS, MMA_WG_SPLITS, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4, "mma_wg_tiled": 1e-4}
+               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -115,10 +117,10 @@ def test_forced_buckets_agree(q):
     for m in (1, 3, 8, 16, 33, 100):
         x = rng.normal(0, 1, (m, 1024)).astype(np.float32)
         ref = x.astype(np.float64) @ ref_w.T
-        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg", "mma_wg_tiled"):
+        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg"):
             if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
                     or (b == "gemv_kq" and q not in KQ_TYPES) or (b == "mma_dq" and (q != QType.Q4_K or m > 32)) \
-                    or (b in ("mma_wg", "mma_wg_tiled") and q != QType.Q4_K):
+                    or (b == "mma_wg" and q != QType.Q4_K):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
             assert nmse(got, ref) < NMSE_BUDGET[b], (q.name, m, b)
@@ -179,26 +181,44 @@ def test_mma_dq_matches_the_reference(n, k):
 
 
 @gpu
-@pytest.mark.parametrize("b", ["mma_wg", "mma_wg_tiled"])
+@pytest.mark.parametrize("loop,splits", [(v, None) for v in MMA_WG_LOOPS] + [(v, ks) for v in MMA_WG_LOOPS if v & 4
+                                                                             for ks in MMA_WG_SPLITS[1:]])
 @pytest.mark.parametrize("n,k", [(512, 1024), (1027, 768), (300, 256), (515, 2560), (4096, 4096), (4096, 12288)])
-def test_mma_wg_matches_the_reference(n, k, b):
-    """The warpgroup bucket (forced) on Q4_K: rows of x and W past the 128-row tiles' edges (M 1..513,
-    N not a multiple of 128), one super-block of K and 48; every output written (NaN first); the same
-    bits on a second call."""
+def test_mma_wg_matches_the_reference(n, k, loop, splits):
+    """The warpgroup kernel on Q4_K, every loop variant and split count (through quant_matmul's
+    forced bucket for the table's variant): rows of x and W past the 128-row tiles' edges (M 1..513,
+    N not a multiple of 128), K of one super-block to 48, splits of no super-block where K has
+    fewer than the splits; every output written (NaN first); the same bits on a second call."""
     import cupy
+
+    from glimmer_cupy.ops.matmul import mma_wg
+    w_dev, cases = _mma_wg_case(n, k)
+
+    def run(x, out=None):
+        if loop == MMA_WG_LOOP and splits is None:
+            return ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_wg")
+        out = cupy.empty((x.shape[0], n), np.float32) if out is None else out
+        mma_wg(out, x, w_dev, splits=splits, loop=loop)
+        return out
+
+    for x, want in cases:
+        m = x.shape[0]
+        x = cupy.asarray(x)
+        got = cupy.asnumpy(run(x, cupy.full((m, n), np.nan, np.float32)))
+        assert np.isfinite(got).all(), (m, n, k)
+        e = nmse(got, want)
+        assert e < NMSE_BUDGET["mma_wg"], (m, n, k, e)
+        assert np.array_equal(got, cupy.asnumpy(run(x))), (m, n, k)
+
+
+@functools.cache
+def _mma_wg_case(n, k):
+    """W (on the device) and (x, x @ dequant(W)^T in float64) for M 1..513, shared by the variants."""
     rng = np.random.default_rng(n + k + 2)
     w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
     ref_w = w.dequantize(np.float64)
-    w_dev = w.to_device()
-    for m in (1, 5, 33, 64, 127, 128, 129, 300, 513):
-        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
-        out = cupy.full((m, n), np.nan, np.float32)
-        got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket=b))
-        assert np.isfinite(got).all(), (m, n, k)
-        e = nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T)
-        assert e < NMSE_BUDGET[b], (m, n, k, e)
-        again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket=b))
-        assert np.array_equal(got, again), (m, n, k)
+    xs = [rng.normal(0, 1, (m, k)).astype(np.float32) for m in (1, 5, 33, 64, 127, 128, 129, 300, 513)]
+    return w.to_device(), [(x, x.astype(np.float64) @ ref_w.T) for x in xs]
 
 
 @gpu
@@ -218,25 +238,6 @@ def test_mma_wg_stage_is_its_emulation():
     want_p, want_s = wg_stage(x)
     assert np.array_equal(cupy.asnumpy(xp), want_p)
     assert np.array_equal(cupy.asnumpy(xs), want_s)
-
-
-@gpu
-def test_mma_wg_tile_stage_is_its_emulation():
-    """wg_tile_q4k_kernel writes, bit for bit, the CPU emulation's tiled layout (rows past M zeros)
-    at every position it writes (test_mma_wg_layout.py); 7 rows: one partial block of 128."""
-    import cupy
-
-    from glimmer_cupy.ops.matmul import MMA_WG_STAGE, _mma_wg_kernel
-    from test_mma_wg_layout import wg_tile
-    rng = np.random.default_rng(12)
-    m, k = 7, 512
-    x = rng.normal(0, 2, (m, k)).astype(np.float32)
-    xt = cupy.full((k // 256 * MMA_WG_STAGE // 2,), 0xFFFF, cupy.uint16)
-    _mma_wg_kernel("wg_tile_q4k_kernel")((-(-128 * k // 16 // 256),), (256,), (xt, cupy.asarray(x), np.int32(m), np.int32(k)))
-    got = cupy.asnumpy(xt)
-    want = wg_tile(x)
-    offs = np.array(sorted(want), np.int64) // 2
-    assert np.array_equal(got[offs], np.array([want[o] for o in sorted(want)], np.uint16))
 
 
 @gpu

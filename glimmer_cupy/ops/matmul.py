@@ -60,17 +60,13 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     98.3 / 141.4; 4096x12288 104.4 / 121.2 (101.7) vs 101.8 / 142.8; head 151936x4096 452.5 / 1413.6
 #     (370.4) vs 1030.9 / 1559.8. It loses 1-3% on two shapes at M = 64 and wins everywhere else
 #     (2.3x on the head at M = 64), so it takes every M above 32.
-#   mma_wg_tiled (not in the table; force_bucket only): mma_wg with x laid out as the stages' images,
-#     each stage one bulk copy by one thread on an mbarrier instead of 17 cp.async a thread (their
-#     issue and addresses were ~20% of mma_wg's warp samples under ncu), rows past M zeros instead
-#     of clamped. Not yet run on a GPU.
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg", "mma_wg_tiled")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
@@ -97,7 +93,12 @@ MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of bl
 MMA_WG_TYPES = frozenset({QType.Q4_K})
 MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and of W per block
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
-MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
+MMA_WG_STAGE_W = 128 * 144                 # kStageW: the block's rows of W a super-block (loop variant kSmemW)
+MMA_WG_LOOPS = (0, 1, 3, 4, 6)             # WgLoop variants instantiated (bits: kPing 1, kZero 2, kSmemW 4)
+MMA_WG_LOOP = 4                            # the variant quant_matmul runs
+MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K (kSmemW variants)
+MMA_WG_MIN_SB = 4                          # split K while each split keeps this many super-blocks...
+MMA_WG_SMS = 132                           # ...and the launch stays within one block an SM (H200)
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -183,13 +184,34 @@ def _mma_dq_kernel(nt: int, ks: int):
                                              for j in (1, 2, 4, 8)))
 
 
+def mma_wg_smem(loop: int) -> int:
+    """Dynamic shared memory of mma_wg_kernel<KS, loop>: two stages, 1024 bytes of alignment."""
+    return 2 * (MMA_WG_STAGE + (MMA_WG_STAGE_W if loop & 4 else 0)) + 1024
+
+
+def mma_wg_instances() -> tuple[str, ...]:
+    return tuple(f"mma_wg_kernel<{ks}, {v}>" for v in MMA_WG_LOOPS for ks in (MMA_WG_SPLITS if v & 4 else (1,)))
+
+
+def mma_wg_splits(m: int, n: int, k: int) -> int:
+    """K splits for mma_wg: double while the launch stays within one block an SM and each split
+    keeps MMA_WG_MIN_SB super-blocks (a cluster of at most 8 blocks)."""
+    blocks = -(-m // MMA_WG_TILE) * -(-n // MMA_WG_TILE)
+    ks = 1
+    while 2 * ks <= MMA_WG_SPLITS[-1] and blocks * 2 * ks <= MMA_WG_SMS and k // 256 >= 2 * ks * MMA_WG_MIN_SB:
+        ks *= 2
+    return ks
+
+
 @cache
 def _mma_wg_kernel(name: str):
     from cupy_backends.cuda.api import driver
-    kern = get_kernel("mma_wg", name)
-    if name in ("mma_wg_kernel", "mma_wg_tiled_kernel"):
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_WG_SMEM)
-    return kern
+    if name.startswith("mma_wg_kernel<"):
+        kern = get_kernel("mma_wg", name, name_expressions=mma_wg_instances())
+        loop = int(name[:-1].split(",")[1])
+        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, mma_wg_smem(loop))
+        return kern
+    return get_kernel("mma_wg", name)
 
 
 def check_aligned16(x, w: QuantTensor, b: str) -> None:
@@ -200,31 +222,26 @@ def check_aligned16(x, w: QuantTensor, b: str) -> None:
             raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
 
 
-def mma_wg(out, x, w: QuantTensor, tiled: bool = False) -> None:
-    """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs, or with tiled
-    the stages' images, one bulk copy each), then the warpgroup kernel. Needs an sm_90 device; x
-    and W 16-byte aligned."""
+def mma_wg(out, x, w: QuantTensor, splits: int | None = None, loop: int = MMA_WG_LOOP) -> None:
+    """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs), then the
+    warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default).
+    Needs an sm_90 device; x and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     check_aligned16(x, w, "mma_wg")
-    tiles = -(-m // MMA_WG_TILE)
-    if tiled:
-        xp = cupy.empty((tiles * (k // 256) * MMA_WG_STAGE // 2,), dtype=cupy.uint16)
-        xs = xp                                     # unused by the tiled kernel
-        slots = tiles * MMA_WG_TILE * k // 16
-        _mma_wg_kernel("wg_tile_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, x, np.int32(m), np.int32(k)))
-    else:
-        xp = cupy.empty((m, k), dtype=cupy.uint16)
-        xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
-        slots = m * k // 16
-        _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,),
-                                              (xp, xs, x, np.int32(m), np.int32(k)))
-    _mma_wg_kernel("mma_wg_tiled_kernel" if tiled else "mma_wg_kernel")(
-        (tiles, -(-n // MMA_WG_TILE)), (256,),
+    ks = mma_wg_splits(m, n, k) if splits is None else splits
+    if not loop & 4:
+        ks = 1
+    xp = cupy.empty((m, k), dtype=cupy.uint16)
+    xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
+    slots = m * k // 16
+    _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
+    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {loop}>")(
+        (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
-        shared_mem=MMA_WG_SMEM)
+        shared_mem=mma_wg_smem(loop))
 
 
 @cache
@@ -308,7 +325,7 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
         return m <= GEMV_WIDTHS[-1]
-    if b in ("mma_wg", "mma_wg_tiled"):
+    if b == "mma_wg":
         return qtype in MMA_WG_TYPES
     return b in BUCKET_NAMES
 
@@ -409,10 +426,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
-    if b in ("mma_wg", "mma_wg_tiled"):
+    if b == "mma_wg":
         if not has_arch_specific():
             raise fail("quant_matmul", "force_bucket", f"a bucket this device runs ({b} needs sm_90)", b)
-        mma_wg(out, x, w, tiled=b == "mma_wg_tiled")
+        mma_wg(out, x, w)
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")
