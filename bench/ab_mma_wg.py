@@ -1,9 +1,10 @@
-"""Time mma_wg's loop variants and K splits against each other on Qwen3-8B shapes, Q4_K.
+"""Time mma_wg's K splits and its two ways with rows of x past M against each other, Qwen3-8B
+shapes, Q4_K.
 
 Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the stage kernel and the
-warpgroup kernel, a CUDA graph of many calls, weights rotated past L2) for each variant of
-mma_wg.cu's loop (WgLoop bits: 1 kPing, 2 kZero, 4 kSmemW) at one split, and the kSmemW variants at
-every split count that keeps a super-block a split; `rule` marks mma_wg_splits' choice.
+warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/1` rows past M clamped
+to M - 1, one split; `z/KS` those rows zeros, KS splits (every count that keeps a super-block a
+split); `rule` is mma_wg_splits' choice.
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -20,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
-from glimmer_cupy.ops.matmul import MMA_WG_LOOPS, MMA_WG_SPLITS, mma_wg, mma_wg_splits  # noqa: E402
+from glimmer_cupy.ops.matmul import MMA_WG_SPLITS, mma_wg, mma_wg_splits  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
@@ -48,12 +49,11 @@ def main(argv=None) -> int:
         for m in map(int, a.ms.split(",")):
             xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
             outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
-            cases = [(v, 1) for v in MMA_WG_LOOPS]
-            cases += [(v, ks) for v in MMA_WG_LOOPS if v & 4 for ks in MMA_WG_SPLITS[1:] if ks <= k // 256]
+            cases = [(False, 1)] + [(True, ks) for ks in MMA_WG_SPLITS if ks <= k // 256]
             times = {}
-            for v, ks in cases:
-                times[f"{v}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, loop=v),
-                                             sets, a.launches, a.reps)[0]
+            for z, ks in cases:
+                times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
+                                                             sets, a.launches, a.reps)[0]
             rule = mma_wg_splits(m, n, k)
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)

@@ -6,7 +6,7 @@
 //     for the lanes' order of K: each super-block's 256 values of x permuted as the A fragments hold
 //     the weights (below), and the sums of x over its sixteen (sub-block, half) slots, the mins'
 //     sixteen-deep product. One thread a slot (16 values).   grid=(ceil(M K / 16 / 256),) block=(256,)
-// mma_wg_kernel<KS, V>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
+// mma_wg_kernel<KS, kZero>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
 //     16-byte aligned). A block is two warpgroups: 128 rows of W (64 a warpgroup, warp w of it rows
 //     16 w .. 16 w + 15) by 128 rows of x (two n64 halves); with KS > 1 a cluster of KS blocks along
 //     z shares one such tile, each block a KS-th of K (for launches of few tiles).
@@ -47,7 +47,6 @@ constexpr int kRowsX = 128;                   // rows of x a block
 constexpr u32 kPanel = kRowsX * 128;          // one 64-wide panel of the x tile
 constexpr u32 kHalf = 64 * 128;               // the second n64 half of a panel starts 64 rows in
 constexpr u32 kStage = 5 * kPanel;            // 4 panels of values, 1 of slot sums
-constexpr u32 kStageW = kRowsW * 144;         // kSmemW: the block's rows of W for one super-block
 constexpr int kStages = 2;                    // stage sb in sb & 1
 
 }  // namespace wgq
@@ -96,28 +95,17 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
     xs[row * per_row + c] = (unsigned short)(dq::pack2(s, 0.f) & 0xFFFFu);
 }
 
-// The loop's variants (bits of V), measured against each other (bench/ab_mma_wg.py):
-//   0        W's next super-block loaded into registers apart from this one's and copied over at the
-//            end (ptxas moves each word as soon as its last use is past: the copy waits on the loads);
-//   kPing    two super-blocks an iteration, each decoding the registers the other loaded;
-//   kZero    rows of x past M copied as zeros (cp.async of no source bytes), not clamped to M - 1;
-//   kSmemW   W's rows copied by cp.async with x's stage into shared memory after it (the lanes' own
-//            pieces: no global loads in registers for ptxas to sink to their first use).
-enum WgLoop { kPing = 1, kZero = 2, kSmemW = 4 };
-
-__host__ __device__ constexpr unsigned wg_stage_bytes(int v) { return wgq::kStage + ((v & kSmemW) ? wgq::kStageW : 0u); }
-
 // KS > 1: the super-blocks split over the KS blocks of a cluster along z, each block's partial
 // tile summed by the cluster through shared memory in rank order (the same bits on every run).
-template <int KS, int V>
+// kZero: rows of x past M copied as zeros (cp.async of no source bytes) rather than clamped to row
+// M - 1, whose repeated reads of the same lines slow a partial tile (bench/ab_mma_wg.py measures both).
+template <int KS, bool kZero>
 __global__ void __cluster_dims__(1, 1, KS) __launch_bounds__(256, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace wgq;
     static_assert(kStages == 2, "the loop alternates two stages");
-    constexpr bool kSmem = (V & kSmemW) != 0, kZ = (V & kZero) != 0;
-    constexpr u32 kSt = wg_stage_bytes(V);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const u32 raw = amma::smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
@@ -129,43 +117,28 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     const int r0 = n0 + 64 * wgi + 16 * (warp & 3) + g;             // this lane's rows r0, r0 + 8 of W
     const unsigned char* rows[2] = {w + (long long)min(r0, n - 1) * row_bytes,
                                     w + (long long)min(r0 + 8, n - 1) * row_bytes};
-    // kSmem: row r0 + 8 r of W at wdst[r] in a stage's W part (its bytes as in W)
-    const u32 wdst[2] = {kStage + (u32)(r0 - n0) * dq::kBlockBytes, kStage + (u32)(r0 - n0 + 8) * dq::kBlockBytes};
 
     dq::RowBytes cur[2], nxt[2];
-    if constexpr (!kSmem) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) dq::load_row(cur[r], rows[r] + (long long)s0 * dq::kBlockBytes, t);
-    }
+    for (int r = 0; r < 2; ++r) dq::load_row(cur[r], rows[r] + (long long)s0 * dq::kBlockBytes, t);
     pdl_wait();                                       // x is the stage kernel's output
 
-    // the copies of a stage: xp rows prow + 8 j (j < 16) at 16-byte piece c8 of 32, and one xs piece;
-    // with kSmem the lane's pieces of its two rows of W (codes at 16 + 16 t and 80 + 16 t; the header
-    // by lanes t = 0 and 1)
+    // the copies of a stage: xp rows prow + 8 j (j < 16) at 16-byte piece c8 of 32, and one xs piece
     const int prow = tid >> 5, c8 = tid & 31;
     const u32 xdst = (c8 >> 3) * kPanel + prow * 128 + (((c8 & 7) ^ (prow & 7)) << 4);
     const int srow = tid >> 1, sc8 = tid & 1;
     const u32 sdst = 4 * kPanel + srow * 128 + ((sc8 ^ (srow & 7)) << 4);
     const unsigned short* ssrc = xs + (long long)min(m0 + srow, m - 1) * per_row + 8 * sc8;
-    const int sbytes = (kZ && m0 + srow >= m) ? 0 : 16;
+    const int sbytes = (kZero && m0 + srow >= m) ? 0 : 16;
     auto issue = [&](int sb, int st) {
-        const u32 d = base + st * kSt;
+        const u32 d = base + st * kStage;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const int row = m0 + prow + 8 * j;
             amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(row, m - 1) * k + 256 * sb + 8 * c8,
-                             (kZ && row >= m) ? 0 : 16);
+                             (kZero && row >= m) ? 0 : 16);
         }
         amma::cp_async16(d + sdst, ssrc + 16 * sb, sbytes);
-        if constexpr (kSmem) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const unsigned char* src = rows[r] + (long long)sb * dq::kBlockBytes;
-                amma::cp_async16(d + wdst[r] + 16 + 16 * t, src + 16 + 16 * t, 16);
-                amma::cp_async16(d + wdst[r] + 80 + 16 * t, src + 80 + 16 * t, 16);
-                if (t == r) amma::cp_async16(d + wdst[r], src, 16);
-            }
-        }
     };
 
     float acc[2][8][4];
@@ -181,34 +154,25 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         wg::mma_rs<0>(acc[1], a, d + (kHalf >> 4), 1);
     };
 
-    // super-block sb from the W registers c (kSmem: read from the stage into c), the next one's
-    // loaded into nx
-    auto super_block = [&](int sb, dq::RowBytes (&c)[2], dq::RowBytes (&nx)[2]) {
+    issue(s0, s0 & 1);
+    amma::cp_commit();
+
+#pragma unroll 1
+    for (int sb = s0; sb < s1; ++sb) {
         const int st = sb & 1;
         amma::cp_wait<0>();
         wg::fence_smem();
         __syncthreads();                              // stage st landed; every warpgroup is done with st ^ 1
         if (sb + 1 < s1) {
             issue(sb + 1, st ^ 1);
-            if constexpr (!kSmem) {
 #pragma unroll
-                for (int r = 0; r < 2; ++r) dq::load_row(nx[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
-            }
+            for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
         amma::cp_commit();
-        if constexpr (kSmem) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const u32 a = base + st * kSt + wdst[r];
-                c[r].hdr = amma::lds128(a);
-                c[r].q[0] = amma::lds128(a + 16 + 16 * t);
-                c[r].q[1] = amma::lds128(a + 80 + 16 * t);
-            }
-        }
-        const u64 dx = wg::sw128_desc(base + st * kSt, 16, 1024);
+        const u64 dx = wg::sw128_desc(base + st * kStage, 16, 1024);
         dq::RowScales sc[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], c[r].hdr, t);
+        for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], cur[r].hdr, t);
         {
             u32 a[4] = {sc[0].mn[0], sc[1].mn[0], sc[0].mn[1], sc[1].mn[1]};
             wg::hold(acc[0]);
@@ -222,8 +186,8 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 u32 lo0[4], hi0[4];                   // k-steps s = 8 h + 2 i (low nibbles) and s + 1 (high)
-                dq::decode_word((&c[0].q[h].x)[i], sc[0], 2 * h, lo0[0], lo0[2], hi0[0], hi0[2]);
-                dq::decode_word((&c[1].q[h].x)[i], sc[1], 2 * h, lo0[1], lo0[3], hi0[1], hi0[3]);
+                dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo0[0], lo0[2], hi0[0], hi0[2]);
+                dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo0[1], lo0[3], hi0[1], hi0[3]);
                 wg::hold(lo0);
                 wg::hold(hi0);
                 wg::fence();
@@ -236,26 +200,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
-    };
-
-    issue(s0, s0 & 1);
-    amma::cp_commit();
-    if constexpr ((V & kPing) && !kSmem) {
-        int sb = s0;
-#pragma unroll 1
-        for (; sb + 1 < s1; sb += 2) {
-            super_block(sb, cur, nxt);
-            super_block(sb + 1, nxt, cur);
-        }
-        if (sb < s1) super_block(sb, cur, nxt);
-    } else {
-#pragma unroll 1
-        for (int sb = s0; sb < s1; ++sb) {
-            super_block(sb, cur, nxt);
-            if (!kSmem && sb + 1 < s1) {
+        if (sb + 1 < s1) {
 #pragma unroll
-                for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
-            }
+            for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
         }
     }
 
@@ -318,9 +265,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WG(KS, V)                                                                                  \
-    template __global__ void mma_wg_kernel<KS, V>(float*, const unsigned short*, const unsigned short*, \
+#define MMA_WG(KS, Z)                                                                                  \
+    template __global__ void mma_wg_kernel<KS, Z>(float*, const unsigned short*, const unsigned short*, \
                                                   const unsigned char*, int, int, int, long long);
-MMA_WG(1, 0) MMA_WG(1, 1) MMA_WG(1, 3) MMA_WG(1, 4) MMA_WG(1, 6)
-MMA_WG(2, 4) MMA_WG(4, 4) MMA_WG(8, 4) MMA_WG(2, 6) MMA_WG(4, 6) MMA_WG(8, 6)
+MMA_WG(1, false) MMA_WG(2, false) MMA_WG(4, false) MMA_WG(8, false)
+MMA_WG(1, true) MMA_WG(2, true) MMA_WG(4, true) MMA_WG(8, true)
 #endif

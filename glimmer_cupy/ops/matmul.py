@@ -93,10 +93,8 @@ MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of bl
 MMA_WG_TYPES = frozenset({QType.Q4_K})
 MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and of W per block
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
-MMA_WG_STAGE_W = 128 * 144                 # kStageW: the block's rows of W a super-block (loop variant kSmemW)
-MMA_WG_LOOPS = (0, 1, 3, 4, 6)             # WgLoop variants instantiated (bits: kPing 1, kZero 2, kSmemW 4)
-MMA_WG_LOOP = 4                            # the variant quant_matmul runs
-MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K (kSmemW variants)
+MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
+MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
 MMA_WG_MIN_SB = 4                          # split K while each split keeps this many super-blocks...
 MMA_WG_SMS = 132                           # ...and the launch stays within one block an SM (H200)
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
@@ -184,13 +182,8 @@ def _mma_dq_kernel(nt: int, ks: int):
                                              for j in (1, 2, 4, 8)))
 
 
-def mma_wg_smem(loop: int) -> int:
-    """Dynamic shared memory of mma_wg_kernel<KS, loop>: two stages, 1024 bytes of alignment."""
-    return 2 * (MMA_WG_STAGE + (MMA_WG_STAGE_W if loop & 4 else 0)) + 1024
-
-
 def mma_wg_instances() -> tuple[str, ...]:
-    return tuple(f"mma_wg_kernel<{ks}, {v}>" for v in MMA_WG_LOOPS for ks in (MMA_WG_SPLITS if v & 4 else (1,)))
+    return tuple(f"mma_wg_kernel<{ks}, {z}>" for z in ("false", "true") for ks in MMA_WG_SPLITS)
 
 
 def mma_wg_splits(m: int, n: int, k: int) -> int:
@@ -208,8 +201,7 @@ def _mma_wg_kernel(name: str):
     from cupy_backends.cuda.api import driver
     if name.startswith("mma_wg_kernel<"):
         kern = get_kernel("mma_wg", name, name_expressions=mma_wg_instances())
-        loop = int(name[:-1].split(",")[1])
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, mma_wg_smem(loop))
+        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_WG_SMEM)
         return kern
     return get_kernel("mma_wg", name)
 
@@ -222,26 +214,25 @@ def check_aligned16(x, w: QuantTensor, b: str) -> None:
             raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
 
 
-def mma_wg(out, x, w: QuantTensor, splits: int | None = None, loop: int = MMA_WG_LOOP) -> None:
+def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool = True) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs), then the
-    warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default).
-    Needs an sm_90 device; x and W 16-byte aligned."""
+    warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default),
+    with `zero` rows of x past M copied as zeros (else clamped to row M - 1). Needs an sm_90
+    device; x and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     check_aligned16(x, w, "mma_wg")
     ks = mma_wg_splits(m, n, k) if splits is None else splits
-    if not loop & 4:
-        ks = 1
     xp = cupy.empty((m, k), dtype=cupy.uint16)
     xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
     slots = m * k // 16
     _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
-    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {loop}>")(
+    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {'true' if zero else 'false'}>")(
         (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
-        shared_mem=mma_wg_smem(loop))
+        shared_mem=MMA_WG_SMEM)
 
 
 @cache
