@@ -71,6 +71,21 @@ def test_large_shapes(q, n, k):
     check_sweep(q, n, k, (1, 8, 9), np.random.default_rng(7))
 
 
+def test_mma_wg_splits_fill_the_chip_without_a_second_wave():
+    """K splits only where the tiles leave SMs idle, never past one split per super-block group,
+    always a cluster size the kernel is built for."""
+    from glimmer_cupy.ops.matmul import mma_wg_splits
+    assert [mma_wg_splits(m, 4096, 4096) for m in (33, 128, 256, 512)] == [2, 2, 2, 1]
+    assert [mma_wg_splits(m, 4096, 12288) for m in (33, 128, 256, 512)] == [8, 8, 2, 1]
+    assert mma_wg_splits(33, 151936, 4096) == 1 and mma_wg_splits(33, 4096, 256) == 1
+    for sms in (78, 114, 132):
+        for m in (1, 33, 129, 300, 513):
+            for n, k in ((512, 1024), (4096, 4096), (4096, 12288), (12288, 4096)):
+                ks = mma_wg_splits(m, n, k, sms)
+                blocks = -(-m // 128) * -(-n // 128)
+                assert ks in MMA_WG_SPLITS and (ks == 1 or (blocks * ks <= 2 * sms and k // 256 >= 4 * ks)), (m, n, k, sms)
+
+
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
     assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 8, 9, 16, 17, 32, 33, 64)] == \

@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel, has_arch_specific
+from ..kernels.build import get_kernel, has_arch_specific, sm_count
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -59,7 +59,9 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     (128 beside it): 4096x4096 37.9 / 42.0 (38.1) vs 37.7 / 57.8; 12288x4096 60.6 / 118.1 (39.9) vs
 #     98.3 / 141.4; 4096x12288 104.4 / 121.2 (101.7) vs 101.8 / 142.8; head 151936x4096 452.5 / 1413.6
 #     (370.4) vs 1030.9 / 1559.8. It loses 1-3% on two shapes at M = 64 and wins everywhere else
-#     (2.3x on the head at M = 64), so it takes every M above 32.
+#     (2.3x on the head at M = 64), so it takes every M above 32. Launches of few tiles split K over
+#     a cluster and partial tiles copy zeros past M (mma_wg_splits, mma_wg), which took M = 33..128
+#     from 39-47 to 24-26 us on 4096x4096 and from 504 to 334 on the head at M = 33.
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
     "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
@@ -95,8 +97,7 @@ MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
 MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
-MMA_WG_MIN_SB = 4                          # split K while each split keeps this many super-blocks...
-MMA_WG_SMS = 132                           # ...and the launch stays within one block an SM (H200)
+MMA_WG_SB_PER_SPLIT = (4, 6)               # super-blocks a split must keep for 2 and for 8 splits
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -186,14 +187,20 @@ def mma_wg_instances() -> tuple[str, ...]:
     return tuple(f"mma_wg_kernel<{ks}, {z}>" for z in ("false", "true") for ks in MMA_WG_SPLITS)
 
 
-def mma_wg_splits(m: int, n: int, k: int) -> int:
-    """K splits for mma_wg: double while the launch stays within one block an SM and each split
-    keeps MMA_WG_MIN_SB super-blocks (a cluster of at most 8 blocks)."""
+def mma_wg_splits(m: int, n: int, k: int, sms: int = 132) -> int:
+    """K splits (blocks of a cluster) for mma_wg on a device of `sms` SMs, by measurement on the
+    H200 (bench/results/ab_mma_wg_splits_3a85381.txt, Q4_K, us at M = 33..128): a launch of at most
+    half the SMs' blocks splits in 2 (4096x4096: 24-26 against 39-46 unsplit), one of at most a
+    quarter with 48 super-blocks or more in 8 (4096x12288: 56-58 against 62-64 in 2 and 104-120
+    unsplit). Clusters of 4 were slower than of 2 and of 8 on every shape (26.8-29.3 at 4096x4096),
+    and a launch of more blocks than SMs (12288x4096, the head) gains nothing from splits."""
     blocks = -(-m // MMA_WG_TILE) * -(-n // MMA_WG_TILE)
-    ks = 1
-    while 2 * ks <= MMA_WG_SPLITS[-1] and blocks * 2 * ks <= MMA_WG_SMS and k // 256 >= 2 * ks * MMA_WG_MIN_SB:
-        ks *= 2
-    return ks
+    nsb = k // 256
+    if 4 * blocks <= sms and nsb >= 8 * MMA_WG_SB_PER_SPLIT[1]:
+        return 8
+    if 2 * blocks <= sms and nsb >= 2 * MMA_WG_SB_PER_SPLIT[0]:
+        return 2
+    return 1
 
 
 @cache
@@ -214,17 +221,20 @@ def check_aligned16(x, w: QuantTensor, b: str) -> None:
             raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
 
 
-def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool = True) -> None:
+def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs), then the
     warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default),
-    with `zero` rows of x past M copied as zeros (else clamped to row M - 1). Needs an sm_90
-    device; x and W 16-byte aligned."""
+    with `zero` rows of x past M copied as zeros (else clamped to row M - 1; by default zeros
+    where the last tile of 128 rows is partial: bench/results/ab_mma_wg_splits_3a85381.txt, head at
+    M = 33: 334 against 504 us clamped, while full tiles are 2-7% slower with the zeros' test).
+    Needs an sm_90 device; x and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     check_aligned16(x, w, "mma_wg")
-    ks = mma_wg_splits(m, n, k) if splits is None else splits
+    ks = mma_wg_splits(m, n, k, sm_count()) if splits is None else splits
+    zero = m % MMA_WG_TILE != 0 if zero is None else zero
     xp = cupy.empty((m, k), dtype=cupy.uint16)
     xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
     slots = m * k // 16
