@@ -6,7 +6,7 @@
 //     for the lanes' order of K: each super-block's 256 values of x permuted as the A fragments hold
 //     the weights (below), and the sums of x over its sixteen (sub-block, half) slots, the mins'
 //     sixteen-deep product. One thread a slot (16 values).   grid=(ceil(M K / 16 / 256),) block=(256,)
-// mma_wg_kernel<KS, kZero>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
+// mma_wg_kernel<KS, kZero, kSpread>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
 //     16-byte aligned). A block is two warpgroups: 128 rows of W (64 a warpgroup, warp w of it rows
 //     16 w .. 16 w + 15) by 128 rows of x (two n64 halves); with KS > 1 a cluster of KS blocks along
 //     z shares one such tile, each block a KS-th of K (for launches of few tiles).
@@ -99,7 +99,10 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
 // tile summed by the cluster through shared memory in rank order (the same bits on every run).
 // kZero: rows of x past M copied as zeros (cp.async of no source bytes) rather than clamped to row
 // M - 1, whose repeated reads of the same lines slow a partial tile (bench/ab_mma_wg.py measures both).
-template <int KS, bool kZero>
+// kSpread: the next stage's copies issued two at a time after each k-step pair's multiplies (with
+// the tensor pipe busy) instead of all at once after the barrier, where both warpgroups issue them
+// and neither multiplies.
+template <int KS, bool kZero, bool kSpread>
 __global__ void __cluster_dims__(1, 1, KS) __launch_bounds__(256, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
@@ -130,15 +133,16 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     const u32 sdst = 4 * kPanel + srow * 128 + ((sc8 ^ (srow & 7)) << 4);
     const unsigned short* ssrc = xs + (long long)min(m0 + srow, m - 1) * per_row + 8 * sc8;
     const int sbytes = (kZero && m0 + srow >= m) ? 0 : 16;
-    auto issue = [&](int sb, int st) {
+    // part p < 8 of a stage's copies: xp rows j = 2 p, 2 p + 1 (and the xs piece with part 0)
+    auto issue_part = [&](int sb, int st, int p) {
         const u32 d = base + st * kStage;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 2 * p; j < 2 * p + 2; ++j) {
             const int row = m0 + prow + 8 * j;
             amma::cp_async16(d + xdst + j * 1024, xp + (long long)min(row, m - 1) * k + 256 * sb + 8 * c8,
                              (kZero && row >= m) ? 0 : 16);
         }
-        amma::cp_async16(d + sdst, ssrc + 16 * sb, sbytes);
+        if (p == 0) amma::cp_async16(d + sdst, ssrc + 16 * sb, sbytes);
     };
 
     float acc[2][8][4];
@@ -154,7 +158,8 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         wg::mma_rs<0>(acc[1], a, d + (kHalf >> 4), 1);
     };
 
-    issue(s0, s0 & 1);
+#pragma unroll
+    for (int p = 0; p < 8; ++p) issue_part(s0, s0 & 1, p);
     amma::cp_commit();
 
 #pragma unroll 1
@@ -163,12 +168,16 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         amma::cp_wait<0>();
         wg::fence_smem();
         __syncthreads();                              // stage st landed; every warpgroup is done with st ^ 1
-        if (sb + 1 < s1) {
-            issue(sb + 1, st ^ 1);
+        const bool more = sb + 1 < s1;
+        if (more) {
+            if constexpr (!kSpread) {
+#pragma unroll
+                for (int p = 0; p < 8; ++p) issue_part(sb + 1, st ^ 1, p);
+            }
 #pragma unroll
             for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
-        amma::cp_commit();
+        if constexpr (!kSpread) amma::cp_commit();
         const u64 dx = wg::sw128_desc(base + st * kStage, 16, 1024);
         dq::RowScales sc[2];
 #pragma unroll
@@ -195,8 +204,10 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                 step(lo0, dx + (((s >> 2) * kPanel + (s & 3) * 32) >> 4));
                 step(hi0, dx + ((((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32) >> 4));
                 wg::commit();
+                if (kSpread && more) issue_part(sb + 1, st ^ 1, 4 * h + i);
                 wg::wait<1>();
             }
+        if constexpr (kSpread) amma::cp_commit();
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
@@ -265,9 +276,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WG(KS, Z)                                                                                  \
-    template __global__ void mma_wg_kernel<KS, Z>(float*, const unsigned short*, const unsigned short*, \
-                                                  const unsigned char*, int, int, int, long long);
-MMA_WG(1, false) MMA_WG(2, false) MMA_WG(4, false) MMA_WG(8, false)
-MMA_WG(1, true) MMA_WG(2, true) MMA_WG(4, true) MMA_WG(8, true)
+#define MMA_WG(KS, Z, S)                                                                                  \
+    template __global__ void mma_wg_kernel<KS, Z, S>(float*, const unsigned short*, const unsigned short*, \
+                                                     const unsigned char*, int, int, int, long long);
+#define MMA_WG_KS(Z, S) MMA_WG(1, Z, S) MMA_WG(2, Z, S) MMA_WG(4, Z, S) MMA_WG(8, Z, S)
+MMA_WG_KS(false, false) MMA_WG_KS(true, false) MMA_WG_KS(false, true) MMA_WG_KS(true, true)
 #endif
