@@ -2,9 +2,9 @@
 shapes, Q4_K.
 
 Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the stage kernel and the
-warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/1` rows past M clamped
-to M - 1, one split; `z/KS` those rows zeros, KS splits (1 and mma_wg_splits' choice, `rule`);
-a trailing `s`: the next stage's copies spread over the k-steps (kSpread).
+warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/KS` rows past M clamped
+to M - 1, `z` those rows zeros, at KS splits (every count that keeps a super-block a split);
+`rule` is mma_wg_splits' choice.
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -50,12 +50,11 @@ def main(argv=None) -> int:
             xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
             outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
             rule = mma_wg_splits(m, n, k)
-            cases = [(False, 1, sp) for sp in (False, True)] + [(True, ks, sp) for ks in sorted({1, rule})
-                                                                 for sp in (False, True)]
+            cases = [(z, ks) for z in (False, True) for ks in MMA_WG_SPLITS if ks <= k // 256]
             times = {}
-            for z, ks, sp in cases:
-                times[f"{'z' if z else 'c'}/{ks}{'s' if sp else ''}"] = time_us(
-                    lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z, spread=sp), sets, a.launches, a.reps)[0]
+            for z, ks in cases:
+                times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
+                                                             sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

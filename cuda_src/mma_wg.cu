@@ -6,7 +6,7 @@
 //     for the lanes' order of K: each super-block's 256 values of x permuted as the A fragments hold
 //     the weights (below), and the sums of x over its sixteen (sub-block, half) slots, the mins'
 //     sixteen-deep product. One thread a slot (16 values).   grid=(ceil(M K / 16 / 256),) block=(256,)
-// mma_wg_kernel<KS, kZero, kSpread>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
+// mma_wg_kernel<KS, kZero>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
 //     16-byte aligned). A block is two warpgroups: 128 rows of W (64 a warpgroup, warp w of it rows
 //     16 w .. 16 w + 15) by 128 rows of x (two n64 halves); with KS > 1 a cluster of KS blocks along
 //     z shares one such tile, each block a KS-th of K (for launches of few tiles).
@@ -23,11 +23,14 @@
 //
 // Per super-block and block: both stages' tiles arrive by cp.async (16-byte pieces) in the
 // 128-byte-swizzled layout of wgmma.cuh: x's 256 values in four 64-wide panels, the 16 slot sums in
-// the first 16 columns of a fifth; stage s + 1 is copied while stage s is multiplied. Each lane loads
-// its two rows' header and codes of the next super-block into registers while this one is
-// multiplied (W is no kernel's output: the first super-block's loads go out before pdl_wait). Per
-// warpgroup a super-block is 17 k-steps (the mins' first), each two wgmma m64n64k16 (A from
-// registers, B = the x tile read K-major), in commit groups of two k-steps, at most two in flight.
+// the first 16 columns of a fifth; stage s + 1 is copied while stage s is multiplied, its copies
+// issued two a thread after each k-step pair's multiplies (with the tensor pipe busy; issued all
+// at once after the block's barrier, where neither warpgroup multiplies, the kernel was 3-15%
+// slower on most shapes: bench/results/ab_mma_wg_spread_7e0fb78.txt). Each lane loads its two
+// rows' header and codes of the next super-block into registers while this one is multiplied (W is
+// no kernel's output: the first super-block's loads go out before pdl_wait). Per warpgroup a
+// super-block is 17 k-steps (the mins' first), each two wgmma m64n64k16 (A from registers, B = the
+// x tile read K-major), in commit groups of two k-steps, at most two in flight.
 // Error against the float64 product: x and W rounded to bf16, float32 accumulation (mma_dq's).
 // Speed on the H200 and what limits it (the tensor pipe about half busy): bench/results/NOTES.md,
 // seventeenth session.
@@ -99,10 +102,7 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
 // tile summed by the cluster through shared memory in rank order (the same bits on every run).
 // kZero: rows of x past M copied as zeros (cp.async of no source bytes) rather than clamped to row
 // M - 1, whose repeated reads of the same lines slow a partial tile (bench/ab_mma_wg.py measures both).
-// kSpread: the next stage's copies issued two at a time after each k-step pair's multiplies (with
-// the tensor pipe busy) instead of all at once after the barrier, where both warpgroups issue them
-// and neither multiplies.
-template <int KS, bool kZero, bool kSpread>
+template <int KS, bool kZero>
 __global__ void __cluster_dims__(1, 1, KS) __launch_bounds__(256, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
@@ -170,14 +170,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         __syncthreads();                              // stage st landed; every warpgroup is done with st ^ 1
         const bool more = sb + 1 < s1;
         if (more) {
-            if constexpr (!kSpread) {
-#pragma unroll
-                for (int p = 0; p < 8; ++p) issue_part(sb + 1, st ^ 1, p);
-            }
 #pragma unroll
             for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
-        if constexpr (!kSpread) amma::cp_commit();
         const u64 dx = wg::sw128_desc(base + st * kStage, 16, 1024);
         dq::RowScales sc[2];
 #pragma unroll
@@ -204,10 +199,10 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                 step(lo0, dx + (((s >> 2) * kPanel + (s & 3) * 32) >> 4));
                 step(hi0, dx + ((((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32) >> 4));
                 wg::commit();
-                if (kSpread && more) issue_part(sb + 1, st ^ 1, 4 * h + i);
+                if (more) issue_part(sb + 1, st ^ 1, 4 * h + i);   // the next stage, a part a k-step pair
                 wg::wait<1>();
             }
-        if constexpr (kSpread) amma::cp_commit();
+        amma::cp_commit();
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
@@ -276,9 +271,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WG(KS, Z, S)                                                                                  \
-    template __global__ void mma_wg_kernel<KS, Z, S>(float*, const unsigned short*, const unsigned short*, \
-                                                     const unsigned char*, int, int, int, long long);
-#define MMA_WG_KS(Z, S) MMA_WG(1, Z, S) MMA_WG(2, Z, S) MMA_WG(4, Z, S) MMA_WG(8, Z, S)
-MMA_WG_KS(false, false) MMA_WG_KS(true, false) MMA_WG_KS(false, true) MMA_WG_KS(true, true)
+#define MMA_WG(KS, Z)                                                                                  \
+    template __global__ void mma_wg_kernel<KS, Z>(float*, const unsigned short*, const unsigned short*, \
+                                                  const unsigned char*, int, int, int, long long);
+MMA_WG(1, false) MMA_WG(2, false) MMA_WG(4, false) MMA_WG(8, false)
+MMA_WG(1, true) MMA_WG(2, true) MMA_WG(4, true) MMA_WG(8, true)
 #endif
