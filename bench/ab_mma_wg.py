@@ -36,7 +36,6 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     ap.add_argument("--launches", type=int, default=50)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--tunes", default="", help="also time these kTune variants (one split, clamped rows): t<T>")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -56,9 +55,6 @@ def main(argv=None) -> int:
             for z, ks in cases:
                 times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
                                                              sets, a.launches, a.reps)[0]
-            for t in (int(t) for t in a.tunes.split(",") if t):
-                times[f"t{t}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=1, zero=False, tune=t),
-                                         sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

@@ -102,10 +102,7 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
 // tile summed by the cluster through shared memory in rank order (the same bits on every run).
 // kZero: rows of x past M copied as zeros (cp.async of no source bytes) rather than clamped to row
 // M - 1, whose repeated reads of the same lines slow a partial tile (bench/ab_mma_wg.py measures both).
-// kTune (bits, under measurement): 1 three commit groups in flight instead of two; 2 the next
-// super-block's W loads after the first k-step pair instead of before the mins' step; 4 the next
-// super-block's scales decoded before the end-of-super-block drain instead of after the barrier.
-template <int KS, bool kZero, int kTune = 0>
+template <int KS, bool kZero>
 __global__ void __cluster_dims__(1, 1, KS) __launch_bounds__(256, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
@@ -127,7 +124,6 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     dq::RowBytes cur[2], nxt[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) dq::load_row(cur[r], rows[r] + (long long)s0 * dq::kBlockBytes, t);
-    dq::RowScales sc[2];
     pdl_wait();                                       // x is the stage kernel's output
 
     // the copies of a stage: xp rows prow + 8 j (j < 16) at 16-byte piece c8 of 32, and one xs piece
@@ -173,15 +169,14 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         wg::fence_smem();
         __syncthreads();                              // stage st landed; every warpgroup is done with st ^ 1
         const bool more = sb + 1 < s1;
-        if (!(kTune & 2) && more) {
+        if (more) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
         }
         const u64 dx = wg::sw128_desc(base + st * kStage, 16, 1024);
-        if (!(kTune & 4) || sb == s0) {
+        dq::RowScales sc[2];
 #pragma unroll
-            for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], cur[r].hdr, t);
-        }
+        for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], cur[r].hdr, t);
         {
             u32 a[4] = {sc[0].mn[0], sc[1].mn[0], sc[0].mn[1], sc[1].mn[1]};
             wg::hold(acc[0]);
@@ -205,17 +200,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                 step(hi0, dx + ((((s + 1) >> 2) * kPanel + ((s + 1) & 3) * 32) >> 4));
                 wg::commit();
                 if (more) issue_part(sb + 1, st ^ 1, 4 * h + i);   // the next stage, a part a k-step pair
-                if ((kTune & 2) && more && h == 0 && i == 0) {
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)(sb + 1) * dq::kBlockBytes, t);
-                }
-                wg::wait<(kTune & 1) ? 2 : 1>();
+                wg::wait<1>();
             }
         amma::cp_commit();
-        if ((kTune & 4) && more) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) dq::row_scales(sc[r], nxt[r].hdr, t);
-        }
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
@@ -284,10 +271,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WG(KS, Z, T)                                                                                  \
-    template __global__ void mma_wg_kernel<KS, Z, T>(float*, const unsigned short*, const unsigned short*, \
-                                                     const unsigned char*, int, int, int, long long);
-MMA_WG(1, false, 0) MMA_WG(2, false, 0) MMA_WG(4, false, 0) MMA_WG(8, false, 0)
-MMA_WG(1, true, 0) MMA_WG(2, true, 0) MMA_WG(4, true, 0) MMA_WG(8, true, 0)
-MMA_WG(1, false, 1) MMA_WG(1, false, 2) MMA_WG(1, false, 4) MMA_WG(1, false, 7)
+#define MMA_WG(KS, Z)                                                                                  \
+    template __global__ void mma_wg_kernel<KS, Z>(float*, const unsigned short*, const unsigned short*, \
+                                                  const unsigned char*, int, int, int, long long);
+MMA_WG(1, false) MMA_WG(2, false) MMA_WG(4, false) MMA_WG(8, false)
+MMA_WG(1, true) MMA_WG(2, true) MMA_WG(4, true) MMA_WG(8, true)
 #endif

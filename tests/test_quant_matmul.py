@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from glimmer_cupy import ops
-from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_SPLITS, MMA_WG_TUNES, TRAITS, bucket
+from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_SPLITS, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
@@ -196,10 +196,9 @@ def test_mma_dq_matches_the_reference(n, k):
 
 
 @gpu
-@pytest.mark.parametrize("zero,splits,tune", [(None, None, 0), (False, 1, 0)] + [(True, ks, 0) for ks in MMA_WG_SPLITS]
-                         + [(False, 1, t) for t in MMA_WG_TUNES])
+@pytest.mark.parametrize("zero,splits", [(None, None), (False, 1)] + [(True, ks) for ks in MMA_WG_SPLITS])
 @pytest.mark.parametrize("n,k", [(512, 1024), (1027, 768), (300, 256), (515, 2560), (4096, 4096), (4096, 12288)])
-def test_mma_wg_matches_the_reference(n, k, zero, splits, tune):
+def test_mma_wg_matches_the_reference(n, k, zero, splits):
     """The warpgroup kernel on Q4_K through quant_matmul's forced bucket, and at every split count,
     rows past M zeros or clamped: rows of x and W past the 128-row tiles' edges (M 1..513,
     N not a multiple of 128), K of one super-block to 48, splits of no super-block where K has
@@ -213,7 +212,7 @@ def test_mma_wg_matches_the_reference(n, k, zero, splits, tune):
         if splits is None:
             return ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_wg")
         out = cupy.empty((x.shape[0], n), np.float32) if out is None else out
-        mma_wg(out, x, w_dev, splits=splits, zero=zero, tune=tune)
+        mma_wg(out, x, w_dev, splits=splits, zero=zero)
         return out
 
     for x, want in cases:

@@ -97,7 +97,6 @@ MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
 MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
-MMA_WG_TUNES = (1, 2, 4, 7)                # kTune variants built (one split, rows past M clamped), for A/B
 MMA_WG_SB_PER_SPLIT = (4, 6)               # super-blocks a split must keep for 2 and for 8 splits
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
@@ -185,8 +184,7 @@ def _mma_dq_kernel(nt: int, ks: int):
 
 
 def mma_wg_instances() -> tuple[str, ...]:
-    return (tuple(f"mma_wg_kernel<{ks}, {z}, 0>" for z in ("false", "true") for ks in MMA_WG_SPLITS)
-            + tuple(f"mma_wg_kernel<1, false, {t}>" for t in MMA_WG_TUNES))
+    return tuple(f"mma_wg_kernel<{ks}, {z}>" for z in ("false", "true") for ks in MMA_WG_SPLITS)
 
 
 def mma_wg_splits(m: int, n: int, k: int, sms: int = 132) -> int:
@@ -223,7 +221,7 @@ def check_aligned16(x, w: QuantTensor, b: str) -> None:
             raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
 
 
-def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None, tune: int = 0) -> None:
+def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs), then the
     warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default),
     with `zero` rows of x past M copied as zeros (else clamped to row M - 1; by default zeros
@@ -241,7 +239,7 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
     xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
     slots = m * k // 16
     _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
-    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {'true' if zero else 'false'}, {tune}>")(
+    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {'true' if zero else 'false'}>")(
         (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=MMA_WG_SMEM)
