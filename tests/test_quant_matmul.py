@@ -93,7 +93,8 @@ def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 32, 33)] == \
         ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
     assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma_wg"
-    assert bucket(33, QType.Q6_K, graph_safe=True) == "mma"
+    assert bucket(33, QType.Q6_K, graph_safe=True) == "mma_kq" and bucket(64, QType.Q6_K, graph_safe=True) == "mma_kq"
+    assert bucket(65, QType.Q6_K, graph_safe=True) == "mma"
     assert bucket(16, QType.Q4_K, graph_safe=True) == "mma_dq"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
@@ -145,7 +146,8 @@ def test_forced_buckets_agree(q):
 @pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512), (77, 768)])
 def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
-    """The int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32),
+    """The int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32, and
+    33..64 as a launch per 32 rows),
     K split over 1, 2, 4 and 8 warps (the shapes pick them), rows of x and W past the tiles' edges
     (Q6_K: with K / 256 odd, rows start at both 4-byte alignments); on the same codes it differs
     from gemv_kq only in the order of float additions."""
@@ -157,7 +159,7 @@ def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
     w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
     ref_w = w.dequantize(np.float64)
     w_dev = w.to_device()
-    for m in (1, 9, 16, 17, 24, 32):
+    for m in (1, 9, 16, 17, 24, 32, 33, 57, 64):
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
         xin = Q8Rows(x, *quantize_x(x, qtype.name))
         out = cupy.full((m, n), np.nan, np.float32)
@@ -273,8 +275,8 @@ def test_bad_input_before_launch():
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves F16 at M = 3, got gemv_dp4a"):
         ops.quant_matmul(x, QuantTensor("h", QType.F16, (256, 512), np.ones((256, 512), np.float16)).to_device(),
                          force_bucket="gemv_dp4a")
-    with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q4_K at M = 33, got mma_kq"):
-        ops.quant_matmul(cupy.ones((33, 512), cupy.float32), w, force_bucket="mma_kq")
+    with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q4_K at M = 65, got mma_kq"):
+        ops.quant_matmul(cupy.ones((65, 512), cupy.float32), w, force_bucket="mma_kq")
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q4_K at M = 33, got mma_dq"):
         ops.quant_matmul(cupy.ones((33, 512), cupy.float32), w, force_bucket="mma_dq")
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q6_K at M = 3, got mma_dq"):

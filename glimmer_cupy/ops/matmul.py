@@ -70,7 +70,8 @@ BUCKETS = {
 }
 BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
-MMA_KQ_ROWS = 32                    # the widest M of mma_kq (four n-tiles of 8 rows of x)
+MMA_KQ_ROWS = 32                    # the widest M of an mma_kq launch (four n-tiles of 8 rows of x)
+MMA_KQ_CHUNKED_ROWS = 64            # the widest M mma_kq serves, a launch per 32 rows (graph widths)
 MMA_KQ_WARPS = 8                    # kMmaWarps in mma_kq.cu: tiles of 16 weight rows x slices of K
 # MmaX<QT, 1>::kBytes in mma_kq_frag.cuh: one super-block of one n-tile of x as staged for weights
 # of type QT (Q6_K: rows of codes padded by 16 bytes, xd without xs), for each type mma_kq serves
@@ -269,8 +270,9 @@ def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
-# dequant_cublas: CuPy refuses cuBLAS calls during stream capture, and a step that a graph may
-# capture must run the same kernels eagerly, so that graph replay and eager steps agree bit for bit.
+# dequant_cublas (Q4_K and Q6_K up to MMA_KQ_CHUNKED_ROWS: mma_kq, a launch per 32 rows of x): CuPy
+# refuses cuBLAS calls during stream capture, and a step that a graph may capture must run the same
+# kernels eagerly, so that graph replay and eager steps agree bit for bit.
 _GRAPH_SAFE = contextvars.ContextVar("glimmer_graph_safe", default=False)
 
 
@@ -321,7 +323,7 @@ def serves(b: str, qtype: QType, m: int) -> bool:
     if b == "gemv_kq":
         return qtype in KQ_TYPES and m <= DP4A_WIDTHS[-1]
     if b == "mma_kq":
-        return qtype in MMA_KQ_TYPES and m <= MMA_KQ_ROWS
+        return qtype in MMA_KQ_TYPES and m <= MMA_KQ_CHUNKED_ROWS
     if b == "mma_dq":
         return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
@@ -332,11 +334,14 @@ def serves(b: str, qtype: QType, m: int) -> bool:
 
 
 def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
-    """The table's bucket for M rows of x; with graph_safe, mma where the table says dequant_cublas."""
+    """The table's bucket for M rows of x; with graph_safe, a kernel of ours where the table says
+    dequant_cublas (mma_kq where it serves, else mma)."""
     kind = {QType.Q4_K: "q4k", QType.Q6_K: "q6k"}.get(qtype) or ("dot" if qtype in DOT_TYPES else "float")
     for edge, name in BUCKETS[kind]:
         if edge is None or m <= edge:
-            return "mma" if graph_safe and name == "dequant_cublas" else name
+            if graph_safe and name == "dequant_cublas":
+                return "mma_kq" if serves("mma_kq", qtype, m) else "mma"
+            return name
     raise AssertionError("unreachable")
 
 
@@ -403,13 +408,16 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             xq, xd, xs = quantize_x(x, t)
         if b == "mma_kq":
             # a block: 8 >> bits tiles of 16 weight rows, 1 << bits slices of K each; x's stage
-            # buffers in dynamic shared memory
-            nt, bits = mma_kq_config(m, n, k, w.qtype)
+            # buffers in dynamic shared memory. Above MMA_KQ_ROWS, one launch per 32 rows of x.
             tiles = (n + 15) // 16
-            blocks = -(-tiles // (MMA_KQ_WARPS >> bits))
-            _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
-                                  (out, xq, xd, xs, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes,
-                                   np.int32(bits)), shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
+            for r0 in range(0, m, MMA_KQ_ROWS):
+                r1 = min(m, r0 + MMA_KQ_ROWS)
+                nt, bits = mma_kq_config(r1 - r0, n, k, w.qtype)
+                blocks = -(-tiles // (MMA_KQ_WARPS >> bits))
+                _mma_kq_kernel(t, nt)((blocks,), (32 * MMA_KQ_WARPS,),
+                                      (out[r0:r1], xq[r0:r1], xd[r0:r1], xs[r0:r1], w.data, np.int32(r1 - r0),
+                                       np.int32(n), np.int32(k), row_bytes, np.int32(bits)),
+                                      shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
             return out
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
