@@ -37,8 +37,9 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     fp32 results (bf16, not fp16: Gemma's activations overflow fp16). Replaced a float32
 #     scratch + SGEMM that ran at ~42 TFLOP/s, 14-17x cuBLAS fp16 (bench/results/quant_matmul_v3.md).
 #   mma (not in the table; force_bucket="mma"): tensor cores in a kernel of ours (quant_mma.cu),
-#     W decoded to bf16 tiles in shared memory, K split across blocks. The only bucket above the
-#     GEMVs that a CUDA graph can capture (CuPy refuses cuBLAS calls during capture). Measured
+#     W decoded to bf16 tiles in shared memory, K split across blocks. What a CUDA graph captures
+#     where the table says dequant_cublas and no kernel of the K-quant family serves (CuPy refuses
+#     cuBLAS calls during capture; see graph_safe below). Measured
 #     (H200, 2026-11-29, commit 178b26a) slower than dequant_cublas at every M from 17 to 64
 #     (Q4_K 4096x4096 M=17: 58.6 vs 39.2 us; 12288x4096: 176 vs 97 us), so eager steps use cuBLAS.
 #   gemv_kq: the int8 GEMV for Q4_K and Q6_K with eight lanes per super-block, every weight byte
@@ -51,7 +52,12 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     376.0 / 851.0. At M = 17..32 it beats dequant_cublas (Q4_K 4096x4096 14.0-18.1 vs 38.6; Q6_K
 #     at 32: 23.0 vs 41.8) and a graph can capture it. The GEMV wins at few rows: Q4_K through
 #     M = 3 (at 4 mma_kq wins on every shape), Q6_K at M = 4 on three of four shapes (at 8 mma_kq
-#     wins on all; 5..7 not measured, left to the GEMV).
+#     wins on all; 5..7 not measured, left to the GEMV). Above 32 rows a launch per 32 rows of x
+#     (bench/results/quant_matmul_q6k_chunks_49bb99d.md, Q6_K, us, M = 33 / 64): 4096x4096 35.0 /
+#     46.2 vs dequant_cublas 43.0 / 40.4, 12288x4096 88.7 / 112.2 vs 108.5 / 110.1, 4096x12288 96.6 /
+#     128.0 vs 111.1 / 113.3, head 872 / 1028 vs 1178 / 1188; so Q6_K takes it through M = 40 (33..40
+#     are a 32-row launch and one of a single n-tile, as at 33), and graphs through 64, where it
+#     beats mma 1.3-2x (quant_matmul_q6k_mma_49bb99d.md: 57.0 / 61.3, 172 / 180, 167 / 175, 1715 / 1761).
 #   mma_wg: Hopper's warpgroup multiplies on Q4_K (mma_wg.cu; sm_90 devices, elsewhere the table's
 #     mma_wg rows run dequant_cublas, or mma inside graph_safe()), W decoded in registers into the A
 #     fragments, no scratch copy of W, and a CUDA graph can capture it. Measured on the H200
@@ -64,7 +70,7 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     from 39-47 to 24-26 us on 4096x4096 and from 504 to 334 on the head at M = 33.
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
-    "q6k": ((7, "gemv_kq"), (32, "mma_kq"), (None, "dequant_cublas")),
+    "q6k": ((7, "gemv_kq"), (40, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-Q8_MAX_ROWS = 32              # the widest int8 bucket (ops/matmul.py: mma_kq): more rows run other buckets
+Q8_MAX_ROWS = 32              # the widest int8 launch (ops/matmul.py: mma_kq); above it quant_matmul quantizes x itself
 
 
 class Q8Rows(NamedTuple):
