@@ -33,7 +33,7 @@
 // x tile read K-major), in commit groups of two k-steps, at most two in flight.
 // Error against the float64 product: x and W rounded to bf16, float32 accumulation (mma_dq's).
 // Speed on the H200 and what limits it (the tensor pipe about half busy): bench/results/NOTES.md,
-// seventeenth session.
+// seventeenth and eighteenth sessions.
 #include "attn_mma_ptx.cuh"
 #include "cluster.cuh"
 #include "pdl.cuh"

@@ -66,8 +66,10 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     98.3 / 141.4; 4096x12288 104.4 / 121.2 (101.7) vs 101.8 / 142.8; head 151936x4096 452.5 / 1413.6
 #     (370.4) vs 1030.9 / 1559.8. It loses 1-3% on two shapes at M = 64 and wins everywhere else
 #     (2.3x on the head at M = 64), so it takes every M above 32. Launches of few tiles split K over
-#     a cluster and partial tiles copy zeros past M (mma_wg_splits, mma_wg), which took M = 33..128
-#     from 39-47 to 24-26 us on 4096x4096 and from 504 to 334 on the head at M = 33.
+#     a cluster and partial tiles copy zeros past M (mma_wg_splits, mma_wg); with the copies spread
+#     over the k-steps (mma_wg.cu) M = 33 / 64 / 512 now take 21.1 / 22.2 / 40.1 us on 4096x4096 and
+#     282.5 / 306.4 / 1354.4 on the head (quant_matmul_q6k_chunks_49bb99d.md; 43.5 / 38.7 / 42.5 and
+#     572 / 453 / 1388 before, quant_matmul_mma_wg_tiled_d1fdbf8.md).
 BUCKETS = {
     "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
     "q6k": ((7, "gemv_kq"), (40, "mma_kq"), (None, "dequant_cublas")),
