@@ -76,7 +76,7 @@ BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg", "mma_ws")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of an mma_kq launch (four n-tiles of 8 rows of x)
 MMA_KQ_CHUNKED_ROWS = 64            # the widest M mma_kq serves, a launch per 32 rows (graph widths)
@@ -106,7 +106,15 @@ MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
 MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
-MMA_WG_SB_PER_SPLIT = (4, 6)               # super-blocks a split must keep for 2 and for 8 splits
+MMA_WG_SB_PER_SPLIT = (4, 6)
+MMA_WS_STAGES = (4, 5)                     # kStages of mma_ws_kernel's instances
+MMA_WS_RAW = 4 * 128 * 48                  # kRawSlots * kRawSlot in mma_ws.cu
+
+
+def mma_ws_smem(stages: int) -> int:
+    """mma_ws_kernel's dynamic shared memory: its stages (x and W, 16 KB each), W's raw ring and
+    the 1024-byte alignment."""
+    return stages * 2 * MMA_WG_TILE * 128 + MMA_WS_RAW + 1024               # super-blocks a split must keep for 2 and for 8 splits
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -256,6 +264,39 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
 
 
 @cache
+def _mma_ws_kernel(name: str):
+    from cupy_backends.cuda.api import driver
+    names = tuple(f"mma_ws_kernel<{s}>" for s in MMA_WS_STAGES)
+    if name in names:
+        kern = get_kernel("mma_ws", name, name_expressions=names)
+        smem = mma_ws_smem(int(name[len("mma_ws_kernel<"):-1]))
+        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        return kern
+    return get_kernel("mma_ws", name)
+
+
+def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[-1]) -> None:
+    """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x cast to bf16 in the decode's order, then the
+    warp-specialised kernel (a warpgroup copying x and decoding W into shared memory, two
+    multiplying both from there), `stages` chunks of 64 values of K in flight. Needs an sm_90
+    device; x and W 16-byte aligned."""
+    import cupy
+
+    m, k = x.shape
+    n = w.shape[0]
+    check_aligned16(x, w, "mma_ws")
+    if stages not in MMA_WS_STAGES:
+        raise fail("mma_ws", "stages", f"one of {MMA_WS_STAGES}", stages)
+    xb = cupy.empty((m, k), dtype=cupy.uint16)
+    groups = m * k // 8
+    _mma_ws_kernel("ws_cast_kernel")(((groups + 255) // 256,), (256,), (xb, x, np.int64(groups)))
+    _mma_ws_kernel(f"mma_ws_kernel<{stages}>")(
+        (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE)), (384,),
+        (out, xb, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
+        shared_mem=mma_ws_smem(stages))
+
+
+@cache
 def _mma_kq_kernel(trait: str, nt: int):
     """One module per weight type, its four n-tile counts."""
     kern = get_kernel("mma_kq", f"mma_kq_kernel<gguf::{trait}, {nt}>",
@@ -337,7 +378,7 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
         return m <= GEMV_WIDTHS[-1]
-    if b == "mma_wg":
+    if b in ("mma_wg", "mma_ws"):
         return qtype in MMA_WG_TYPES
     return b in BUCKET_NAMES
 
@@ -405,7 +446,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
-    if b == "mma_wg" and not force_bucket and not has_arch_specific():
+    if b in ("mma_wg", "mma_ws") and not force_bucket and not has_arch_specific():
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
@@ -444,10 +485,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
-    if b == "mma_wg":
+    if b in ("mma_wg", "mma_ws"):
         if not has_arch_specific():
             raise fail("quant_matmul", "force_bucket", f"a bucket this device runs ({b} needs sm_90)", b)
-        mma_wg(out, x, w)
+        (mma_wg if b == "mma_wg" else mma_ws)(out, x, w)
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")
