@@ -3,30 +3,32 @@
 // warpgroup copies x and decodes W into shared memory, two multiply. No scratch copy of W in global
 // memory: each weight byte is read from L2 once per block of x rows.
 //
-// ws_cast_kernel   x (M, K) float32 -> xb (M, K) bf16, within each 8 values in the order
-//                  0, 2, 1, 3, 4, 6, 5, 7 (the order the decode leaves W's values in, below).
-//                  One thread a group of 8.   grid=(ceil(M K / 8 / 256),) block=(256,)
-// mma_ws_kernel<kStages>  y (M, N) float32 from xb and W's blocks (144 bytes a super-block, rows
-//     16-byte aligned). A block: 128 rows of x by 128 rows of W, 384 threads.
-//     grid=(ceil(M / 128), ceil(N / 128)) block=(384,) dynamic shared memory ws_smem(kStages).
+// ws_tile_kernel  x (M, K) float32 -> xi, x as bf16 in the stages' shared-memory images: per 128
+//                  rows of x (the last tile's rows past M zeros) and chunk of 64 values, 16 KB in the
+//                  128-byte swizzle of wgmma.cuh, within each 8 values in the order 0, 2, 1, 3, 4, 6,
+//                  5, 7 (the order the decode leaves W's values in, below). One thread a group of 8.
+//                  grid=(ceil(M' K / 8 / 256),) block=(256,), M' = M rounded up to 128
+// mma_ws_kernel<kStages>  y (M, N) float32 from xi and W's blocks (144 bytes a super-block, rows
+//     16-byte aligned). A block: 128 rows of x by 128 rows of W, 512 threads.
+//     grid=(ceil(M / 128), ceil(N / 128)) block=(512,) dynamic shared memory ops.matmul.mma_ws_smem(kStages).
 //
 // K is walked in chunks of 64 values (a quarter super-block: sub-blocks 2 q and 2 q + 1, whose codes
 // are the low and high nibbles of the 32 code bytes 32 q .. 32 q + 31). Per chunk, a stage holds
-// x's 128 rows and W's 128 rows of it as bf16 in the 128-byte swizzle of wgmma.cuh (one panel
-// each, 16 KB). Warpgroup 0, the producer, for chunk c:
-//   waits for the stage's empty barrier, copies x's rows into it by cp.async (rows past M as zeros)
-//   with an arrival on the stage's full barrier when they land; copies W's raw bytes of chunk
-//   c + kAhead (each thread its own row: the header and the chunk's 32 code bytes) into a ring of
-//   kAhead + 1 slots; then decodes chunk c's raw bytes (landed: cp.async.wait_group kAhead) into
-//   d·sc·q − dmin·m as bf16 pairs, stores its row of the stage's W panel and arrives on full.
-// Warpgroups 1 and 2 multiply x rows 0..63 and 64..127 of the tile: per chunk, the full barrier's
+// x's 128 rows and W's 128 rows of it as bf16 in the 128-byte swizzle (one panel each, 16 KB).
+// Warpgroups 0 and 1 produce, chunks c = h, h + 2, ... for warpgroup h; for chunk c:
+//   wait for the stage's empty barrier; thread 0 copies x's image of the chunk into it (one bulk
+//   copy, counted on the stage's full barrier); each thread copies its row's raw W of its chunk
+//   kAhead chunks on (the header and the chunk's 32 code bytes) into its ring of kAhead + 1 slots,
+//   decodes chunk c's (landed: cp.async.wait_group kAhead) into d·sc·q − dmin·m as bf16 pairs,
+//   stores its row of the stage's W panel and arrives on full.
+// Warpgroups 2 and 3 multiply x rows 0..63 and 64..127 of the tile: per chunk, the full barrier's
 // phase, four m64n128k16 (A = x, B = W, both K-major), a commit; after waiting for the group before,
-// one arrival a warp on that chunk's empty barrier. The producer runs kStages chunks ahead.
+// one arrival a warp on that chunk's empty barrier. The producers run kStages chunks ahead.
 //
 // The decode, per code word (bytes b0..b3) of a sub-block of scale S = d·sc and min M = dmin·m:
 // (128 + q) as bf16 pairs (b0, b2) and (b1, b3) by one lop3 (q4k_lanes.cuh's nib_pair), times S
 // less 128 S in one bf16 fma (exact but for the product's rounding: q S), then less M: so a
-// 16-byte piece holds values 0, 2, 1, 3, 4, 6, 5, 7 of its 8, and x is cast in that order.
+// 16-byte piece holds values 0, 2, 1, 3, 4, 6, 5, 7 of its 8, and x is laid out in that order.
 // Error against the float64 product: W's values rounded to bf16 twice (q S, then q S − M), x once,
 // float32 accumulation.
 #include "attn_mma_ptx.cuh"
@@ -42,21 +44,30 @@ typedef unsigned long long u64;
 constexpr int kTile = 128;                    // rows of x and of W a block
 constexpr u32 kPanel = kTile * 128;           // one operand's chunk: 128 rows of 64 bf16
 constexpr u32 kStage = 2 * kPanel;            // x, then W
-constexpr int kAhead = 3;                     // chunks of raw W in flight ahead of the decode
+constexpr int kAhead = 2;                     // a producer's chunks of raw W in flight ahead of its decode
 constexpr int kRawSlots = kAhead + 1;
 constexpr u32 kRawRow = 48;                   // a row's raw chunk: 16 header bytes, 32 code bytes
-constexpr u32 kRawSlot = kTile * kRawRow;
+constexpr u32 kRawSlot = kTile * kRawRow;     // a producer's ring: kRawSlots of these
 
 }  // namespace wsq
 
 extern "C" __global__ void __launch_bounds__(256)
-ws_cast_kernel(unsigned short* __restrict__ xb, const float* __restrict__ x, long long groups) {
+ws_tile_kernel(unsigned short* __restrict__ xi, const float* __restrict__ x, int m, int k) {
     pdl_wait();
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= groups) return;
-    const float4 a = reinterpret_cast<const float4*>(x)[2 * i], b = reinterpret_cast<const float4*>(x)[2 * i + 1];
-    reinterpret_cast<uint4*>(xb)[i] = make_uint4(dq::pack2(a.x, a.z), dq::pack2(a.y, a.w),
-                                                 dq::pack2(b.x, b.z), dq::pack2(b.y, b.w));
+    const int per_row = k >> 3;
+    const long long row = i / per_row;
+    if (row >= ((m + wsq::kTile - 1) / wsq::kTile) * (long long)wsq::kTile) return;
+    const int g = (int)(i - row * per_row), c = g >> 3, piece = g & 7;
+    const int tile = (int)(row / wsq::kTile), r = (int)(row % wsq::kTile);
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row < m) {
+        const float4* src = reinterpret_cast<const float4*>(x + row * k + 8 * g);
+        const float4 a = src[0], b = src[1];
+        v = make_uint4(dq::pack2(a.x, a.z), dq::pack2(a.y, a.w), dq::pack2(b.x, b.z), dq::pack2(b.y, b.w));
+    }
+    const long long at = (((long long)tile * (k >> 6) + c) * wsq::kPanel + r * 128 + ((piece ^ (r & 7)) << 4)) / 16;
+    reinterpret_cast<uint4*>(xi)[at] = v;
 }
 
 // scale and min (6 bits each) of sub-block j of a Q4_K header's 12 scale bytes (y, z, w of hdr):
@@ -76,37 +87,37 @@ __device__ __forceinline__ void scale_min(const uint4& hdr, int j, int& sc, int&
 }
 
 template <int kStages>
-__global__ void __launch_bounds__(3 * 128, 1)
-mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xb, const unsigned char* __restrict__ w,
+__global__ void __launch_bounds__(4 * 128, 1)
+mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, const unsigned char* __restrict__ w,
               int m, int n, int k, long long row_bytes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace wsq;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ unsigned long long full[kStages], empty[kStages];
     const u32 base = (amma::smem_u32(smem_raw) + 1023u) & ~1023u;   // swizzled tiles start on 1024 bytes
-    const u32 raw_base = base + kStages * kStage;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * kTile, n0 = blockIdx.y * kTile;
     const int chunks = k >> 6;
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 2 * 128);             // each producer thread: its x copies, its W row
+            mbar_init(&full[s], 128 + 1);             // the producer's threads (W rows), its x copy
             mbar_init(&empty[s], 8);                  // each multiplying warp
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    if (warp < 4) {
-        // ------------------------------------------------------------------ producer: thread p
-        const int p = tid;
+    if (warp < 8) {
+        // ------------------------------------------------------------------ producer h: thread p
+        const int h = warp >> 2, p = tid & 127;
         const unsigned char* wrow = w + (long long)min(n0 + p, n - 1) * row_bytes;
-        const u32 raw_row = raw_base + p * kRawRow;
-        auto raw_copy = [&](int c) {                  // chunk c's header and codes of row p
+        const u32 raw_row = base + kStages * kStage + h * (kRawSlots * kRawSlot) + p * kRawRow;
+        // local chunk j is chunk 2 j + h
+        auto raw_copy = [&](int j) {                  // its header and codes of row p
+            const int c = 2 * j + h;
             if (c < chunks) {
                 const unsigned char* blk = wrow + (long long)(c >> 2) * dq::kBlockBytes;
-                const u32 d = raw_row + (c % kRawSlots) * kRawSlot;
+                const u32 d = raw_row + (j % kRawSlots) * kRawSlot;
                 amma::cp_async16(d, blk, 16);
                 amma::cp_async16(d + 16, blk + 16 + 32 * (c & 3), 16);
                 amma::cp_async16(d + 32, blk + 32 + 32 * (c & 3), 16);
@@ -114,25 +125,21 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xb, cons
             amma::cp_commit();
         };
 #pragma unroll
-        for (int c = 0; c < kAhead; ++c) raw_copy(c);  // W is no kernel's output
-        pdl_wait();                                   // x is the cast kernel's output
-        // x: rows xr = p / 8 + 16 j (j < 8), 16-byte piece p % 8 of the chunk's 128 bytes
-        const int xr0 = p >> 3, c8 = p & 7;
+        for (int j = 0; j < kAhead; ++j) raw_copy(j);  // W is no kernel's output
+        pdl_wait();                                   // x is the tile kernel's output
+        const unsigned char* ximg = reinterpret_cast<const unsigned char*>(xi) + (long long)blockIdx.x * chunks * kPanel;
         const u32 wdst = p * 128;
-        for (int c = 0; c < chunks; ++c) {
-            const int s = c % kStages;
+        for (int j = 0; 2 * j + h < chunks; ++j) {
+            const int c = 2 * j + h, s = c % kStages;
             mbar_wait(&empty[s], ((c / kStages) & 1) ^ 1);
             const u32 st = base + s * kStage;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int xr = xr0 + 16 * j;
-                amma::cp_async16(st + xr * 128 + ((c8 ^ (xr & 7)) << 4),
-                                 xb + (long long)min(m0 + xr, m - 1) * k + 64 * c + 8 * c8, m0 + xr < m ? 16 : 0);
+            if (p == 0) {
+                mbar_expect_tx(&full[s], kPanel);
+                bulk_g2s(st, ximg + (long long)c * kPanel, kPanel, &full[s]);
             }
-            cp_async_arrive(&full[s]);
-            raw_copy(c + kAhead);
+            raw_copy(j + kAhead);
             amma::cp_wait<kAhead>();                  // chunk c's raw bytes (this thread's own)
-            const u32 r = raw_row + (c % kRawSlots) * kRawSlot;
+            const u32 r = raw_row + (j % kRawSlots) * kRawSlot;
             uint4 hdr, q0, q1;
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(hdr.x), "=r"(hdr.y), "=r"(hdr.z), "=r"(hdr.w) : "r"(r));
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q0.x), "=r"(q0.y), "=r"(q0.z), "=r"(q0.w) : "r"(r + 16));
@@ -140,29 +147,29 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xb, cons
             const float d = gguf::half_to_float(hdr.x & 0xFFFFu), dmin = gguf::half_to_float(hdr.x >> 16);
             u32 s2[2], c2[2], m2[2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {             // sub-block 2 q + h: the low (h = 0) or high nibbles
+            for (int u = 0; u < 2; ++u) {             // sub-block 2 q + u: the low (u = 0) or high nibbles
                 int sc, mn;
-                scale_min(hdr, 2 * (c & 3) + h, sc, mn);
+                scale_min(hdr, 2 * (c & 3) + u, sc, mn);
                 const float sv = d * (float)sc;
-                s2[h] = dq::pack2(sv, sv);
-                c2[h] = dq::pack2(-128.f * sv, -128.f * sv);
+                s2[u] = dq::pack2(sv, sv);
+                c2[u] = dq::pack2(-128.f * sv, -128.f * sv);
                 const float mv = -dmin * (float)mn;
-                m2[h] = dq::pack2(mv, mv);
+                m2[u] = dq::pack2(mv, mv);
             }
             const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
             const u32 wst = st + kPanel + wdst;
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int u = 0; u < 2; ++u)
 #pragma unroll
-                for (int pc = 0; pc < 4; ++pc) {      // piece 4 h + pc: values 32 h + 8 pc .. + 7
+                for (int pc = 0; pc < 4; ++pc) {      // piece 4 u + pc: values 32 u + 8 pc .. + 7
                     u32 v[4];
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        const u32 wd = words[2 * pc + e] >> (4 * h);
-                        v[2 * e] = dq::fma2(dq::fma2(dq::nib_pair(wd), s2[h], c2[h]), 0x3F803F80u, m2[h]);
-                        v[2 * e + 1] = dq::fma2(dq::fma2(dq::nib_pair(wd >> 8), s2[h], c2[h]), 0x3F803F80u, m2[h]);
+                        const u32 wd = words[2 * pc + e] >> (4 * u);
+                        v[2 * e] = dq::fma2(dq::fma2(dq::nib_pair(wd), s2[u], c2[u]), 0x3F803F80u, m2[u]);
+                        v[2 * e + 1] = dq::fma2(dq::fma2(dq::nib_pair(wd >> 8), s2[u], c2[u]), 0x3F803F80u, m2[u]);
                     }
-                    const int piece = 4 * h + pc;
+                    const int piece = 4 * u + pc;
                     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
                                  ::"r"(wst + ((piece ^ (p & 7)) << 4)), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
                 }
@@ -172,7 +179,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xb, cons
         amma::cp_wait<0>();
     } else {
         // ------------------------------------------------------------------ two multiplying warpgroups
-        const int ci = (warp >> 2) - 1;               // x rows 64 ci .. 64 ci + 63
+        const int ci = (warp >> 2) - 2;               // x rows 64 ci .. 64 ci + 63
         float acc[16][4];
 #pragma unroll
         for (int j = 0; j < 16; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;

@@ -108,7 +108,7 @@ MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte al
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
 MMA_WG_SB_PER_SPLIT = (4, 6)
 MMA_WS_STAGES = (4, 5)                     # kStages of mma_ws_kernel's instances
-MMA_WS_RAW = 4 * 128 * 48                  # kRawSlots * kRawSlot in mma_ws.cu
+MMA_WS_RAW = 2 * 3 * 128 * 48              # kRaw in mma_ws.cu: two producers' rings of 3 slots
 
 
 def mma_ws_smem(stages: int) -> int:
@@ -276,8 +276,8 @@ def _mma_ws_kernel(name: str):
 
 
 def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[-1]) -> None:
-    """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x cast to bf16 in the decode's order, then the
-    warp-specialised kernel (a warpgroup copying x and decoding W into shared memory, two
+    """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x laid out as bf16 stage images, then the
+    warp-specialised kernel (two warpgroups copying x and decoding W into shared memory, two
     multiplying both from there), `stages` chunks of 64 values of K in flight. Needs an sm_90
     device; x and W 16-byte aligned."""
     import cupy
@@ -287,12 +287,13 @@ def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[-1]) -> None:
     check_aligned16(x, w, "mma_ws")
     if stages not in MMA_WS_STAGES:
         raise fail("mma_ws", "stages", f"one of {MMA_WS_STAGES}", stages)
-    xb = cupy.empty((m, k), dtype=cupy.uint16)
-    groups = m * k // 8
-    _mma_ws_kernel("ws_cast_kernel")(((groups + 255) // 256,), (256,), (xb, x, np.int64(groups)))
+    tiles = -(-m // MMA_WG_TILE)
+    xi = cupy.empty((tiles * MMA_WG_TILE, k), dtype=cupy.uint16)
+    groups = tiles * MMA_WG_TILE * k // 8
+    _mma_ws_kernel("ws_tile_kernel")(((groups + 255) // 256,), (256,), (xi, x, np.int32(m), np.int32(k)))
     _mma_ws_kernel(f"mma_ws_kernel<{stages}>")(
-        (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE)), (384,),
-        (out, xb, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
+        (tiles, -(-n // MMA_WG_TILE)), (512,),
+        (out, xi, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=mma_ws_smem(stages))
 
 
