@@ -60,8 +60,9 @@ def main(argv=None) -> int:
                                                              sets, a.launches, a.reps)[0]
             if a.ws:
                 for st in MMA_WS_STAGES:
-                    times[f"ws/{st}"] = time_us(lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st),
-                                                sets, a.launches, a.reps)[0]
+                    for f in (True, False):
+                        times[f"ws/{st}{'' if f else 'nf'}"] = time_us(
+                            lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, fence=f), sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

@@ -86,7 +86,7 @@ __device__ __forceinline__ void scale_min(const uint4& hdr, int j, int& sc, int&
     }
 }
 
-template <int kStages>
+template <int kStages, bool kFence = true>
 __global__ void __launch_bounds__(4 * 128, 1)
 mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, const unsigned char* __restrict__ w,
               int m, int n, int k, long long row_bytes) {
@@ -173,7 +173,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
                     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
                                  ::"r"(wst + ((piece ^ (p & 7)) << 4)), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
                 }
-            wg::fence_smem();                         // the stores, to the tensor cores' reads
+            if (kFence) wg::fence_smem();             // the stores, to the tensor cores' reads
             mbar_arrive(&full[s]);
         }
         amma::cp_wait<0>();
@@ -224,6 +224,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-template __global__ void mma_ws_kernel<4>(float*, const unsigned short*, const unsigned char*, int, int, int, long long);
-template __global__ void mma_ws_kernel<5>(float*, const unsigned short*, const unsigned char*, int, int, int, long long);
+#define MMA_WS(S, F) template __global__ void mma_ws_kernel<S, F>(float*, const unsigned short*, const unsigned char*, \
+                                                                 int, int, int, long long);
+MMA_WS(4, true) MMA_WS(5, true) MMA_WS(4, false) MMA_WS(5, false)
 #endif

@@ -266,16 +266,16 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
 @cache
 def _mma_ws_kernel(name: str):
     from cupy_backends.cuda.api import driver
-    names = tuple(f"mma_ws_kernel<{s}>" for s in MMA_WS_STAGES)
+    names = tuple(f"mma_ws_kernel<{s}, {f}>" for s in MMA_WS_STAGES for f in ("true", "false"))
     if name in names:
         kern = get_kernel("mma_ws", name, name_expressions=names)
-        smem = mma_ws_smem(int(name[len("mma_ws_kernel<"):-1]))
+        smem = mma_ws_smem(int(name[len("mma_ws_kernel<"):].split(",")[0]))
         driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
         return kern
     return get_kernel("mma_ws", name)
 
 
-def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[-1]) -> None:
+def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[0], fence: bool = True) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x laid out as bf16 stage images, then the
     warp-specialised kernel (two warpgroups copying x and decoding W into shared memory, two
     multiplying both from there), `stages` chunks of 64 values of K in flight. Needs an sm_90
@@ -291,7 +291,7 @@ def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[-1]) -> None:
     xi = cupy.empty((tiles * MMA_WG_TILE, k), dtype=cupy.uint16)
     groups = tiles * MMA_WG_TILE * k // 8
     _mma_ws_kernel("ws_tile_kernel")(((groups + 255) // 256,), (256,), (xi, x, np.int32(m), np.int32(k)))
-    _mma_ws_kernel(f"mma_ws_kernel<{stages}>")(
+    _mma_ws_kernel(f"mma_ws_kernel<{stages}, {'true' if fence else 'false'}>")(
         (tiles, -(-n // MMA_WG_TILE)), (512,),
         (out, xi, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=mma_ws_smem(stages))
