@@ -86,7 +86,7 @@ __device__ __forceinline__ void scale_min(const uint4& hdr, int j, int& sc, int&
     }
 }
 
-template <int kStages, bool kFence = true>
+template <int kStages, bool kFence = true, int kProbe = 0>
 __global__ void __launch_bounds__(4 * 128, 1)
 mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, const unsigned char* __restrict__ w,
               int m, int n, int k, long long row_bytes) {
@@ -133,12 +133,18 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
             const int c = 2 * j + h, s = c % kStages;
             mbar_wait(&empty[s], ((c / kStages) & 1) ^ 1);
             const u32 st = base + s * kStage;
-            if (p == 0) {
+            if (kProbe == 2) {
+                if (p == 0) mbar_arrive(&full[s]);
+            } else if (p == 0) {
                 mbar_expect_tx(&full[s], kPanel);
                 bulk_g2s(st, ximg + (long long)c * kPanel, kPanel, &full[s]);
             }
             raw_copy(j + kAhead);
             amma::cp_wait<kAhead>();                  // chunk c's raw bytes (this thread's own)
+            if (kProbe == 1) {
+                mbar_arrive(&full[s]);
+                continue;
+            }
             const u32 r = raw_row + (j % kRawSlots) * kRawSlot;
             uint4 hdr, q0, q1;
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(hdr.x), "=r"(hdr.y), "=r"(hdr.z), "=r"(hdr.w) : "r"(r));
@@ -224,7 +230,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WS(S, F) template __global__ void mma_ws_kernel<S, F>(float*, const unsigned short*, const unsigned char*, \
-                                                                 int, int, int, long long);
-MMA_WS(4, true) MMA_WS(5, true) MMA_WS(4, false) MMA_WS(5, false)
+#define MMA_WS(S, F, P) template __global__ void mma_ws_kernel<S, F, P>(float*, const unsigned short*, \
+                                                                      const unsigned char*, int, int, int, long long);
+MMA_WS(4, true, 0) MMA_WS(5, true, 0) MMA_WS(4, false, 0) MMA_WS(5, false, 0) MMA_WS(4, true, 1) MMA_WS(4, true, 2)
 #endif

@@ -266,7 +266,8 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
 @cache
 def _mma_ws_kernel(name: str):
     from cupy_backends.cuda.api import driver
-    names = tuple(f"mma_ws_kernel<{s}, {f}>" for s in MMA_WS_STAGES for f in ("true", "false"))
+    names = tuple(f"mma_ws_kernel<{s}, {f}, 0>" for s in MMA_WS_STAGES for f in ("true", "false")) + \
+        ("mma_ws_kernel<4, true, 1>", "mma_ws_kernel<4, true, 2>")
     if name in names:
         kern = get_kernel("mma_ws", name, name_expressions=names)
         smem = mma_ws_smem(int(name[len("mma_ws_kernel<"):].split(",")[0]))
@@ -275,7 +276,7 @@ def _mma_ws_kernel(name: str):
     return get_kernel("mma_ws", name)
 
 
-def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[0], fence: bool = True) -> None:
+def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[0], fence: bool = True, probe: int = 0) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x laid out as bf16 stage images, then the
     warp-specialised kernel (two warpgroups copying x and decoding W into shared memory, two
     multiplying both from there), `stages` chunks of 64 values of K in flight. Needs an sm_90
@@ -291,7 +292,7 @@ def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[0], fence: bool =
     xi = cupy.empty((tiles * MMA_WG_TILE, k), dtype=cupy.uint16)
     groups = tiles * MMA_WG_TILE * k // 8
     _mma_ws_kernel("ws_tile_kernel")(((groups + 255) // 256,), (256,), (xi, x, np.int32(m), np.int32(k)))
-    _mma_ws_kernel(f"mma_ws_kernel<{stages}, {'true' if fence else 'false'}>")(
+    _mma_ws_kernel(f"mma_ws_kernel<{stages}, {'true' if fence else 'false'}, {probe}>")(
         (tiles, -(-n // MMA_WG_TILE)), (512,),
         (out, xi, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=mma_ws_smem(stages))
