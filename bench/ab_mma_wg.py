@@ -63,7 +63,7 @@ def main(argv=None) -> int:
                     for f in (True, False):
                         times[f"ws/{st}{'' if f else 'nf'}"] = time_us(
                             lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, fence=f), sets, a.launches, a.reps)[0]
-                for pr, name in ((1, "nodecode"), (2, "nox")):
+                for pr, name in ((1, "nodecode"), (2, "nox"), (3, "nocfence")):
                     times[f"ws/{name}"] = time_us(lambda i: mma_ws(outs[i], xs[i], ws[i], probe=pr),
                                                   sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))

@@ -192,7 +192,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
         for (int c = 0; c < chunks; ++c) {
             const int s = c % kStages;
             mbar_wait(&full[s], (c / kStages) & 1);
-            wg::fence_smem();
+            if (kProbe != 3) wg::fence_smem();
             const u32 st = base + s * kStage;
             const u64 da = wg::sw128_desc(st + ci * 64 * 128, 16, 1024), db = wg::sw128_desc(st + kPanel, 16, 1024);
             wg::hold(acc);
@@ -232,5 +232,5 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_WS(S, F, P) template __global__ void mma_ws_kernel<S, F, P>(float*, const unsigned short*, \
                                                                       const unsigned char*, int, int, int, long long);
-MMA_WS(4, true, 0) MMA_WS(5, true, 0) MMA_WS(4, false, 0) MMA_WS(5, false, 0) MMA_WS(4, true, 1) MMA_WS(4, true, 2)
+MMA_WS(4, true, 0) MMA_WS(5, true, 0) MMA_WS(4, false, 0) MMA_WS(5, false, 0) MMA_WS(4, true, 1) MMA_WS(4, true, 2) MMA_WS(4, true, 3)
 #endif

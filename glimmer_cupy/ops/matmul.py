@@ -267,7 +267,7 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
 def _mma_ws_kernel(name: str):
     from cupy_backends.cuda.api import driver
     names = tuple(f"mma_ws_kernel<{s}, {f}, 0>" for s in MMA_WS_STAGES for f in ("true", "false")) + \
-        ("mma_ws_kernel<4, true, 1>", "mma_ws_kernel<4, true, 2>")
+        ("mma_ws_kernel<4, true, 1>", "mma_ws_kernel<4, true, 2>", "mma_ws_kernel<4, true, 3>")
     if name in names:
         kern = get_kernel("mma_ws", name, name_expressions=names)
         smem = mma_ws_smem(int(name[len("mma_ws_kernel<"):].split(",")[0]))
