@@ -4,7 +4,7 @@ shapes, Q4_K.
 Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the stage kernel and the
 warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/KS` rows past M clamped
 to M - 1, `z` those rows zeros, at KS splits (every count that keeps a super-block a split);
-`rule` is mma_wg_splits' choice; with --ws, `ws/S` mma_ws (the warp-specialised kernel) at S stages.
+`rule` is mma_wg_splits' choice; with --ws, `ws/S.A` mma_ws (the warp-specialised kernel) at S stages and raw W A chunks ahead (`pP`: its probe instances).
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
-from glimmer_cupy.ops.matmul import MMA_WG_SPLITS, MMA_WS_STAGES, mma_wg, mma_wg_splits, mma_ws  # noqa: E402
+from glimmer_cupy.ops.matmul import MMA_WG_SPLITS, MMA_WS_CONFIGS, MMA_WS_PROBES, mma_wg, mma_wg_splits, mma_ws  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
@@ -59,13 +59,12 @@ def main(argv=None) -> int:
                 times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
                                                              sets, a.launches, a.reps)[0]
             if a.ws:
-                for st in MMA_WS_STAGES:
-                    for f in (True, False):
-                        times[f"ws/{st}{'' if f else 'nf'}"] = time_us(
-                            lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, fence=f), sets, a.launches, a.reps)[0]
-                for pr, name in ((1, "nodecode"), (2, "nox"), (3, "nocfence")):
-                    times[f"ws/{name}"] = time_us(lambda i: mma_ws(outs[i], xs[i], ws[i], probe=pr),
-                                                  sets, a.launches, a.reps)[0]
+                for st, ah in MMA_WS_CONFIGS:
+                    times[f"ws/{st}.{ah}"] = time_us(lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, ahead=ah),
+                                                     sets, a.launches, a.reps)[0]
+                for st, ah, pr in MMA_WS_PROBES:
+                    times[f"ws/{st}.{ah}p{pr}"] = time_us(
+                        lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, ahead=ah, probe=pr), sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

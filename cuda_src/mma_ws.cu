@@ -8,9 +8,9 @@
 //                  128-byte swizzle of wgmma.cuh, within each 8 values in the order 0, 2, 1, 3, 4, 6,
 //                  5, 7 (the order the decode leaves W's values in, below). One thread a group of 8.
 //                  grid=(ceil(M' K / 8 / 256),) block=(256,), M' = M rounded up to 128
-// mma_ws_kernel<kStages>  y (M, N) float32 from xi and W's blocks (144 bytes a super-block, rows
+// mma_ws_kernel<kStages, kAhead>  y (M, N) float32 from xi and W's blocks (144 bytes a super-block, rows
 //     16-byte aligned). A block: 128 rows of x by 128 rows of W, 512 threads.
-//     grid=(ceil(M / 128), ceil(N / 128)) block=(512,) dynamic shared memory ops.matmul.mma_ws_smem(kStages).
+//     grid=(ceil(M / 128), ceil(N / 128)) block=(512,) dynamic shared memory ops.matmul.mma_ws_smem(kStages, kAhead).
 //
 // K is walked in chunks of 64 values (a quarter super-block: sub-blocks 2 q and 2 q + 1, whose codes
 // are the low and high nibbles of the 32 code bytes 32 q .. 32 q + 31). Per chunk, a stage holds
@@ -44,10 +44,8 @@ typedef unsigned long long u64;
 constexpr int kTile = 128;                    // rows of x and of W a block
 constexpr u32 kPanel = kTile * 128;           // one operand's chunk: 128 rows of 64 bf16
 constexpr u32 kStage = 2 * kPanel;            // x, then W
-constexpr int kAhead = 2;                     // a producer's chunks of raw W in flight ahead of its decode
-constexpr int kRawSlots = kAhead + 1;
 constexpr u32 kRawRow = 48;                   // a row's raw chunk: 16 header bytes, 32 code bytes
-constexpr u32 kRawSlot = kTile * kRawRow;     // a producer's ring: kRawSlots of these
+constexpr u32 kRawSlot = kTile * kRawRow;     // a producer's ring: kAhead + 1 of these
 
 }  // namespace wsq
 
@@ -86,12 +84,13 @@ __device__ __forceinline__ void scale_min(const uint4& hdr, int j, int& sc, int&
     }
 }
 
-template <int kStages, bool kFence = true, int kProbe = 0>
+template <int kStages, int kAhead, int kProbe = 0>
 __global__ void __launch_bounds__(4 * 128, 1)
 mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, const unsigned char* __restrict__ w,
               int m, int n, int k, long long row_bytes) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace wsq;
+    constexpr int kRawSlots = kAhead + 1;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ unsigned long long full[kStages], empty[kStages];
     const u32 base = (amma::smem_u32(smem_raw) + 1023u) & ~1023u;   // swizzled tiles start on 1024 bytes
@@ -179,7 +178,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
                     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
                                  ::"r"(wst + ((piece ^ (p & 7)) << 4)), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
                 }
-            if (kFence) wg::fence_smem();             // the stores, to the tensor cores' reads
+            wg::fence_smem();                         // the stores, to the tensor cores' reads
             mbar_arrive(&full[s]);
         }
         amma::cp_wait<0>();
@@ -230,7 +229,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WS(S, F, P) template __global__ void mma_ws_kernel<S, F, P>(float*, const unsigned short*, \
+#define MMA_WS(S, A, P) template __global__ void mma_ws_kernel<S, A, P>(float*, const unsigned short*, \
                                                                       const unsigned char*, int, int, int, long long);
-MMA_WS(4, true, 0) MMA_WS(5, true, 0) MMA_WS(4, false, 0) MMA_WS(5, false, 0) MMA_WS(4, true, 1) MMA_WS(4, true, 2) MMA_WS(4, true, 3)
+MMA_WS(4, 2, 0) MMA_WS(4, 4, 0) MMA_WS(4, 6, 0) MMA_WS(3, 6, 0) MMA_WS(4, 6, 1) MMA_WS(4, 6, 3)
 #endif

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from glimmer_cupy import ops
-from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_SPLITS, MMA_WS_STAGES, TRAITS, bucket
+from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_SPLITS, MMA_WS_CONFIGS, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
@@ -228,10 +228,10 @@ def test_mma_wg_matches_the_reference(n, k, zero, splits):
 
 
 @gpu
-@pytest.mark.parametrize("stages", MMA_WS_STAGES)
+@pytest.mark.parametrize("stages,ahead", MMA_WS_CONFIGS)
 @pytest.mark.parametrize("n,k", [(512, 1024), (1027, 768), (300, 256), (515, 2560), (4096, 4096), (4096, 12288)])
-def test_mma_ws_matches_the_reference(n, k, stages):
-    """The warp-specialised kernel on Q4_K at each stage count: rows of x and W past the 128-row
+def test_mma_ws_matches_the_reference(n, k, stages, ahead):
+    """The warp-specialised kernel on Q4_K at each stage count and raw W depth: rows of x and W past the 128-row
     tiles' edges (M 1..513, N odd and not a multiple of 128), K of one super-block (fewer chunks
     than stages) to 48; every output written (NaN first); the same bits on a second call."""
     import cupy
@@ -241,7 +241,7 @@ def test_mma_ws_matches_the_reference(n, k, stages):
 
     def run(x, out=None):
         out = cupy.empty((x.shape[0], n), np.float32) if out is None else out
-        mma_ws(out, x, w_dev, stages=stages)
+        mma_ws(out, x, w_dev, stages=stages, ahead=ahead)
         return out
 
     for x, want in cases:

@@ -107,8 +107,14 @@ MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a sta
 MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
 MMA_WG_SB_PER_SPLIT = (4, 6)
-MMA_WS_STAGES = (4, 5)                     # kStages of mma_ws_kernel's instances
-MMA_WS_RAW = 2 * 3 * 128 * 48              # kRaw in mma_ws.cu: two producers' rings of 3 slots
+MMA_WS_CONFIGS = ((4, 2), (4, 4), (4, 6), (3, 6))   # (kStages, kAhead) of mma_ws_kernel's instances
+MMA_WS_PROBES = ((4, 6, 1), (4, 6, 3))            # instances timed by bench/ab_mma_wg.py only
+
+
+def mma_ws_smem(stages: int, ahead: int) -> int:
+    """mma_ws_kernel's dynamic shared memory: its stages (x and W, 16 KB each), the producers' raw W
+    rings (ahead + 1 slots of 128 rows x 48 bytes each) and the 1024-byte alignment."""
+    return stages * 2 * MMA_WG_TILE * 128 + 2 * (ahead + 1) * MMA_WG_TILE * 48 + 1024
 
 
 def mma_ws_smem(stages: int) -> int:
@@ -266,36 +272,39 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
 @cache
 def _mma_ws_kernel(name: str):
     from cupy_backends.cuda.api import driver
-    names = tuple(f"mma_ws_kernel<{s}, {f}, 0>" for s in MMA_WS_STAGES for f in ("true", "false")) + \
-        ("mma_ws_kernel<4, true, 1>", "mma_ws_kernel<4, true, 2>", "mma_ws_kernel<4, true, 3>")
+    names = tuple(f"mma_ws_kernel<{s}, {a}, 0>" for s, a in MMA_WS_CONFIGS) + \
+        tuple(f"mma_ws_kernel<{s}, {a}, {p}>" for s, a, p in MMA_WS_PROBES)
     if name in names:
         kern = get_kernel("mma_ws", name, name_expressions=names)
-        smem = mma_ws_smem(int(name[len("mma_ws_kernel<"):].split(",")[0]))
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        stages, ahead = map(int, name[len("mma_ws_kernel<"):].split(",")[:2])
+        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                mma_ws_smem(stages, ahead))
         return kern
     return get_kernel("mma_ws", name)
 
 
-def mma_ws(out, x, w: QuantTensor, stages: int = MMA_WS_STAGES[0], fence: bool = True, probe: int = 0) -> None:
+def mma_ws(out, x, w: QuantTensor, stages: int = 4, ahead: int = 6, probe: int = 0) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x laid out as bf16 stage images, then the
     warp-specialised kernel (two warpgroups copying x and decoding W into shared memory, two
-    multiplying both from there), `stages` chunks of 64 values of K in flight. Needs an sm_90
-    device; x and W 16-byte aligned."""
+    multiplying both from there), `stages` chunks of 64 values of K in flight and each producer's
+    raw W `ahead` of its own chunks; `probe` a measurement-only instance (wrong results: 1 without
+    the decode; or 3, the multiplying warps without their proxy fence). Needs an sm_90 device; x
+    and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     check_aligned16(x, w, "mma_ws")
-    if stages not in MMA_WS_STAGES:
-        raise fail("mma_ws", "stages", f"one of {MMA_WS_STAGES}", stages)
+    if (stages, ahead) not in MMA_WS_CONFIGS and (stages, ahead, probe) not in MMA_WS_PROBES:
+        raise fail("mma_ws", "stages, ahead", f"one of {MMA_WS_CONFIGS}", (stages, ahead))
     tiles = -(-m // MMA_WG_TILE)
     xi = cupy.empty((tiles * MMA_WG_TILE, k), dtype=cupy.uint16)
     groups = tiles * MMA_WG_TILE * k // 8
     _mma_ws_kernel("ws_tile_kernel")(((groups + 255) // 256,), (256,), (xi, x, np.int32(m), np.int32(k)))
-    _mma_ws_kernel(f"mma_ws_kernel<{stages}, {'true' if fence else 'false'}, {probe}>")(
+    _mma_ws_kernel(f"mma_ws_kernel<{stages}, {ahead}, {probe}>")(
         (tiles, -(-n // MMA_WG_TILE)), (512,),
         (out, xi, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
-        shared_mem=mma_ws_smem(stages))
+        shared_mem=mma_ws_smem(stages, ahead))
 
 
 @cache
