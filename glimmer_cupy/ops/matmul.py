@@ -106,21 +106,9 @@ MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
 MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
-MMA_WG_SB_PER_SPLIT = (4, 6)
+MMA_WG_SB_PER_SPLIT = (4, 6)               # super-blocks a split must keep for 2 and for 8 splits
 MMA_WS_CONFIGS = ((4, 2), (4, 4), (4, 6), (3, 6))   # (kStages, kAhead) of mma_ws_kernel's instances
 MMA_WS_PROBES = ((4, 6, 1), (4, 6, 3))            # instances timed by bench/ab_mma_wg.py only
-
-
-def mma_ws_smem(stages: int, ahead: int) -> int:
-    """mma_ws_kernel's dynamic shared memory: its stages (x and W, 16 KB each), the producers' raw W
-    rings (ahead + 1 slots of 128 rows x 48 bytes each) and the 1024-byte alignment."""
-    return stages * 2 * MMA_WG_TILE * 128 + 2 * (ahead + 1) * MMA_WG_TILE * 48 + 1024
-
-
-def mma_ws_smem(stages: int) -> int:
-    """mma_ws_kernel's dynamic shared memory: its stages (x and W, 16 KB each), W's raw ring and
-    the 1024-byte alignment."""
-    return stages * 2 * MMA_WG_TILE * 128 + MMA_WS_RAW + 1024               # super-blocks a split must keep for 2 and for 8 splits
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -267,6 +255,12 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
         (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=MMA_WG_SMEM)
+
+
+def mma_ws_smem(stages: int, ahead: int) -> int:
+    """mma_ws_kernel's dynamic shared memory: its stages (x and W, 16 KB each), the producers' raw W
+    rings (ahead + 1 slots of 128 rows x 48 bytes each) and the 1024-byte alignment."""
+    return stages * 2 * MMA_WG_TILE * 128 + 2 * (ahead + 1) * MMA_WG_TILE * 48 + 1024
 
 
 @cache
