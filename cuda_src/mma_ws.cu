@@ -132,7 +132,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
             const int c = 2 * j + h, s = c % kStages;
             mbar_wait(&empty[s], ((c / kStages) & 1) ^ 1);
             const u32 st = base + s * kStage;
-            if (kProbe == 2) {
+            if (kProbe == 2 || kProbe == 4) {
                 if (p == 0) mbar_arrive(&full[s]);
             } else if (p == 0) {
                 mbar_expect_tx(&full[s], kPanel);
@@ -140,7 +140,7 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
             }
             raw_copy(j + kAhead);
             amma::cp_wait<kAhead>();                  // chunk c's raw bytes (this thread's own)
-            if (kProbe == 1) {
+            if (kProbe == 1 || kProbe == 4) {
                 mbar_arrive(&full[s]);
                 continue;
             }
@@ -231,5 +231,5 @@ mma_ws_kernel(float* __restrict__ y, const unsigned short* __restrict__ xi, cons
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_WS(S, A, P) template __global__ void mma_ws_kernel<S, A, P>(float*, const unsigned short*, \
                                                                       const unsigned char*, int, int, int, long long);
-MMA_WS(4, 2, 0) MMA_WS(4, 4, 0) MMA_WS(4, 6, 0) MMA_WS(3, 6, 0) MMA_WS(4, 6, 1) MMA_WS(4, 6, 3)
+MMA_WS(4, 2, 0) MMA_WS(4, 4, 0) MMA_WS(4, 6, 0) MMA_WS(3, 6, 0) MMA_WS(4, 6, 1) MMA_WS(4, 6, 3) MMA_WS(4, 2, 1) MMA_WS(4, 2, 4)
 #endif
