@@ -4,7 +4,7 @@ shapes, Q4_K.
 Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the stage kernel and the
 warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/KS` rows past M clamped
 to M - 1, `z` those rows zeros, at KS splits (every count that keeps a super-block a split);
-`rule` is mma_wg_splits' choice; with --ws, `ws/S.A` mma_ws (the warp-specialised kernel) at S stages and raw W A chunks ahead (`pP`: its probe instances).
+`rule` is mma_wg_splits' choice.
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
-from glimmer_cupy.ops.matmul import MMA_WG_SPLITS, MMA_WS_CONFIGS, MMA_WS_PROBES, mma_wg, mma_wg_splits, mma_ws  # noqa: E402
+from glimmer_cupy.ops.matmul import MMA_WG_SPLITS, mma_wg, mma_wg_splits  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
@@ -36,7 +36,6 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     ap.add_argument("--launches", type=int, default=50)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--ws", action="store_true", help="also time mma_ws at each stage count: ws/S")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -58,13 +57,6 @@ def main(argv=None) -> int:
             for z, ks in cases:
                 times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
                                                              sets, a.launches, a.reps)[0]
-            if a.ws:
-                for st, ah in MMA_WS_CONFIGS:
-                    times[f"ws/{st}.{ah}"] = time_us(lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, ahead=ah),
-                                                     sets, a.launches, a.reps)[0]
-                for st, ah, pr in MMA_WS_PROBES:
-                    times[f"ws/{st}.{ah}p{pr}"] = time_us(
-                        lambda i: mma_ws(outs[i], xs[i], ws[i], stages=st, ahead=ah, probe=pr), sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

@@ -65,8 +65,6 @@ EARLY_FETCH = {
                       r"cluster_", r"smem\b"),
     # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
-    # the raw W of the first chunks copied into shared memory (cp.async); x and every write after the wait
-    "mma_ws_kernel": (r"\by\s*\+", r"\bxi\b", r"bulk_g2s", r"mbar_wait", r"mma_ss", r"st\.shared", r"dst"),
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
     # the weights into L1; the RoPE angles from the uploaded positions

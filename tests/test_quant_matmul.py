@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from glimmer_cupy import ops
-from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_SPLITS, MMA_WS_CONFIGS, TRAITS, bucket
+from glimmer_cupy.ops.matmul import BUCKETS, KQ_TYPES, MMA_WG_SPLITS, TRAITS, bucket
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4, "mma_ws": 1e-4}
+               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -133,10 +133,10 @@ def test_forced_buckets_agree(q):
     for m in (1, 3, 8, 16, 33, 100):
         x = rng.normal(0, 1, (m, 1024)).astype(np.float32)
         ref = x.astype(np.float64) @ ref_w.T
-        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg", "mma_ws"):
+        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg"):
             if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
                     or (b == "gemv_kq" and q not in KQ_TYPES) or (b == "mma_dq" and (q != QType.Q4_K or m > 32)) \
-                    or (b in ("mma_wg", "mma_ws") and q != QType.Q4_K):
+                    or (b == "mma_wg" and q != QType.Q4_K):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
             assert nmse(got, ref) < NMSE_BUDGET[b], (q.name, m, b)
@@ -227,33 +227,6 @@ def test_mma_wg_matches_the_reference(n, k, zero, splits):
         assert np.array_equal(got, cupy.asnumpy(run(x))), (m, n, k)
 
 
-@gpu
-@pytest.mark.parametrize("stages,ahead", MMA_WS_CONFIGS)
-@pytest.mark.parametrize("n,k", [(512, 1024), (1027, 768), (300, 256), (515, 2560), (4096, 4096), (4096, 12288)])
-def test_mma_ws_matches_the_reference(n, k, stages, ahead):
-    """The warp-specialised kernel on Q4_K at each stage count and raw W depth: rows of x and W past the 128-row
-    tiles' edges (M 1..513, N odd and not a multiple of 128), K of one super-block (fewer chunks
-    than stages) to 48; every output written (NaN first); the same bits on a second call."""
-    import cupy
-
-    from glimmer_cupy.ops.matmul import mma_ws
-    w_dev, cases = _mma_wg_case(n, k)
-
-    def run(x, out=None):
-        out = cupy.empty((x.shape[0], n), np.float32) if out is None else out
-        mma_ws(out, x, w_dev, stages=stages, ahead=ahead)
-        return out
-
-    for x, want in cases:
-        m = x.shape[0]
-        x = cupy.asarray(x)
-        got = cupy.asnumpy(run(x, cupy.full((m, n), np.nan, np.float32)))
-        assert np.isfinite(got).all(), (m, n, k)
-        e = nmse(got, want)
-        assert e < NMSE_BUDGET["mma_ws"], (m, n, k, e)
-        assert np.array_equal(got, cupy.asnumpy(run(x))), (m, n, k)
-
-
 @functools.cache
 def _mma_wg_case(n, k):
     """W (on the device) and (x, x @ dequant(W)^T in float64) for M 1..513, shared by the variants."""
@@ -313,8 +286,6 @@ def test_bad_input_before_launch():
         ops.quant_matmul(cupy.ones(3 * 512 + 1, cupy.float32)[1:].reshape(3, 512), w, force_bucket="mma_dq")
     with pytest.raises(OpArgumentError, match="quant_matmul: x must be 16-byte aligned for mma_wg, got address"):
         ops.quant_matmul(cupy.ones(3 * 512 + 1, cupy.float32)[1:].reshape(3, 512), w, force_bucket="mma_wg")
-    with pytest.raises(OpArgumentError, match="quant_matmul: x must be 16-byte aligned for mma_ws, got address"):
-        ops.quant_matmul(cupy.ones(3 * 512 + 1, cupy.float32)[1:].reshape(3, 512), w, force_bucket="mma_ws")
     with pytest.raises(OpArgumentError, match="force_bucket must be a bucket that serves Q8_0 at M = 3, got gemv_kq"):
         ops.quant_matmul(x, QuantTensor("q", QType.Q8_0, (256, 512), random_blocks(QType.Q8_0, 256, 512, rng)).to_device(),
                          force_bucket="gemv_kq")

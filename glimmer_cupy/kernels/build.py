@@ -78,7 +78,7 @@ def compile_options(defines: tuple[tuple[str, object], ...] = ()) -> tuple[str, 
 # code runs only on sm_90 devices. CuPy's RawModule always appends its own -arch=sm_XY, so these go
 # through NVRTC directly (the same library CuPy uses) and are cached on disk here, keyed like
 # CuPy's cache by the source, the options (which carry _sources_hash) and the NVRTC version.
-ARCH_SPECIFIC = frozenset({"attention_wgmma", "mma_wg", "mma_ws", "wgmma_probe"})
+ARCH_SPECIFIC = frozenset({"attention_wgmma", "mma_wg", "wgmma_probe"})
 ARCH_SPECIFIC_DEVICE = "sm_90"
 
 
@@ -166,7 +166,7 @@ def load_module(name: str, defines: dict | None = None, name_expressions=()):
 # sources whose every kernel calls pdl_wait() before touching earlier kernels' data (pdl.cuh);
 # tests/test_launch.py checks the list against the sources
 PDL_SOURCES = frozenset({"activation", "attention", "attention_mma", "attention_stream", "attention_wgmma", "embed",
-                         "gemv_kq", "mma_dq", "mma_kq", "mma_wg", "mma_ws", "norm", "prepare_qkv", "quant_matmul", "quant_mma", "rope"})
+                         "gemv_kq", "mma_dq", "mma_kq", "mma_wg", "norm", "prepare_qkv", "quant_matmul", "quant_mma", "rope"})
 
 
 def get_kernel(name: str, kernel: str, defines: dict | None = None, name_expressions=()) -> Kernel:

@@ -76,7 +76,7 @@ BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg", "mma_ws")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of an mma_kq launch (four n-tiles of 8 rows of x)
 MMA_KQ_CHUNKED_ROWS = 64            # the widest M mma_kq serves, a launch per 32 rows (graph widths)
@@ -107,8 +107,6 @@ MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a sta
 MMA_WG_SMEM = 2 * MMA_WG_STAGE + 1024      # kStages * kStage + the 1024-byte alignment
 MMA_WG_SPLITS = (1, 2, 4, 8)               # KS: blocks of a cluster along K
 MMA_WG_SB_PER_SPLIT = (4, 6)               # super-blocks a split must keep for 2 and for 8 splits
-MMA_WS_CONFIGS = ((4, 2), (4, 4), (4, 6), (3, 6))   # (kStages, kAhead) of mma_ws_kernel's instances
-MMA_WS_PROBES = ((4, 6, 1), (4, 6, 3), (4, 2, 1), (4, 2, 4))            # instances timed by bench/ab_mma_wg.py only
 MMA_TILES = (16, 32, 64)            # mma_kernel<QT, BM> instances: rows of x per block
 DP4A_WIDTHS = tuple(range(1, 17))
 GEMV_WIDTHS = tuple(range(1, 9))
@@ -257,50 +255,6 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
         shared_mem=MMA_WG_SMEM)
 
 
-def mma_ws_smem(stages: int, ahead: int) -> int:
-    """mma_ws_kernel's dynamic shared memory: its stages (x and W, 16 KB each), the producers' raw W
-    rings (ahead + 1 slots of 128 rows x 48 bytes each) and the 1024-byte alignment."""
-    return stages * 2 * MMA_WG_TILE * 128 + 2 * (ahead + 1) * MMA_WG_TILE * 48 + 1024
-
-
-@cache
-def _mma_ws_kernel(name: str):
-    from cupy_backends.cuda.api import driver
-    names = tuple(f"mma_ws_kernel<{s}, {a}, 0>" for s, a in MMA_WS_CONFIGS) + \
-        tuple(f"mma_ws_kernel<{s}, {a}, {p}>" for s, a, p in MMA_WS_PROBES)
-    if name in names:
-        kern = get_kernel("mma_ws", name, name_expressions=names)
-        stages, ahead = map(int, name[len("mma_ws_kernel<"):].split(",")[:2])
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                mma_ws_smem(stages, ahead))
-        return kern
-    return get_kernel("mma_ws", name)
-
-
-def mma_ws(out, x, w: QuantTensor, stages: int = 4, ahead: int = 6, probe: int = 0) -> None:
-    """out (M, N) = x (M, K) @ W^T on mma_ws.cu: x laid out as bf16 stage images, then the
-    warp-specialised kernel (two warpgroups copying x and decoding W into shared memory, two
-    multiplying both from there), `stages` chunks of 64 values of K in flight and each producer's
-    raw W `ahead` of its own chunks; `probe` a measurement-only instance (wrong results: 1 without
-    the decode; or 3, the multiplying warps without their proxy fence). Needs an sm_90 device; x
-    and W 16-byte aligned."""
-    import cupy
-
-    m, k = x.shape
-    n = w.shape[0]
-    check_aligned16(x, w, "mma_ws")
-    if (stages, ahead) not in MMA_WS_CONFIGS and (stages, ahead, probe) not in MMA_WS_PROBES:
-        raise fail("mma_ws", "stages, ahead", f"one of {MMA_WS_CONFIGS}", (stages, ahead))
-    tiles = -(-m // MMA_WG_TILE)
-    xi = cupy.empty((tiles * MMA_WG_TILE, k), dtype=cupy.uint16)
-    groups = tiles * MMA_WG_TILE * k // 8
-    _mma_ws_kernel("ws_tile_kernel")(((groups + 255) // 256,), (256,), (xi, x, np.int32(m), np.int32(k)))
-    _mma_ws_kernel(f"mma_ws_kernel<{stages}, {ahead}, {probe}>")(
-        (tiles, -(-n // MMA_WG_TILE)), (512,),
-        (out, xi, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
-        shared_mem=mma_ws_smem(stages, ahead))
-
-
 @cache
 def _mma_kq_kernel(trait: str, nt: int):
     """One module per weight type, its four n-tile counts."""
@@ -383,7 +337,7 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return qtype in MMA_DQ_TYPES and m <= MMA_DQ_ROWS
     if b == "gemv":
         return m <= GEMV_WIDTHS[-1]
-    if b in ("mma_wg", "mma_ws"):
+    if b == "mma_wg":
         return qtype in MMA_WG_TYPES
     return b in BUCKET_NAMES
 
@@ -451,7 +405,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
-    if b in ("mma_wg", "mma_ws") and not force_bucket and not has_arch_specific():
+    if b == "mma_wg" and not force_bucket and not has_arch_specific():
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
@@ -490,10 +444,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
             (out, x, w.data, np.int32(n), np.int32(k), row_bytes))
         return out
-    if b in ("mma_wg", "mma_ws"):
+    if b == "mma_wg":
         if not has_arch_specific():
             raise fail("quant_matmul", "force_bucket", f"a bucket this device runs ({b} needs sm_90)", b)
-        (mma_wg if b == "mma_wg" else mma_ws)(out, x, w)
+        mma_wg(out, x, w)
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")
