@@ -4,7 +4,7 @@ shapes, Q4_K.
 Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the stage kernel and the
 warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/KS` rows past M clamped
 to M - 1, `z` those rows zeros, at KS splits (every count that keeps a super-block a split);
-`rule` is mma_wg_splits' choice; with --ring, `r/KS` the mbarrier ring (kRing) at the rule's splits and rows.
+`rule` is mma_wg_splits' choice.
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -36,8 +36,6 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     ap.add_argument("--launches", type=int, default=50)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--ring", action="store_true",
-                    help="also time the mbarrier ring (kRing) at the rule's config: r/KS")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -59,9 +57,6 @@ def main(argv=None) -> int:
             for z, ks in cases:
                 times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
                                                              sets, a.launches, a.reps)[0]
-            if a.ring:
-                times[f"r/{rule}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=rule, ring=True),
-                                             sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

@@ -81,23 +81,3 @@ __device__ __forceinline__ void st_cluster(unsigned a, const float* v) {
                          "f"(v[i + 2]), "f"(v[i + 3]) : "memory");
     }
 }
-
-// ---------------------------------------------------------------- mbarriers of one block
-
-// one arrival (release, this block) on bar
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-// one arrival on bar when every cp.async this thread issued before has landed (counted in the
-// barrier's expected arrivals: .noinc)
-__device__ __forceinline__ void cp_async_arrive(unsigned long long* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-// until bar has completed the phase of the given parity (acquire, this block)
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-    const unsigned a = smem_addr(bar);
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
-}

@@ -6,7 +6,7 @@
 //     for the lanes' order of K: each super-block's 256 values of x permuted as the A fragments hold
 //     the weights (below), and the sums of x over its sixteen (sub-block, half) slots, the mins'
 //     sixteen-deep product. One thread a slot (16 values).   grid=(ceil(M K / 16 / 256),) block=(256,)
-// mma_wg_kernel<KS, kZero, kRing>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
+// mma_wg_kernel<KS, kZero>  y (M, N) float32 from xp, xs and W's blocks (144 bytes a super-block, rows
 //     16-byte aligned). A block is two warpgroups: 128 rows of W (64 a warpgroup, warp w of it rows
 //     16 w .. 16 w + 15) by 128 rows of x (two n64 halves); with KS > 1 a cluster of KS blocks along
 //     z shares one such tile, each block a KS-th of K (for launches of few tiles).
@@ -102,10 +102,7 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
 // tile summed by the cluster through shared memory in rank order (the same bits on every run).
 // kZero: rows of x past M copied as zeros (cp.async of no source bytes) rather than clamped to row
 // M - 1, whose repeated reads of the same lines slow a partial tile (bench/ab_mma_wg.py measures both).
-// kRing (under measurement, forced only): no drain and no block barrier a super-block; the stages
-// are handed over on mbarriers (cp.async completion fills one, the warps' retired multiplies empty
-// it), so a warpgroup's last multiplies of a super-block overlap the next one's start.
-template <int KS, bool kZero, bool kRing = false>
+template <int KS, bool kZero>
 __global__ void __cluster_dims__(1, 1, KS) __launch_bounds__(256, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
@@ -162,8 +159,8 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     };
 
     // the mins' k-step and the 16 others of super-block sb from the W registers cur and the stage at
-    // shared address sa; pre(p) after k-step pair p's commit, post(p) after its wait
-    auto multiply = [&](u32 sa, auto&& pre, auto&& post) {
+    // shared address sa; pre(p) after k-step pair p's commit
+    auto multiply = [&](u32 sa, auto&& pre) {
         const u64 dx = wg::sw128_desc(sa, 16, 1024);
         dq::RowScales sc[2];
 #pragma unroll
@@ -192,87 +189,34 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                 wg::commit();
                 pre(4 * h + i);
                 wg::wait<1>();
-                post(4 * h + i);
             }
     };
     auto next_w = [&](int sb) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)sb * dq::kBlockBytes, t);
     };
-    auto no_hook = [](int) {};
 
-    if constexpr (!kRing) {
 #pragma unroll
-        for (int p = 0; p < 8; ++p) issue_part(s0, s0 & 1, p);
-        amma::cp_commit();
+    for (int p = 0; p < 8; ++p) issue_part(s0, s0 & 1, p);
+    amma::cp_commit();
 #pragma unroll 1
-        for (int sb = s0; sb < s1; ++sb) {
-            const int st = sb & 1;
-            amma::cp_wait<0>();
-            wg::fence_smem();
-            __syncthreads();                          // stage st landed; every warpgroup is done with st ^ 1
-            const bool more = sb + 1 < s1;
-            if (more) next_w(sb + 1);
-            // the next stage, a part a k-step pair
-            multiply(base + st * kStage, [&](int p) { if (more) issue_part(sb + 1, st ^ 1, p); }, no_hook);
-            amma::cp_commit();
-            wg::wait<0>();
-            wg::hold(acc[0]);
-            wg::hold(acc[1]);
-            if (more) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
-            }
-        }
-    } else {
-        // super-block s0 + j reads stage j & 1. full[s]: the stage's copies landed, one arrival a
-        // warp once its threads' copies have (use j completes phase j / 2; an arrival a thread, 256
-        // on one barrier word, cost more than the drain it saves). empty[s]: both warpgroups
-        // are done multiplying from it, one arrival a warp after the first wait of the super-block
-        // after (the wait that retires the last commit group of this one).
-        __shared__ unsigned long long full[kStages], empty[kStages];
-        if (tid == 0) {
-#pragma unroll
-            for (int s = 0; s < kStages; ++s) {
-                mbar_init(&full[s], kThreads / 32);
-                mbar_init(&empty[s], kThreads / 32);
-            }
-        }
-        __syncthreads();
-#pragma unroll
-        for (int p = 0; p < 8; ++p) issue_part(s0, 0, p);
+    for (int sb = s0; sb < s1; ++sb) {
+        const int st = sb & 1;
+        amma::cp_wait<0>();
+        wg::fence_smem();
+        __syncthreads();                          // stage st landed; every warpgroup is done with st ^ 1
+        const bool more = sb + 1 < s1;
+        if (more) next_w(sb + 1);
+        // the next stage, a part a k-step pair
+        multiply(base + st * kStage, [&](int p) { if (more) issue_part(sb + 1, st ^ 1, p); });
         amma::cp_commit();
-#pragma unroll 1
-        for (int j = 0; s0 + j < s1; ++j) {
-            const int sb = s0 + j, st = j & 1;
-            amma::cp_wait<0>();                       // this thread's copies of the stage (issued a super-block ago)
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&full[st]);    // one arrival a warp
-            mbar_wait(&full[st], (j >> 1) & 1);
-            wg::fence_smem();
-            const bool more = sb + 1 < s1;
-            if (more) next_w(sb + 1);
-            // stage st ^ 1 is free once both warpgroups retired super-block sb - 1 (its last group is
-            // retired by pair 0's wait); its copies for sb + 1 go out after pairs 1..7
-            multiply(base + st * kStage,
-                     [&](int p) {
-                         if (!more || p == 0) return;
-                         if (p == 1 && j > 0) mbar_wait(&empty[st ^ 1], ((j - 1) >> 1) & 1);
-                         issue_part(sb + 1, st ^ 1, p - 1);
-                         if (p == 7) {
-                             issue_part(sb + 1, st ^ 1, 7);
-                             amma::cp_commit();
-                         }
-                     },
-                     [&](int p) { if (p == 0 && j > 0 && lane == 0) mbar_arrive(&empty[st ^ 1]); });
-            if (more) {
-#pragma unroll
-                for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
-            }
-        }
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
+        if (more) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
+        }
     }
 
     // D fragments: acc[hf][j] = (W row r0, x rows 64 hf + 8 j + 2 t, + 1), (W row r0 + 8, the same)
@@ -335,9 +279,9 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_WG(KS, Z, R)                                                                                  \
-    template __global__ void mma_wg_kernel<KS, Z, R>(float*, const unsigned short*, const unsigned short*, \
-                                                     const unsigned char*, int, int, int, long long);
-#define MMA_WG_KS(Z, R) MMA_WG(1, Z, R) MMA_WG(2, Z, R) MMA_WG(4, Z, R) MMA_WG(8, Z, R)
-MMA_WG_KS(false, false) MMA_WG_KS(true, false) MMA_WG_KS(false, true) MMA_WG_KS(true, true)
+#define MMA_WG(KS, Z)                                                                                     \
+    template __global__ void mma_wg_kernel<KS, Z>(float*, const unsigned short*, const unsigned short*,    \
+                                                  const unsigned char*, int, int, int, long long);
+#define MMA_WG_KS(Z) MMA_WG(1, Z) MMA_WG(2, Z) MMA_WG(4, Z) MMA_WG(8, Z)
+MMA_WG_KS(false) MMA_WG_KS(true)
 #endif

@@ -198,13 +198,11 @@ def test_mma_dq_matches_the_reference(n, k):
 
 
 @gpu
-@pytest.mark.parametrize("zero,splits,ring", [(None, None, False), (False, 1, False)]
-                         + [(True, ks, False) for ks in MMA_WG_SPLITS] + [(False, 1, True)]
-                         + [(True, ks, True) for ks in MMA_WG_SPLITS])
+@pytest.mark.parametrize("zero,splits", [(None, None), (False, 1)] + [(True, ks) for ks in MMA_WG_SPLITS])
 @pytest.mark.parametrize("n,k", [(512, 1024), (1027, 768), (300, 256), (515, 2560), (4096, 4096), (4096, 12288)])
-def test_mma_wg_matches_the_reference(n, k, zero, splits, ring):
+def test_mma_wg_matches_the_reference(n, k, zero, splits):
     """The warpgroup kernel on Q4_K through quant_matmul's forced bucket, and at every split count,
-    rows past M zeros or clamped, stages handed over at a barrier or on mbarriers (ring): rows of x and W past the 128-row tiles' edges (M 1..513,
+    rows past M zeros or clamped: rows of x and W past the 128-row tiles' edges (M 1..513,
     N not a multiple of 128), K of one super-block to 48, splits of no super-block where K has
     fewer than the splits; every output written (NaN first); the same bits on a second call."""
     import cupy
@@ -216,7 +214,7 @@ def test_mma_wg_matches_the_reference(n, k, zero, splits, ring):
         if splits is None:
             return ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_wg")
         out = cupy.empty((x.shape[0], n), np.float32) if out is None else out
-        mma_wg(out, x, w_dev, splits=splits, zero=zero, ring=ring)
+        mma_wg(out, x, w_dev, splits=splits, zero=zero)
         return out
 
     for x, want in cases:

@@ -193,8 +193,7 @@ def _mma_dq_kernel(nt: int, ks: int):
 
 
 def mma_wg_instances() -> tuple[str, ...]:
-    return tuple(f"mma_wg_kernel<{ks}, {z}, {r}>" for r in ("false", "true") for z in ("false", "true")
-                 for ks in MMA_WG_SPLITS)
+    return tuple(f"mma_wg_kernel<{ks}, {z}>" for z in ("false", "true") for ks in MMA_WG_SPLITS)
 
 
 def mma_wg_splits(m: int, n: int, k: int, sms: int = 132) -> int:
@@ -231,14 +230,12 @@ def check_aligned16(x, w: QuantTensor, b: str) -> None:
             raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
 
 
-def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None,
-           ring: bool = False) -> None:
+def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs), then the
     warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default),
     with `zero` rows of x past M copied as zeros (else clamped to row M - 1; by default zeros
     where the last tile of 128 rows is partial: bench/results/ab_mma_wg_splits_3a85381.txt, head at
-    M = 33: 334 against 504 us clamped, while full tiles are 2-7% slower with the zeros' test);
-    `ring`: stages handed over on mbarriers with no drain (kRing, not yet measured). Needs an sm_90
+    M = 33: 334 against 504 us clamped, while full tiles are 2-7% slower with the zeros' test). Needs an sm_90
     device; x and W 16-byte aligned."""
     import cupy
 
@@ -252,7 +249,7 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
     slots = m * k // 16
     _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
     flag = {False: "false", True: "true"}
-    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {flag[zero]}, {flag[ring]}>")(
+    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {flag[zero]}>")(
         (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=MMA_WG_SMEM)
