@@ -4,7 +4,8 @@ shapes, Q4_K.
 Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the stage kernel and the
 warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/KS` rows past M clamped
 to M - 1, `z` those rows zeros, at KS splits (every count that keeps a super-block a split);
-`rule` is mma_wg_splits' choice.
+`rule` is mma_wg_splits' choice; with --probes, `pP` mma_wg's probe instance P at one split
+(wrong results: 1 no W loads nor decode, 2 no x copies, 3 neither).
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -21,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
-from glimmer_cupy.ops.matmul import MMA_WG_SPLITS, mma_wg, mma_wg_splits  # noqa: E402
+from glimmer_cupy.ops.matmul import MMA_WG_PROBES, MMA_WG_SPLITS, mma_wg, mma_wg_splits  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in SHAPES))
     ap.add_argument("--launches", type=int, default=50)
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--probes", action="store_true", help="also time mma_wg's probe instances: pP")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -57,6 +59,10 @@ def main(argv=None) -> int:
             for z, ks in cases:
                 times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
                                                              sets, a.launches, a.reps)[0]
+            if a.probes:
+                for pr in MMA_WG_PROBES:
+                    times[f"p{pr}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], probe=pr),
+                                              sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

@@ -102,7 +102,7 @@ wg_stage_q4k_kernel(unsigned short* __restrict__ xp, unsigned short* __restrict_
 // tile summed by the cluster through shared memory in rank order (the same bits on every run).
 // kZero: rows of x past M copied as zeros (cp.async of no source bytes) rather than clamped to row
 // M - 1, whose repeated reads of the same lines slow a partial tile (bench/ab_mma_wg.py measures both).
-template <int KS, bool kZero>
+template <int KS, bool kZero, int kProbe = 0>
 __global__ void __cluster_dims__(1, 1, KS) __launch_bounds__(256, 1)
 mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, const unsigned short* __restrict__ xs,
               const unsigned char* __restrict__ w, int m, int n, int k, long long row_bytes) {
@@ -135,6 +135,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     const int sbytes = (kZero && m0 + srow >= m) ? 0 : 16;
     // part p < 8 of a stage's copies: xp rows j = 2 p, 2 p + 1 (and the xs piece with part 0)
     auto issue_part = [&](int sb, int st, int p) {
+        if (kProbe & 2) return;                       // probe: no x copies
         const u32 d = base + st * kStage;
 #pragma unroll
         for (int j = 2 * p; j < 2 * p + 2; ++j) {
@@ -178,8 +179,13 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 u32 lo0[4], hi0[4];                   // k-steps s = 8 h + 2 i (low nibbles) and s + 1 (high)
-                dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo0[0], lo0[2], hi0[0], hi0[2]);
-                dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo0[1], lo0[3], hi0[1], hi0[3]);
+                if (kProbe & 1) {                     // probe: no decode (nor W loads)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) lo0[c] = hi0[c] = 0x3F803F80u + 2 * (4 * h + i) + c;
+                } else {
+                    dq::decode_word((&cur[0].q[h].x)[i], sc[0], 2 * h, lo0[0], lo0[2], hi0[0], hi0[2]);
+                    dq::decode_word((&cur[1].q[h].x)[i], sc[1], 2 * h, lo0[1], lo0[3], hi0[1], hi0[3]);
+                }
                 wg::hold(lo0);
                 wg::hold(hi0);
                 wg::fence();
@@ -192,6 +198,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
             }
     };
     auto next_w = [&](int sb) {
+        if (kProbe & 1) return;
 #pragma unroll
         for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)sb * dq::kBlockBytes, t);
     };
@@ -213,7 +220,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
-        if (more) {
+        if (more && !(kProbe & 1)) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
         }
@@ -284,4 +291,11 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                                                   const unsigned char*, int, int, int, long long);
 #define MMA_WG_KS(Z) MMA_WG(1, Z) MMA_WG(2, Z) MMA_WG(4, Z) MMA_WG(8, Z)
 MMA_WG_KS(false) MMA_WG_KS(true)
+// probes for bench/ab_mma_wg.py --probes (wrong results): 1 no W loads nor decode, 2 no x copies, 3 neither
+template __global__ void mma_wg_kernel<1, false, 1>(float*, const unsigned short*, const unsigned short*,
+                                                    const unsigned char*, int, int, int, long long);
+template __global__ void mma_wg_kernel<1, false, 2>(float*, const unsigned short*, const unsigned short*,
+                                                    const unsigned char*, int, int, int, long long);
+template __global__ void mma_wg_kernel<1, false, 3>(float*, const unsigned short*, const unsigned short*,
+                                                    const unsigned char*, int, int, int, long long);
 #endif

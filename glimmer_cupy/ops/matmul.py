@@ -192,8 +192,12 @@ def _mma_dq_kernel(nt: int, ks: int):
                                              for j in (1, 2, 4, 8)))
 
 
+MMA_WG_PROBES = (1, 2, 3)                  # measurement-only instances (bench/ab_mma_wg.py --probes)
+
+
 def mma_wg_instances() -> tuple[str, ...]:
-    return tuple(f"mma_wg_kernel<{ks}, {z}>" for z in ("false", "true") for ks in MMA_WG_SPLITS)
+    return tuple(f"mma_wg_kernel<{ks}, {z}>" for z in ("false", "true") for ks in MMA_WG_SPLITS) + \
+        tuple(f"mma_wg_kernel<1, false, {p}>" for p in MMA_WG_PROBES)
 
 
 def mma_wg_splits(m: int, n: int, k: int, sms: int = 132) -> int:
@@ -230,26 +234,29 @@ def check_aligned16(x, w: QuantTensor, b: str) -> None:
             raise fail("quant_matmul", name, f"16-byte aligned for {b}", f"address {ptr:#x}")
 
 
-def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None) -> None:
+def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None = None, probe: int = 0) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_wg.cu: x laid out for the lanes (xp and xs), then the
     warpgroup kernel, its K split over a cluster of `splits` blocks (mma_wg_splits' by default),
     with `zero` rows of x past M copied as zeros (else clamped to row M - 1; by default zeros
     where the last tile of 128 rows is partial: bench/results/ab_mma_wg_splits_3a85381.txt, head at
-    M = 33: 334 against 504 us clamped, while full tiles are 2-7% slower with the zeros' test). Needs an sm_90
+    M = 33: 334 against 504 us clamped, while full tiles are 2-7% slower with the zeros' test);
+    `probe` (MMA_WG_PROBES, one split, rows clamped) a measurement-only instance with wrong
+    results: 1 without W's loads and decode, 2 without x's copies, 3 without either. Needs an sm_90
     device; x and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     check_aligned16(x, w, "mma_wg")
-    ks = mma_wg_splits(m, n, k, sm_count()) if splits is None else splits
+    ks = 1 if probe else mma_wg_splits(m, n, k, sm_count()) if splits is None else splits
     zero = m % MMA_WG_TILE != 0 if zero is None else zero
     xp = cupy.empty((m, k), dtype=cupy.uint16)
     xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
     slots = m * k // 16
     _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
     flag = {False: "false", True: "true"}
-    _mma_wg_kernel(f"mma_wg_kernel<{ks}, {flag[zero]}>")(
+    name = f"mma_wg_kernel<{ks}, {flag[zero]}>" if not probe else f"mma_wg_kernel<1, false, {probe}>"
+    _mma_wg_kernel(name)(
         (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
         shared_mem=MMA_WG_SMEM)
