@@ -1,7 +1,8 @@
 """How much of the tensor rate the multiply side of a 128 x N tile allows with nothing to wait for:
 wgmma_probe.cu's two warpgroups, each m64 x N from shared memory, four multiplies a stage of 64
-values of K, a commit and a wait for the group before (mma_ws's consumer loop), on `blocks` blocks
-of `chunks` stages each. Prints µs and TFLOP/s per N; GPU.md's cuBLAS fp16 rate is the ceiling to
+values of K, a commit and a wait for the group before (mma_ws's consumer loop); then A from
+registers as mma_wg has it (two m64n64 a k-step, or one m64n128, a commit every two k-steps), on
+`blocks` blocks of `chunks` stages each. Prints µs and TFLOP/s per N; GPU.md's cuBLAS fp16 rate is the ceiling to
 read them against.
 
     PYTHONPATH=$PWD python3 bench/probe_wgmma_tile.py --out bench/results/probe_wgmma_tile
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rows = []
-    names = tuple(f"wgmma_ss_probe<{n}>" for n in NS)
+    names = tuple(f"wgmma_ss_probe<{n}>" for n in NS) + ("wgmma_rs_probe<1>", "wgmma_rs_probe<2>")
     for n in NS:
         kern = get_kernel("wgmma_probe", f"wgmma_ss_probe<{n}>", name_expressions=names)
         smem = 4 * (128 + n) * 128 + 1024
@@ -45,6 +46,17 @@ def main(argv=None) -> int:
             rows.append(dict(n=n, blocks=blocks, chunks=a.chunks, us=us, tflops=flops / us / 1e6))
             print(f"m64n{n} x 2 warpgroups, {blocks} blocks x {a.chunks} stages: {us:8.2f} us "
                   f"{flops / us / 1e6:6.1f} TFLOP/s", flush=True)
+    for halves in (2, 1):
+        kern = get_kernel("wgmma_probe", f"wgmma_rs_probe<{halves}>", name_expressions=names)
+        smem = 4 * 128 * 128 + 1024
+        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        for blocks in map(int, a.blocks.split(",")):
+            y = cupy.empty(blocks * 256, np.float32)
+            us = time_us(lambda i: kern((blocks,), (256,), (y, np.int32(a.chunks)), shared_mem=smem), 1, 50, 15)[0]
+            flops = 2.0 * blocks * 128 * 128 * 64 * a.chunks
+            rows.append(dict(rs_halves=halves, blocks=blocks, chunks=a.chunks, us=us, tflops=flops / us / 1e6))
+            print(f"RS {'2 x m64n64' if halves == 2 else 'm64n128'} x 2 warpgroups, {blocks} blocks x {a.chunks} "
+                  f"stages: {us:8.2f} us {flops / us / 1e6:6.1f} TFLOP/s", flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.with_suffix(".json").write_text(json.dumps({"meta": run_meta(), "rows": rows}, indent=1))
