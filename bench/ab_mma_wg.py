@@ -5,7 +5,8 @@ Each line: one (shape, M), the time of quant_matmul's whole mma_wg path (the sta
 warpgroup kernel, a CUDA graph of many calls, weights rotated past L2): `c/KS` rows past M clamped
 to M - 1, `z` those rows zeros, at KS splits (every count that keeps a super-block a split);
 `rule` is mma_wg_splits' choice; with --probes, `pP` mma_wg's probe instance P at one split
-(wrong results: 1 no W loads nor decode, 2 no x copies, 3 neither).
+(wrong results: 1 no W loads nor decode, 2 no x copies, 3 neither, 7 neither and no hand-over a
+super-block) and `stage` the stage kernel alone.
 
     PYTHONPATH=$PWD python3 bench/ab_mma_wg.py --out bench/results/ab_mma_wg
 """
@@ -60,8 +61,8 @@ def main(argv=None) -> int:
                 times[f"{'z' if z else 'c'}/{ks}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], splits=ks, zero=z),
                                                              sets, a.launches, a.reps)[0]
             if a.probes:
-                for pr in MMA_WG_PROBES:
-                    times[f"p{pr}"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], probe=pr),
+                for pr in (*MMA_WG_PROBES, -1):
+                    times[f"p{pr}" if pr > 0 else "stage"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], probe=pr),
                                               sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)

@@ -209,15 +209,17 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 #pragma unroll 1
     for (int sb = s0; sb < s1; ++sb) {
         const int st = sb & 1;
-        amma::cp_wait<0>();
-        wg::fence_smem();
-        __syncthreads();                          // stage st landed; every warpgroup is done with st ^ 1
+        if (!(kProbe & 4)) {                      // (probe 4: no stage hand-over; only without copies)
+            amma::cp_wait<0>();
+            wg::fence_smem();
+            __syncthreads();                      // stage st landed; every warpgroup is done with st ^ 1
+        }
         const bool more = sb + 1 < s1;
         if (more) next_w(sb + 1);
         // the next stage, a part a k-step pair
         multiply(base + st * kStage, [&](int p) { if (more) issue_part(sb + 1, st ^ 1, p); });
         amma::cp_commit();
-        wg::wait<0>();
+        if (!(kProbe & 4)) wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
         if (more && !(kProbe & 1)) {
@@ -291,11 +293,14 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
                                                   const unsigned char*, int, int, int, long long);
 #define MMA_WG_KS(Z) MMA_WG(1, Z) MMA_WG(2, Z) MMA_WG(4, Z) MMA_WG(8, Z)
 MMA_WG_KS(false) MMA_WG_KS(true)
-// probes for bench/ab_mma_wg.py --probes (wrong results): 1 no W loads nor decode, 2 no x copies, 3 neither
+// probes for bench/ab_mma_wg.py --probes (wrong results): 1 no W loads nor decode, 2 no x copies, 3 neither,
+// 7 neither and no stage hand-over (no copy wait, barrier or drain a super-block)
 template __global__ void mma_wg_kernel<1, false, 1>(float*, const unsigned short*, const unsigned short*,
                                                     const unsigned char*, int, int, int, long long);
 template __global__ void mma_wg_kernel<1, false, 2>(float*, const unsigned short*, const unsigned short*,
                                                     const unsigned char*, int, int, int, long long);
 template __global__ void mma_wg_kernel<1, false, 3>(float*, const unsigned short*, const unsigned short*,
+                                                    const unsigned char*, int, int, int, long long);
+template __global__ void mma_wg_kernel<1, false, 7>(float*, const unsigned short*, const unsigned short*,
                                                     const unsigned char*, int, int, int, long long);
 #endif

@@ -192,7 +192,7 @@ def _mma_dq_kernel(nt: int, ks: int):
                                              for j in (1, 2, 4, 8)))
 
 
-MMA_WG_PROBES = (1, 2, 3)                  # measurement-only instances (bench/ab_mma_wg.py --probes)
+MMA_WG_PROBES = (1, 2, 3, 7)               # measurement-only instances (bench/ab_mma_wg.py --probes)
 
 
 def mma_wg_instances() -> tuple[str, ...]:
@@ -241,7 +241,9 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
     where the last tile of 128 rows is partial: bench/results/ab_mma_wg_splits_3a85381.txt, head at
     M = 33: 334 against 504 us clamped, while full tiles are 2-7% slower with the zeros' test);
     `probe` (MMA_WG_PROBES, one split, rows clamped) a measurement-only instance with wrong
-    results: 1 without W's loads and decode, 2 without x's copies, 3 without either. Needs an sm_90
+    results: 1 without W's loads and decode, 2 without x's copies, 3 without either, 7 without
+    either nor the per-super-block hand-over (copy wait, barrier, drain); -1 the stage kernel
+    alone. Needs an sm_90
     device; x and W 16-byte aligned."""
     import cupy
 
@@ -254,6 +256,8 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
     xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
     slots = m * k // 16
     _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
+    if probe < 0:
+        return
     flag = {False: "false", True: "true"}
     name = f"mma_wg_kernel<{ks}, {flag[zero]}>" if not probe else f"mma_wg_kernel<1, false, {probe}>"
     _mma_wg_kernel(name)(
