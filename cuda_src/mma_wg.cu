@@ -135,7 +135,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
     const int sbytes = (kZero && m0 + srow >= m) ? 0 : 16;
     // part p < 8 of a stage's copies: xp rows j = 2 p, 2 p + 1 (and the xs piece with part 0)
     auto issue_part = [&](int sb, int st, int p) {
-        if (kProbe & 2) return;                       // probe: no x copies
+        if constexpr ((kProbe & 2) != 0) return;      // probe: no x copies
         const u32 d = base + st * kStage;
 #pragma unroll
         for (int j = 2 * p; j < 2 * p + 2; ++j) {
@@ -198,9 +198,10 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
             }
     };
     auto next_w = [&](int sb) {
-        if (kProbe & 1) return;
+        if constexpr (!(kProbe & 1)) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)sb * dq::kBlockBytes, t);
+            for (int r = 0; r < 2; ++r) dq::load_row(nxt[r], rows[r] + (long long)sb * dq::kBlockBytes, t);
+        }
     };
 
 #pragma unroll
