@@ -1,9 +1,9 @@
 """How much of the tensor rate the multiply side of a 128 x N tile allows with nothing to wait for:
 wgmma_probe.cu's two warpgroups, each m64 x N from shared memory, four multiplies a stage of 64
-values of K, a commit and a wait for the group before (mma_ws's consumer loop); then A from
-registers as mma_wg has it (two m64n64 a k-step, or one m64n128, a commit every two k-steps), on
-`blocks` blocks of `chunks` stages each. Prints µs and TFLOP/s per N; GPU.md's cuBLAS fp16 rate is the ceiling to
-read them against.
+values of K, a commit and a wait for the group before (the consumer loop of the warp-specialised
+kernel in bench/results/NOTES.md's nineteenth session); then A from registers as mma_wg has it (two
+m64n64 a k-step, or one m64n128, a commit every two k-steps); on `blocks` blocks of `chunks` stages
+each. Prints µs and TFLOP/s; GPU.md's cuBLAS fp16 rate is the ceiling to read them against.
 
     PYTHONPATH=$PWD python3 bench/probe_wgmma_tile.py --out bench/results/probe_wgmma_tile
 """

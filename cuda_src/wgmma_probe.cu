@@ -1,10 +1,10 @@
 // wgmma_probe.cu — the multiply side of a quantized matmul's tile alone, for bench/probe_wgmma_tile.py:
 // two warpgroups, each m64 x N (N = 128 or 256) from shared memory (SS, both operands K-major in the
 // 128-byte swizzle of wgmma.cuh), walking a ring of four stages of 64 values of K with no copies and
-// no barriers: four wgmma a stage, a commit, a wait for the group before (mma_ws's consumer loop,
-// bench/results/NOTES.md, nineteenth session). The stages are zeros; the output is only there so
-// that nothing is optimised away. Measures how much of the tensor rate a tile shape allows before
-// any operand has to arrive.
+// no barriers: four wgmma a stage, a commit, a wait for the group before (the consumer loop of the
+// warp-specialised kernel in bench/results/NOTES.md's nineteenth session). The stages are zeros;
+// the output is only there so that nothing is optimised away. Measures how much of the tensor rate
+// a tile shape allows before any operand has to arrive.
 //   wgmma_ss_probe<N>  grid=(blocks,) block=(256,) dynamic shared memory 4 * (128 + N) * 128 + 1024
 //   wgmma_rs_probe<kHalves>  the same with A from registers (below)
 #include "attn_mma_ptx.cuh"
