@@ -62,8 +62,8 @@ def main(argv=None) -> int:
                                                              sets, a.launches, a.reps)[0]
             if a.probes:
                 for pr in (*MMA_WG_PROBES, -1):
-                    times[f"p{pr}" if pr > 0 else "stage"] = time_us(lambda i: mma_wg(outs[i], xs[i], ws[i], probe=pr),
-                                              sets, a.launches, a.reps)[0]
+                    times[f"p{pr}" if pr > 0 else "stage"] = time_us(
+                        lambda i: mma_wg(outs[i], xs[i], ws[i], probe=pr), sets, a.launches, a.reps)[0]
             rows.append(dict(n=n, k=k, m=m, rule=rule, us=times))
             best = min(times, key=times.get)
             print(f"{n}x{k} M={m:<4d} rule {rule} | " + " ".join(f"{c}: {t:7.1f}" for c, t in times.items())

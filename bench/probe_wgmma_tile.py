@@ -22,7 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy.benchmarks.timing import run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel  # noqa: E402
 
-NS = (128, 256)
+# (kernel, what it multiplies, stage bytes, MACs a block a stage)
+KERNELS = (
+    ("wgmma_ss_probe<128>", "SS m64n128", (128 + 128) * 128, 128 * 128 * 64),
+    ("wgmma_ss_probe<256>", "SS m64n256", (128 + 256) * 128, 128 * 256 * 64),
+    ("wgmma_rs_probe<2>", "RS 2 x m64n64", 128 * 128, 128 * 128 * 64),
+    ("wgmma_rs_probe<1>", "RS m64n128", 128 * 128, 128 * 128 * 64),
+)
 
 
 def main(argv=None) -> int:
@@ -34,29 +40,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     rows = []
-    names = tuple(f"wgmma_ss_probe<{n}>" for n in NS) + ("wgmma_rs_probe<1>", "wgmma_rs_probe<2>")
-    for n in NS:
-        kern = get_kernel("wgmma_probe", f"wgmma_ss_probe<{n}>", name_expressions=names)
-        smem = 4 * (128 + n) * 128 + 1024
+    names = tuple(name for name, *_ in KERNELS)
+    for name, what, stage, macs in KERNELS:
+        kern = get_kernel("wgmma_probe", name, name_expressions=names)
+        smem = 4 * stage + 1024
         driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
         for blocks in map(int, a.blocks.split(",")):
             y = cupy.empty(blocks * 256, np.float32)
             us = time_us(lambda i: kern((blocks,), (256,), (y, np.int32(a.chunks)), shared_mem=smem), 1, 50, 15)[0]
-            flops = 2.0 * blocks * 128 * n * 64 * a.chunks
-            rows.append(dict(n=n, blocks=blocks, chunks=a.chunks, us=us, tflops=flops / us / 1e6))
-            print(f"m64n{n} x 2 warpgroups, {blocks} blocks x {a.chunks} stages: {us:8.2f} us "
-                  f"{flops / us / 1e6:6.1f} TFLOP/s", flush=True)
-    for halves in (2, 1):
-        kern = get_kernel("wgmma_probe", f"wgmma_rs_probe<{halves}>", name_expressions=names)
-        smem = 4 * 128 * 128 + 1024
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
-        for blocks in map(int, a.blocks.split(",")):
-            y = cupy.empty(blocks * 256, np.float32)
-            us = time_us(lambda i: kern((blocks,), (256,), (y, np.int32(a.chunks)), shared_mem=smem), 1, 50, 15)[0]
-            flops = 2.0 * blocks * 128 * 128 * 64 * a.chunks
-            rows.append(dict(rs_halves=halves, blocks=blocks, chunks=a.chunks, us=us, tflops=flops / us / 1e6))
-            print(f"RS {'2 x m64n64' if halves == 2 else 'm64n128'} x 2 warpgroups, {blocks} blocks x {a.chunks} "
-                  f"stages: {us:8.2f} us {flops / us / 1e6:6.1f} TFLOP/s", flush=True)
+            tflops = 2.0 * blocks * macs * a.chunks / us / 1e6
+            rows.append(dict(kernel=name, blocks=blocks, chunks=a.chunks, us=us, tflops=tflops))
+            print(f"{what} x 2 warpgroups, {blocks} blocks x {a.chunks} stages: {us:8.2f} us {tflops:6.1f} TFLOP/s",
+                  flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.with_suffix(".json").write_text(json.dumps({"meta": run_meta(), "rows": rows}, indent=1))

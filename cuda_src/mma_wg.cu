@@ -179,7 +179,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 u32 lo0[4], hi0[4];                   // k-steps s = 8 h + 2 i (low nibbles) and s + 1 (high)
-                if (kProbe & 1) {                     // probe: no decode (nor W loads)
+                if constexpr ((kProbe & 1) != 0) {    // probe: no decode (nor W loads)
 #pragma unroll
                     for (int c = 0; c < 4; ++c) lo0[c] = hi0[c] = 0x3F803F80u + 2 * (4 * h + i) + c;
                 } else {
@@ -210,7 +210,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
 #pragma unroll 1
     for (int sb = s0; sb < s1; ++sb) {
         const int st = sb & 1;
-        if (!(kProbe & 4)) {                      // (probe 4: no stage hand-over; only without copies)
+        if constexpr (!(kProbe & 4)) {            // (probe 4: no stage hand-over; only without copies)
             amma::cp_wait<0>();
             wg::fence_smem();
             __syncthreads();                      // stage st landed; every warpgroup is done with st ^ 1
@@ -220,7 +220,7 @@ mma_wg_kernel(float* __restrict__ y, const unsigned short* __restrict__ xp, cons
         // the next stage, a part a k-step pair
         multiply(base + st * kStage, [&](int p) { if (more) issue_part(sb + 1, st ^ 1, p); });
         amma::cp_commit();
-        if (!(kProbe & 4)) wg::wait<0>();
+        if constexpr (!(kProbe & 4)) wg::wait<0>();
         wg::hold(acc[0]);
         wg::hold(acc[1]);
         if (more && !(kProbe & 1)) {

@@ -39,6 +39,12 @@ __host__ __device__ __forceinline__ u64 sw128_desc(u32 smem_addr, u32 lbo, u32 s
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// the accumulators d[j0 .. j0 + 7][0..3] as in-out operands of a wgmma's asm, in register order
+#define WG_ACC4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define WG_ACC8(d, j0)                                                                                     \
+    WG_ACC4(d, j0), WG_ACC4(d, j0 + 1), WG_ACC4(d, j0 + 2), WG_ACC4(d, j0 + 3), WG_ACC4(d, j0 + 4),        \
+        WG_ACC4(d, j0 + 5), WG_ACC4(d, j0 + 6), WG_ACC4(d, j0 + 7)
+
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -79,15 +85,38 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const u32 (&a)[4], u64 
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
         "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %37, p, 1, 1, %38;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : WG_ACC8(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(accumulate), "l"(desc), "n"(TB));
+}
+
+// The shapes bench/probe_wgmma_tile.py measures (wgmma_probe.cu): d += a b with a and b bf16 from
+// shared memory (SS, both K-major), m64n128k16 and m64n256k16; and m64n128k16 with a from registers.
+__device__ __forceinline__ void mma_ss(float (&d)[16][4], u64 desc_a, u64 desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : WG_ACC8(d, 0), WG_ACC8(d, 8)
+        : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void mma_ss(float (&d)[32][4], u64 desc_a, u64 desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 0;\n}\n"
+        : WG_ACC8(d, 0), WG_ACC8(d, 8), WG_ACC8(d, 16), WG_ACC8(d, 24)
+        : "l"(desc_a), "l"(desc_b));
+}
+__device__ __forceinline__ void mma_rs_n128(float (&d)[16][4], const u32 (&a)[4], u64 desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : WG_ACC8(d, 0), WG_ACC8(d, 8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -243,23 +243,24 @@ def mma_wg(out, x, w: QuantTensor, splits: int | None = None, zero: bool | None 
     `probe` (MMA_WG_PROBES, one split, rows clamped) a measurement-only instance with wrong
     results: 1 without W's loads and decode, 2 without x's copies, 3 without either, 7 without
     either nor the per-super-block hand-over (copy wait, barrier, drain); -1 the stage kernel
-    alone. Needs an sm_90
-    device; x and W 16-byte aligned."""
+    alone. Needs an sm_90 device; x and W 16-byte aligned."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     check_aligned16(x, w, "mma_wg")
-    ks = 1 if probe else mma_wg_splits(m, n, k, sm_count()) if splits is None else splits
-    zero = m % MMA_WG_TILE != 0 if zero is None else zero
+    if probe:
+        ks, zero = 1, False
+    else:
+        ks = mma_wg_splits(m, n, k, sm_count()) if splits is None else splits
+        zero = m % MMA_WG_TILE != 0 if zero is None else zero
     xp = cupy.empty((m, k), dtype=cupy.uint16)
     xs = cupy.empty((m, k // 16), dtype=cupy.uint16)
     slots = m * k // 16
     _mma_wg_kernel("wg_stage_q4k_kernel")(((slots + 255) // 256,), (256,), (xp, xs, x, np.int32(m), np.int32(k)))
     if probe < 0:
         return
-    flag = {False: "false", True: "true"}
-    name = f"mma_wg_kernel<{ks}, {flag[zero]}>" if not probe else f"mma_wg_kernel<1, false, {probe}>"
+    name = f"mma_wg_kernel<{ks}, {'true' if zero else 'false'}" + (f", {probe}>" if probe else ">")
     _mma_wg_kernel(name)(
         (-(-m // MMA_WG_TILE), -(-n // MMA_WG_TILE), ks), (256,),
         (out, xp, xs, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)),
