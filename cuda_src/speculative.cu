@@ -152,6 +152,7 @@ extern "C" __global__ void __launch_bounds__(kInitThreads)
 verify_init(int* __restrict__ n_accepted, int* __restrict__ flags, const int* __restrict__ n_drafts,
             const float* __restrict__ temperature, u64* __restrict__ best, int* __restrict__ done,
             int* __restrict__ queues, int* __restrict__ lists, int rows, int n, int has_n_drafts) {
+    pdl_wait();
     __shared__ int warp_n[2][kInitThreads / 32];
     __shared__ int base[2];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -510,6 +511,7 @@ __device__ __forceinline__ void verify_body(
         const float* __restrict__ top_p, const float* __restrict__ min_p, const u64* __restrict__ seed,
         const int* __restrict__ position, int rows, int n, int vocab, int has_q, int has_n_drafts, int cache_cap,
         int* __restrict__ queue, const int* __restrict__ lists) {
+    pdl_wait();
     __shared__ int claimed;
     __shared__ u64 slot;
     for (;;) {
@@ -537,56 +539,140 @@ __device__ __forceinline__ u64 pair_key(float v, int i) {
 }
 
 // A greedy position g's argmax is reduced over its S blocks through best[g] (atomicMax of
-// pair_key); done[g] counts the blocks in steps of 2, and a block that saw NaN or +inf sets its
-// low bit first, so the last block reads both. A block that finds the row already ended before
-// its position skips the read: the position's decision is then made on part of the row, but its
-// token is padding and its stop key cannot be the first.
+// pair_key); done[g] counts the blocks' slices in steps of 2, and a block that saw NaN or +inf sets
+// its low bit first, so the last block reads both.
 // The row's early end (done[(n + 1) * rows + row], atomicMin) lets the positions after a rejection
-// skip before the rejection is decided: a block whose chunk holds an id that beats the draft (or a
-// non-finite value, or that is the bonus position's) knows at once that its position ends the row,
-// long before the position's last block decides it; it checks a quarter of the way through its
-// chunk and again at the end. A position after the early end comes after
-// the row's first ending position, so skipping it is the same as skipping after the stop word.
+// be passed over before the rejection is decided: a block whose chunk holds an id that beats the
+// draft (or a non-finite value, or that is the bonus position's) knows at once that its position
+// ends the row, long before the position's last block decides it; it checks a quarter of the way
+// through its chunk and again at the end. A position after the early end comes after the row's
+// first ending position, so passing over it is the same as passing over it after the stop word.
+//
+// A block takes its items from `queue` in order (w = i * S + s: slice s of the i-th (position,
+// listed greedy row), position-major). Thread 0 claims and examines the next item while the block
+// reads the current one, and passes over the ones it need not read:
+//   - a position past the row's drafts (nothing to count);
+//   - a position after the row's stop word or early end (hints: once set they stay): its slices
+//     are counted done unread, and the block jumps the queue to the next (position, row) with one
+//     atomicMax, counting the slices it jumped over as its own. Every slice index is then owned by
+//     exactly one block (the one whose atomicAdd returned it, or whose atomicMax moved the queue over
+//     it), so each slice is counted once: a dead position costs about one examination, not S.
+// Thread 32 meanwhile ends the current item (the block's argmax into best[g], the count, and the
+// position's decision if it was the last slice), so the item's atomics overlap the next one's.
+struct GreedyItem {
+    int w;                                  // the item; >= the queue's total: none left
+    int a, row, k;                          // position, row, the row's drafts
+    long long dl;                           // the draft at a (-1: a == k, the bonus position)
+};
+
+constexpr int kGreedyRowCache = 256;        // listed rows a block keeps (id, drafts) of in shared memory
+
+struct GreedyArgs {
+    int* n_accepted;
+    int* tokens;
+    int* flags;
+    u64* best;
+    int* done;
+    int* queue;
+    const int* lists;
+    const int* n_drafts;
+    int rows, n, vocab, has_n_drafts, slices, total;
+};
+
+// slice count `cnt` of position g = a * rows + row done (bad: a non-finite value seen); the last
+// of the position's S decides it from best[g] (as the cluster kernel does) and ends the position
+__device__ __forceinline__ void greedy_count(const GreedyArgs& p, int a, int row, int k, long long dl, int cnt,
+                                             int bad) {
+    const int g = a * p.rows + row;
+    if (bad) atomicOr(p.done + g, 1);
+    if ((atomicAdd(p.done + g, 2 * cnt) >> 1) + cnt != p.slices) return;
+    __threadfence();
+    const int total = atomicAdd(p.done + g, 0);
+    const u64 key = atomicMax(p.best + g, 0ull);
+    const float lmax = key ? key_value((u32)(key >> 32)) : neg_inf();
+    const int amax = key ? (int)(0xffffffffu - (u32)key) : 0;
+    const int is_bad = (total & 1) | (lmax == neg_inf());
+    int fl;
+    const bool accept = rowmath::greedy_accepts(a < k, dl, p.vocab, amax, &fl);
+    p.tokens[(long long)row * (p.n + 1) + a] = accept && !is_bad ? (int)dl : amax;
+    end_position(p.n_accepted, p.tokens, p.flags, row, k, p.n,
+                 is_bad || !accept ? rowmath::stop_key(a, is_bad ? kNonFinite : fl) : -1);
+}
+
+// Thread 0: from claimed item w on, the first one the block must read, into *it (it->w >= total:
+// none left); the ones passed over are counted here (see above).
 template <class D>
-__device__ __forceinline__ void verify_greedy_item(
-        int w, int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
+__device__ __forceinline__ void greedy_next(const GreedyArgs& p, const D* __restrict__ drafts, const int* s_row,
+                                            const int* s_k, int w, GreedyItem* it) {
+    const int listed = p.lists[1];
+    for (;; w = atomicAdd(p.queue, 1)) {
+        if (w >= p.total) {
+            it->w = p.total;
+            return;
+        }
+        const int i = w / p.slices, a = i / listed, li = i - a * listed;
+        const int row = li < kGreedyRowCache ? s_row[li] : p.lists[2 + p.rows + li];
+        const int k = li < kGreedyRowCache ? s_k[li]
+                                           : p.has_n_drafts ? rowmath::clamp_drafts(p.n_drafts[row], p.n) : p.n;
+        const int next = (i + 1) * p.slices;           // the next (position, row)'s first slice
+        if (a > k) {
+            atomicMax(p.queue, next);
+            continue;
+        }
+        const long long dl = a < k ? (long long)drafts[(long long)row * p.n + a] : -1;
+        if (rowmath::stop_at(__ldcg(p.n_accepted + row)) < a || __ldcg(p.done + (p.n + 1) * p.rows + row) < a) {
+            const int from = atomicMax(p.queue, next);
+            greedy_count(p, a, row, k, dl, 1 + max(0, next - from), 0);
+            continue;
+        }
+        *it = GreedyItem{w, a, row, k, dl};
+        return;
+    }
+}
+
+template <class D>
+__device__ __forceinline__ void verify_greedy_body(
+        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
         const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
-        u64* __restrict__ best, int* __restrict__ done, int rows, int n,
-        int vocab, int has_n_drafts, int slices, int per, const int* __restrict__ lists) {
-    const int listed = lists[1];            // greedy rows
-    const int i = w / slices, s = w - i * slices;
-    const int a = i / listed, row = lists[2 + rows + i - a * listed];
-    const int g = a * rows + row;           // the (position, row) slot
-    const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
-    if (a > k) return;
-    int* stop = n_accepted + row;
-    int* early = done + (long long)(n + 1) * rows + row;
-    __shared__ int skip;
-    __shared__ u64 draft_key;               // pair_key of the draft; 0 (below every pair): no valid draft
+        u64* __restrict__ best, int* __restrict__ done, int rows, int n, int vocab, int has_n_drafts, int slices,
+        int per, int* __restrict__ queue, const int* __restrict__ lists) {
+    pdl_wait();
+    const GreedyArgs p{n_accepted, tokens, flags, best, done, queue, lists, n_drafts, rows, n, vocab,
+                       has_n_drafts, slices, (n + 1) * lists[1] * slices};
+    __shared__ GreedyItem items[2];
+    __shared__ int s_row[kGreedyRowCache], s_k[kGreedyRowCache];
     __shared__ float sv[kGreedyThreads / 32];
     __shared__ int si[kGreedyThreads / 32];
-    const bool drafted = a < k;
-    long long dl = -1;
-    if (threadIdx.x == 0) {                 // hints: the row ended before a
-        skip = rowmath::stop_at(__ldcg(stop)) < a || __ldcg(early) < a;
-        dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
-        draft_key = !skip && dl >= 0 && dl < vocab
-                        ? pair_key(__ldcg(logits + ((long long)row * (n + 1) + a) * vocab + dl), (int)dl) : 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int cached = min(p.lists[1], kGreedyRowCache);
+    for (int t = threadIdx.x; t < cached; t += kGreedyThreads) {
+        const int row = p.lists[2 + p.rows + t];
+        s_row[t] = row;
+        s_k[t] = p.has_n_drafts ? rowmath::clamp_drafts(p.n_drafts[row], p.n) : p.n;
     }
     __syncthreads();
-    int bad = 0;
-    if (!skip) {
-        const float* x = logits + ((long long)row * (n + 1) + a) * vocab;
-        const int lo = min(vocab, s * per), hi = min(vocab, lo + per);
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, atomicAdd(p.queue, 1), &items[0]);
+    __syncthreads();
+    for (int b = 0;; b ^= 1) {
+        const GreedyItem it = items[b];
+        if (it.w >= p.total) return;
+        int next = 0;
+        if (threadIdx.x == 0) next = atomicAdd(p.queue, 1);
+        const int s = it.w % p.slices;
+        const float* x = logits + ((long long)it.row * (p.n + 1) + it.a) * p.vocab;
+        const int lo = min(p.vocab, s * per), hi = min(p.vocab, lo + per);
+        // pair_key of the draft; 0 (below every pair): no valid draft. Its load is in flight with
+        // the first quarter's.
+        const u64 draft_key = it.dl >= 0 && it.dl < p.vocab ? pair_key(__ldcg(x + it.dl), (int)it.dl) : 0;
+        int* early = p.done + (p.n + 1) * p.rows + it.row;
         float lmax = neg_inf();
-        int amax = 0x7fffffff;
+        int amax = 0x7fffffff, bad = 0;
         // the first quarter, then the early end if any of it beats the draft (or is not finite, or
         // there is no valid draft), then the rest: the hint goes out a quarter of the way in
         const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
         scan_max<kGreedyThreads>(x, lo, mid, nullptr, lmax, amax, bad);
         if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
-            atomicMin(early, a);
+            atomicMin(early, it.a);
         scan_max<kGreedyThreads>(x, mid, hi, nullptr, lmax, amax, bad);
         warp_best(lmax, amax);
         if (lane == 0) {
@@ -594,57 +680,18 @@ __device__ __forceinline__ void verify_greedy_item(
             si[warp] = amax;
         }
         bad = __syncthreads_or(bad);
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < kGreedyThreads / 32; ++w) take_better(lmax, amax, sv[w], si[w]);
+        if (threadIdx.x == 32) {            // this item's end
+            for (int v = 0; v < kGreedyThreads / 32; ++v) take_better(lmax, amax, sv[v], si[v]);
             if (lo < hi) {
                 const u64 key = pair_key(lmax, amax);
-                atomicMax(best + g, key);
-                if (bad || key > draft_key) atomicMin(early, a);
+                atomicMax(p.best + it.a * p.rows + it.row, key);
+                if (bad || key > draft_key) atomicMin(early, it.a);
             }
+            __threadfence();                // best[g] before the count
+            greedy_count(p, it.a, it.row, it.k, it.dl, 1, bad);
         }
-    }
-    if (threadIdx.x != 0) return;
-    __threadfence();                        // best[g] before the count
-    if (bad) atomicOr(done + g, 1);
-    if ((atomicAdd(done + g, 2) >> 1) != slices - 1) return;
-    // the last of the position's blocks: its argmax, then the decision (as the cluster kernel's)
-    __threadfence();
-    const int total = atomicAdd(done + g, 0);
-    const u64 key = atomicMax(best + g, 0ull);
-    const float lmax = key ? key_value((u32)(key >> 32)) : neg_inf();
-    const int amax = key ? (int)(0xffffffffu - (u32)key) : 0;
-    const int is_bad = (total & 1) | (lmax == neg_inf());
-    int* out = tokens + (long long)row * (n + 1);
-    dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
-    int fl;
-    const bool accept = rowmath::greedy_accepts(drafted, dl, vocab, amax, &fl);
-    out[a] = accept && !is_bad ? (int)dl : amax;
-    end_position(n_accepted, tokens, flags, row, k, n,
-                 is_bad || !accept ? rowmath::stop_key(a, is_bad ? kNonFinite : fl) : -1);
-}
-
-// The blocks of the launch (about as many as are resident at once) take the items w = i * S + s
-// (slice s of the i-th (position, listed greedy row), position-major) from `queue` in order, each
-// claiming its next item while it works on this one: a skipped item costs a block a few barriers, not a block's launch (which is what
-// skipped positions cost when every item was a block of its own).
-template <class D>
-__device__ __forceinline__ void verify_greedy_body(
-        int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,
-        const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,
-        u64* __restrict__ best, int* __restrict__ done, int rows, int n,
-        int vocab, int has_n_drafts, int slices, int per, int* __restrict__ queue, const int* __restrict__ lists) {
-    __shared__ int claimed[2];
-    const int total = (n + 1) * lists[1] * slices;
-    if (threadIdx.x == 0) claimed[0] = atomicAdd(queue, 1);
-    __syncthreads();
-    int w = claimed[0], b = 0;
-    while (w < total) {
-        if (threadIdx.x == 0) claimed[b ^ 1] = atomicAdd(queue, 1);
-        verify_greedy_item<D>(w, n_accepted, tokens, flags, logits, drafts, n_drafts, best, done, rows, n, vocab,
-                              has_n_drafts, slices, per, lists);
-        __syncthreads();                    // the next claim seen; this item's shared memory free again
-        b ^= 1;
-        w = claimed[b];
+        if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, next, &items[b ^ 1]);
+        __syncthreads();                    // the next item seen; sv, si and items[b] free again
     }
 }
 

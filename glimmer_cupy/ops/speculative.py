@@ -117,11 +117,14 @@ def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
     return max(1, min((n + 1) * rows, per_sm * sm_count() // c))
 
 
-def _resident_greedy_blocks() -> int:
-    """verify_greedy blocks the device holds at once by threads (registers allow fewer): the
-    launch's size, since its blocks take their items from a queue; the blocks that do not fit start
-    when the first ones leave, at the queue's end, and find it empty."""
-    return 2048 // GREEDY_THREADS * sm_count()
+def _resident_greedy_blocks(kernel) -> int:
+    """verify_greedy blocks the device holds at once, by threads and by the kernel's registers (an
+    SM's 64 K, allocated in steps of 8 a thread): the launch's size, since its blocks take their
+    items from a queue. More would start only when the first ones leave, at the queue's end, and
+    would hold back a dependent launch, which waits for every block to have started."""
+    regs = -(-max(1, kernel.fn.num_regs) // 8) * 8
+    per_sm = max(1, min(2048 // GREEDY_THREADS, 65536 // (regs * GREEDY_THREADS)))
+    return per_sm * sm_count()
 
 
 @cache
@@ -279,8 +282,9 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
         greedy = None if host_params is None else [not (p.temperature > 0) for p in host_params]
         if greedy is None or any(greedy):
             slices, per = greedy_slices(vocab)
-            get_kernel("speculative", f"verify_greedy_{kind}")(
-                (min((n + 1) * rows * slices, _resident_greedy_blocks()),), (GREEDY_THREADS,),
+            greedy_kern = get_kernel("speculative", f"verify_greedy_{kind}")
+            greedy_kern(
+                (min((n + 1) * rows * slices, _resident_greedy_blocks(greedy_kern)),), (GREEDY_THREADS,),
                 (out[0], out[1], out[2], logits, drafts, k_arg, best, done, np.int32(rows),
                  np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per),
                  queues[1:], lists))
