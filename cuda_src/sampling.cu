@@ -46,6 +46,7 @@
 
 template <int C>
 __device__ __forceinline__ void argmax_body(int* __restrict__ out, const float* __restrict__ logits, int vocab) {
+    pdl_wait();
     __shared__ float sv[kWarps];
     __shared__ int si[kWarps];
     __shared__ u64 slot;
@@ -66,6 +67,7 @@ __device__ __forceinline__ void sample_rows_body(
         const float* __restrict__ temperature, const int* __restrict__ top_k, const float* __restrict__ top_p,
         const float* __restrict__ min_p, const u64* __restrict__ seed, const int* __restrict__ position, int vocab,
         int short_path) {
+    pdl_wait();
     __shared__ SampleSmem sm;
     const int row = blockIdx.x / C;
     const bool leader = threadIdx.x == 0 && blockIdx.x % C == 0;

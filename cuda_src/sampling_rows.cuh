@@ -11,6 +11,7 @@
 // row-uniform arguments, and ends on a barrier that frees the shared memory it used.
 #pragma once
 #include "cluster.cuh"
+#include "pdl.cuh"
 #include "philox.cuh"
 #include "row_math.cuh"         // draw_target; the verification's scalar rules
 
