@@ -24,7 +24,10 @@ kernel examines every position of every row at once (one cluster of C blocks eac
 and skips a position whose row already ended before it, so its time follows the examined bytes
 and not the longest row's walk.
 
-    PYTHONPATH=$PWD python3 bench/bench_sampling.py [--quick] [--verify-only] [--out bench/results/sampling.json]
+Our kernels launch with programmatic dependent launch inside the graphs (as the runtime's static
+steps launch them; --pdl off for plain launches), so a call's launch overlaps the one before it.
+
+    PYTHONPATH=$PWD python3 bench/bench_sampling.py [--quick] [--verify-only] [--pdl off] [--out bench/results/sampling.json]
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, run_meta, time_us  # noqa: E402
+from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.sampling import DeviceSamplingParams  # noqa: E402
 from glimmer_cupy.reference import sampling as ref  # noqa: E402
@@ -250,7 +254,8 @@ def markdown(meta: dict, rows: list[dict], vrows: list[dict]) -> str:
         return "—" if v is None else format(v, spec)
     out = [f"# sampling — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
            f"Copy {meta['copy_tbps']:.2f} TB/s. Logits N(0, 9) float32; temperature {PARAMS['temperature']}, "
-           f"top-k {PARAMS['top_k']}, top-p {PARAMS['top_p']}. CUDA graphs of many calls, median; PyTorch eager.", ""]
+           f"top-k {PARAMS['top_k']}, top-p {PARAMS['top_p']}. CUDA graphs of many calls (PDL {meta.get('pdl', 'off')}), "
+           "median; PyTorch eager.", ""]
     if rows:
         fi = [r for r in rows if "flashinfer_sample_us" in r]
         if fi:
@@ -285,11 +290,18 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="", help="comma-separated batches (default: the sweep's)")
     ap.add_argument("--vocabs", default="", help="comma-separated vocabularies (default: the sweep's)")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
+    ap.add_argument("--pdl", choices=("on", "off"), default="on",
+                    help="our kernels with programmatic dependent launch in the graphs (default on, as the runtime's)")
     args = ap.parse_args(argv)
     import cupy
+    with overlapped(args.pdl == "on"):
+        return run(args, cupy)
+
+
+def run(args, cupy) -> int:
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
-    meta = run_meta(copy_tbps=copy_bw / 1e12, **PARAMS)
+    meta = run_meta(copy_tbps=copy_bw / 1e12, pdl=args.pdl, **PARAMS)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; logits ~ N(0, 9), "
           f"T={PARAMS['temperature']} top-k {PARAMS['top_k']} top-p {PARAMS['top_p']}")
     batches, vocabs = ((1, 64), (151936,)) if args.quick else (BATCHES, VOCABS)

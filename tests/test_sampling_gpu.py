@@ -418,9 +418,12 @@ def test_non_finite_rows_flagged():
 
 
 @gpu
-def test_graph_replay_with_new_parameters():
-    """A captured sample_rows replays with parameters and positions rewritten in its device arrays."""
+@pytest.mark.parametrize("pdl", [False, True])
+def test_graph_replay_with_new_parameters(pdl):
+    """A captured sample_rows replays with parameters and positions rewritten in its device arrays,
+    also launched with PDL (as the runtime's static steps launch it)."""
     import cupy
+    from glimmer_cupy.kernels.launch import overlapped
     rng = np.random.default_rng(37)
     rows, vocab = 8, 49152
     x = cupy.asarray(random_logits(rng, rows, vocab))
@@ -428,7 +431,7 @@ def test_graph_replay_with_new_parameters():
     pos = cupy.zeros(rows, np.int32)
     out = (cupy.zeros(rows, np.int32), cupy.zeros(rows, np.int32))
     stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
+    with stream, overlapped(pdl):
         ops.sample_rows(x, d, pos, out=out)                 # compile outside the capture
         stream.synchronize()
         stream.begin_capture()

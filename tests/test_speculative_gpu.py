@@ -173,8 +173,13 @@ def test_batch_composition_independence():
 
 
 @gpu
-def test_graph_replay_equals_eager():
+@pytest.mark.parametrize("pdl", [False, True])
+def test_graph_replay_equals_eager(pdl):
+    """A captured verification replays with new parameters, positions and draft counts; with PDL
+    (as the runtime's static steps launch it) two calls back to back, the second reusing the
+    first's device state, give the eager tokens too."""
     import cupy
+    from glimmer_cupy.kernels.launch import overlapped
     rng = np.random.default_rng(13)
     rows, n, vocab = 8, 15, 49152
     x, params, pos, drafts, q, _ = make_case(rng, rows, n, vocab, True)
@@ -182,27 +187,32 @@ def test_graph_replay_equals_eager():
     dp = DeviceSamplingParams.from_params(params, vocab)
     dpos = cupy.asarray(pos.astype(np.int32))
     dk = cupy.full(rows, n, np.int32)
-    out = (cupy.zeros(rows, np.int32), cupy.zeros((rows, n + 1), np.int32), cupy.zeros(rows, np.int32))
+    outs = [(cupy.zeros(rows, np.int32), cupy.zeros((rows, n + 1), np.int32), cupy.zeros(rows, np.int32))
+            for _ in range(2 if pdl else 1)]
     stream = cupy.cuda.Stream(non_blocking=True)
     cupy.cuda.Device().synchronize()
-    with stream:
-        ops.sample_token(dx, dp, dpos, dd, dq, n_drafts=dk, out=out)
+    with stream, overlapped(pdl):
+        ops.sample_token(dx, dp, dpos, dd, dq, n_drafts=dk, out=outs[0])
         stream.synchronize()
         stream.begin_capture()
-        ops.sample_token(dx, dp, dpos, dd, dq, n_drafts=dk, out=out)
+        for out in outs:
+            ops.sample_token(dx, dp, dpos, dd, dq, n_drafts=dk, out=out)
         graph = stream.end_capture()
+    with stream:
         for _ in range(3):
             params = random_params(rng, rows, vocab)
             dp.update(params, vocab)
             dpos.set(rng.integers(0, 2 ** 30, rows).astype(np.int32))
             dk.set(rng.integers(0, n + 1, rows).astype(np.int32))
-            for o in out:
-                o.fill(-7)
+            for out in outs:
+                for o in out:
+                    o.fill(-7)
             graph.launch(stream)
             stream.synchronize()
             eager = ops.sample_token(dx, params, cupy.asnumpy(dpos).tolist(), dd, dq, n_drafts=cupy.asnumpy(dk))
-            for g, e in zip(out, eager):
-                np.testing.assert_array_equal(cupy.asnumpy(g), cupy.asnumpy(e))
+            for out in outs:
+                for g, e in zip(out, eager):
+                    np.testing.assert_array_equal(cupy.asnumpy(g), cupy.asnumpy(e))
 
 
 @gpu
