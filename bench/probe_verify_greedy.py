@@ -9,6 +9,9 @@ the memory busy. Printed per setting: µs a call (graph of many calls, median), 
 beside it, and whether the tokens equal the default setting's.
 
     PYTHONPATH=$PWD python3 bench/probe_verify_greedy.py [--rows 8,64] [--per-sm 1,2,3,4,5] [--ids 8192,16384,32768]
+
+With --calls N it only makes N eager calls at the default setting (for a profiler: ncu's duration and
+DRAM bytes of each kernel of a call say what the call's fixed part and its unexamined reads cost).
 """
 
 from __future__ import annotations
@@ -50,8 +53,16 @@ def main(argv=None) -> int:
     ap.add_argument("--per-sm", default="1,2,3,4,5", help="blocks in flight per SM (0: the op's own rule)")
     ap.add_argument("--ids", default="8192,16384,32768", help="GREEDY_IDS values")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=0, help="only this many eager calls, for a profiler")
     args = ap.parse_args(argv)
     import cupy
+    if args.calls:
+        for rows in map(int, args.rows.split(",")):
+            x, d, pos, drafts = greedy_case(rows, args.vocab, np.random.default_rng(0))
+            for _ in range(args.calls):
+                ops.sample_token(x, d, pos, drafts)
+        cupy.cuda.Device().synchronize()
+        return 0
     copy_bw = copy_bandwidth()
     default_blocks, default_ids = spec._resident_greedy_blocks, spec.GREEDY_IDS
     for rows in map(int, args.rows.split(",")):
