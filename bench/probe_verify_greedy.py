@@ -9,6 +9,11 @@ the memory busy. Printed per setting: µs a call (graph of many calls, median), 
 beside it, and whether the tokens equal the default setting's.
 
     PYTHONPATH=$PWD python3 bench/probe_verify_greedy.py [--rows 8,64] [--per-sm 1,2,3,4,5] [--ids 8192,16384,32768]
+        [--variants 4,4:8,8:5]
+
+--variants compiles verify_greedy once for each U[:B] (GREEDY_LOADS = U float4 loads in flight a
+thread; GREEDY_MIN_BLOCKS = B blocks an SM that its registers must allow) and times each at the op's
+own launch size; the default setting's tokens are the reference.
 
 With --calls N it only makes N eager calls at the default setting (for a profiler: ncu's duration and
 DRAM bytes of each kernel of a call say what the call's fixed part and its unexamined reads cost).
@@ -53,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-sm", default="1,2,3,4,5", help="blocks in flight per SM (0: the op's own rule)")
     ap.add_argument("--ids", default="8192,16384,32768", help="GREEDY_IDS values")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--variants", default="", help="U[:B] builds of verify_greedy, comma-separated")
     ap.add_argument("--calls", type=int, default=0, help="only this many eager calls, for a profiler")
     args = ap.parse_args(argv)
     import cupy
@@ -64,7 +70,7 @@ def main(argv=None) -> int:
         cupy.cuda.Device().synchronize()
         return 0
     copy_bw = copy_bandwidth()
-    default_blocks, default_ids = spec._resident_greedy_blocks, spec.GREEDY_IDS
+    default_blocks, default_ids, default_get = spec._resident_greedy_blocks, spec.GREEDY_IDS, spec.get_kernel
     for rows in map(int, args.rows.split(",")):
         x, d, pos, drafts = greedy_case(rows, args.vocab, np.random.default_rng(0))
         out = tuple(cupy.empty(s, np.int32) for s in ((rows,), (rows, BLOCK), (rows,)))
@@ -84,7 +90,21 @@ def main(argv=None) -> int:
                     us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, out=out), 1, 50, args.reps)
                     print(f"ids {ids:6d} per-SM {per_sm} | {us:7.1f} us ({how}) | {us / floor:5.2f}x floor | "
                           f"tokens {'same' if same else 'DIFFER'}", flush=True)
-        spec._resident_greedy_blocks, spec.GREEDY_IDS = default_blocks, default_ids
+            spec._resident_greedy_blocks, spec.GREEDY_IDS = default_blocks, default_ids
+            for v in filter(None, args.variants.split(",")):
+                u, _, b = v.partition(":")
+                defines = {"GREEDY_LOADS": int(u), **({"GREEDY_MIN_BLOCKS": int(b)} if b else {})}
+                spec.get_kernel = (lambda name, kernel, *a, dfn=defines, **kw:
+                                   default_get(name, kernel, dfn) if kernel.startswith("verify_greedy")
+                                   else default_get(name, kernel, *a, **kw))
+                kern = spec.get_kernel("speculative", "verify_greedy_i32")
+                ops.sample_token(x, d, pos, drafts, out=out)
+                same = all(np.array_equal(cupy.asnumpy(o), w) for o, w in zip(out, want))
+                us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, out=out), 1, 50, args.reps)
+                print(f"variant U={u} B={b or '-'} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks) | "
+                      f"{us:7.1f} us ({how}) | {us / floor:5.2f}x floor | tokens {'same' if same else 'DIFFER'}",
+                      flush=True)
+                spec.get_kernel = default_get
     return 0
 
 

@@ -236,10 +236,9 @@ __device__ __forceinline__ void take(float l, int i, float& lmax, int& amax, int
 // in a block of T threads: float4 loads, U in flight per thread, when x + lo is 16-byte aligned;
 // the chunk is copied to cache[0, hi - lo) unless cache is null. Order does not matter: the pair
 // (value, lowest id of the maximum) and the OR are the same in any order.
-template <int T>
+template <int T, int U = 4>
 __device__ __forceinline__ void scan_max(const float* __restrict__ x, int lo, int hi, float* cache, float& lmax,
                                          int& amax, int& bad) {
-    constexpr int U = 4;
     if ((((size_t)(x + lo)) & 15) == 0) {
         const int n4 = (hi - lo) >> 2;
         const float4* x4 = reinterpret_cast<const float4*>(x + lo);
@@ -531,6 +530,17 @@ __device__ __forceinline__ void verify_body(
 // ---------------------------------------------------------------- greedy rows, without clusters
 
 constexpr int kGreedyThreads = 256;
+// float4 loads in flight a thread, and the blocks an SM the registers must allow (a compile-time
+// switch for bench/probe_verify_greedy.py)
+#ifndef GREEDY_LOADS
+#define GREEDY_LOADS 4
+#endif
+#ifdef GREEDY_MIN_BLOCKS
+#define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads, GREEDY_MIN_BLOCKS)
+#else
+#define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads)
+#endif
+constexpr int kGreedyLoads = GREEDY_LOADS;
 
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
@@ -670,10 +680,10 @@ __device__ __forceinline__ void verify_greedy_body(
         // the first quarter, then the early end if any of it beats the draft (or is not finite, or
         // there is no valid draft), then the rest: the hint goes out a quarter of the way in
         const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
-        scan_max<kGreedyThreads>(x, lo, mid, nullptr, lmax, amax, bad);
+        scan_max<kGreedyThreads, kGreedyLoads>(x, lo, mid, nullptr, lmax, amax, bad);
         if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
             atomicMin(early, it.a);
-        scan_max<kGreedyThreads>(x, mid, hi, nullptr, lmax, amax, bad);
+        scan_max<kGreedyThreads, kGreedyLoads>(x, mid, hi, nullptr, lmax, amax, bad);
         warp_best(lmax, amax);
         if (lane == 0) {
             sv[warp] = lmax;
@@ -696,7 +706,7 @@ __device__ __forceinline__ void verify_greedy_body(
 }
 
 #define VERIFY_GREEDY_KERNEL(NAME, D)                                                                             \
-    extern "C" __global__ void __launch_bounds__(kGreedyThreads)                                                   \
+    extern "C" __global__ void GREEDY_BOUNDS                                                                       \
     NAME(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                          \
          const float* __restrict__ logits, const D* __restrict__ drafts, const int* __restrict__ n_drafts,         \
          u64* __restrict__ best, int* __restrict__ done, int rows, int n, int vocab, int has_n_drafts, int slices,  \
