@@ -11,7 +11,8 @@
 //                  grid=(clusters * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
 // verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, listed row),
 //                  each the argmax of `per` ids, position-major as above, taken from a queue by the
-//                  launch's blocks; the last of a position's S items decides it.
+//                  launch's blocks, which jump it past a finished row's items; the last of a
+//                  position's S items decides it.
 //                  grid=(min(items, resident blocks),) block=(kGreedyThreads,)
 // Both kernels run on every verification, each over its own list of rows: a kernel with no row
 // costs a launch of resident blocks that find their queue empty (a launch of one block or cluster
