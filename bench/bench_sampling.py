@@ -206,7 +206,8 @@ def torch_verify(x, q, d, greedy: bool, launches: int, reps: int) -> float | Non
     return torch_time_us(run, max(3, launches // 10), reps)
 
 
-def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, reps: int, copy_bw: float) -> dict:
+def verify_inputs(rows: int, vocab: int, greedy: bool, rng):
+    """A verification case on the device: (logits, host parameters, positions, drafts, q or None)."""
     import cupy
     n = BLOCK - 1
     x = cupy.asarray(rng.normal(0, 3, (rows, BLOCK, vocab)).astype(np.float32))
@@ -220,8 +221,14 @@ def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, rep
         q /= q.sum(-1, keepdims=True)
         drafts = cupy.argmax(q, axis=-1).astype(cupy.int32)
     params = [ref.GREEDY if greedy else ref.SamplingParams(**PARAMS, seed=77 + r) for r in range(rows)]
+    return x, params, list(range(0, 100 * rows, 100)), drafts, q
+
+
+def run_verify_case(rows: int, vocab: int, greedy: bool, rng, launches: int, reps: int, copy_bw: float) -> dict:
+    import cupy
+    n = BLOCK - 1
+    x, params, positions, drafts, q = verify_inputs(rows, vocab, greedy, rng)
     d = DeviceSamplingParams.from_params(params, vocab)
-    positions = list(range(0, 100 * rows, 100))
     pos = cupy.asarray(np.array(positions, np.int32))
     out = (cupy.empty(rows, np.int32), cupy.empty((rows, BLOCK), np.int32), cupy.empty(rows, np.int32))
     ops.sample_token(x, d, pos, drafts, q, out=out)

@@ -2,11 +2,11 @@
 block reads an item (GREEDY_IDS), on the benchmark's greedy inputs (bench_sampling.py's verify
 case: drafts equal to the argmax for a random prefix of each row, then a wrong id).
 
-Every block in flight holds a claimed item of some (position, row), so the number in flight sets
-how far past a row's rejection the queue has run before the rejection is known: those items are
-read for nothing. Fewer blocks read less that is wasted, until too few loads are in flight to keep
-the memory busy. Printed per setting: µs a call (graph of many calls, median), the examined floor
-beside it, and whether the tokens equal the default setting's.
+Every block in flight holds a claimed item of some (position, row), so the number in flight bounds
+how far past a row's rejection the queue can run before the rejection is known, and also how many
+loads keep the memory busy; the probe says which of the two sets the time. Printed per setting: µs
+a call (graph of many calls, median), the examined floor beside it, and whether the tokens equal
+the default setting's.
 
     PYTHONPATH=$PWD python3 bench/probe_verify_greedy.py [--rows 8,64] [--per-sm 1,2,3,4,5] [--ids 8192,16384,32768]
         [--variants 4,4:8,8:5]
@@ -29,26 +29,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_sampling import BLOCK, verify_inputs  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import speculative as spec  # noqa: E402
 from glimmer_cupy.ops.sampling import DeviceSamplingParams  # noqa: E402
-from glimmer_cupy.reference import sampling as ref  # noqa: E402
-
-BLOCK = 16
 
 
 def greedy_case(rows: int, vocab: int, rng):
+    """bench_sampling's greedy verification case, with device parameters and positions."""
     import cupy
-    n = BLOCK - 1
-    x = cupy.asarray(rng.normal(0, 3, (rows, BLOCK, vocab)).astype(np.float32))
-    am = cupy.argmax(x[:, :n], axis=-1).astype(cupy.int32)
-    pre = cupy.asarray(rng.integers(0, BLOCK, rows))
-    drafts = cupy.where(cupy.arange(n)[None] < pre[:, None], am, (am + 1) % vocab).astype(cupy.int32)
-    d = DeviceSamplingParams.from_params([ref.GREEDY] * rows, vocab)
-    pos = cupy.asarray(np.arange(0, 100 * rows, 100, dtype=np.int32))
-    return x, d, pos, drafts
+    x, params, positions, drafts, _ = verify_inputs(rows, vocab, True, rng)
+    return x, DeviceSamplingParams.from_params(params, vocab), cupy.asarray(np.array(positions, np.int32)), drafts
 
 
 def main(argv=None) -> int:
@@ -78,6 +71,14 @@ def main(argv=None) -> int:
             want = [cupy.asnumpy(o) for o in ops.sample_token(x, d, pos, drafts)]
             accepted = float(want[0].mean())
             floor = rows * (accepted + 1) * args.vocab * 4 / copy_bw * 1e6
+
+            def measure(label: str) -> None:
+                ops.sample_token(x, d, pos, drafts, out=out)        # compiles a new build outside the timing
+                same = all(np.array_equal(cupy.asnumpy(o), w) for o, w in zip(out, want))
+                us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, out=out), 1, 50, args.reps)
+                print(f"{label} | {us:7.1f} us ({how}) | {us / floor:5.2f}x floor | tokens {'same' if same else 'DIFFER'}",
+                      flush=True)
+
             print(f"# rows {rows} vocab {args.vocab}: mean accepted {accepted:.2f}, examined floor {floor:.1f} us, "
                   f"default {default_blocks(spec.get_kernel('speculative', 'verify_greedy_i32'))} blocks")
             for ids in map(int, args.ids.split(",")):
@@ -85,11 +86,7 @@ def main(argv=None) -> int:
                 for per_sm in map(int, args.per_sm.split(",")):
                     spec._resident_greedy_blocks = (default_blocks if per_sm == 0
                                                     else lambda kernel, k=per_sm: k * spec.sm_count())
-                    ops.sample_token(x, d, pos, drafts, out=out)
-                    same = all(np.array_equal(cupy.asnumpy(o), w) for o, w in zip(out, want))
-                    us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, out=out), 1, 50, args.reps)
-                    print(f"ids {ids:6d} per-SM {per_sm} | {us:7.1f} us ({how}) | {us / floor:5.2f}x floor | "
-                          f"tokens {'same' if same else 'DIFFER'}", flush=True)
+                    measure(f"ids {ids:6d} per-SM {per_sm}")
             spec._resident_greedy_blocks, spec.GREEDY_IDS = default_blocks, default_ids
             for v in filter(None, args.variants.split(",")):
                 u, _, b = v.partition(":")
@@ -98,12 +95,7 @@ def main(argv=None) -> int:
                                    default_get(name, kernel, dfn) if kernel.startswith("verify_greedy")
                                    else default_get(name, kernel, *a, **kw))
                 kern = spec.get_kernel("speculative", "verify_greedy_i32")
-                ops.sample_token(x, d, pos, drafts, out=out)
-                same = all(np.array_equal(cupy.asnumpy(o), w) for o, w in zip(out, want))
-                us, how = time_us(lambda i: ops.sample_token(x, d, pos, drafts, out=out), 1, 50, args.reps)
-                print(f"variant U={u} B={b or '-'} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks) | "
-                      f"{us:7.1f} us ({how}) | {us / floor:5.2f}x floor | tokens {'same' if same else 'DIFFER'}",
-                      flush=True)
+                measure(f"variant U={u} B={b or '-'} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks)")
                 spec.get_kernel = default_get
     return 0
 
