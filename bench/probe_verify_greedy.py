@@ -15,6 +15,9 @@ the default setting's.
 thread; GREEDY_MIN_BLOCKS = B blocks an SM that its registers must allow) and times each at the op's
 own launch size; the default setting's tokens are the reference.
 
+--knockout also times the call with the cluster kernel's launch left out (every row is greedy, so
+its blocks would find their queue empty): what that empty launch costs a call.
+
 With --calls N it only makes N eager calls at the default setting (for a profiler: ncu's duration and
 DRAM bytes of each kernel of a call say what the call's fixed part and its unexamined reads cost).
 """
@@ -52,6 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ids", default="8192,16384,32768", help="GREEDY_IDS values")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--variants", default="", help="U[:B] builds of verify_greedy, comma-separated")
+    ap.add_argument("--knockout", action="store_true", help="also time without the cluster kernel's launch")
     ap.add_argument("--calls", type=int, default=0, help="only this many eager calls, for a profiler")
     args = ap.parse_args(argv)
     import cupy
@@ -88,6 +92,11 @@ def main(argv=None) -> int:
                                                     else lambda kernel, k=per_sm: k * spec.sm_count())
                     measure(f"ids {ids:6d} per-SM {per_sm}")
             spec._resident_greedy_blocks, spec.GREEDY_IDS = default_blocks, default_ids
+            if args.knockout:
+                launch = spec._launch_clusters
+                spec._launch_clusters = lambda *a, **kw: None
+                measure("default without the cluster kernel's launch")
+                spec._launch_clusters = launch
             for v in filter(None, args.variants.split(",")):
                 u, _, b = v.partition(":")
                 defines = {"GREEDY_LOADS": int(u), **({"GREEDY_MIN_BLOCKS": int(b)} if b else {})}

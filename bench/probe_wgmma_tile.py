@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     for name, what, stage, macs in KERNELS:
         kern = get_kernel("wgmma_probe", name, name_expressions=names)
         smem = 4 * stage + 1024
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
         for blocks in map(int, a.blocks.split(",")):
             y = cupy.empty(blocks * 256, np.float32)
             us = time_us(lambda i: kern((blocks,), (256,), (y, np.int32(a.chunks)), shared_mem=smem), 1, 50, 15)[0]

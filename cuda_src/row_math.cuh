@@ -64,6 +64,11 @@ ROW_HD int stop_flags(int word) { return word & 7; }
 // n_drafts as the kernel reads it: clamped to [0, n] (device inputs are not checked).
 ROW_HD int clamp_drafts(int k, int n) { return k < 0 ? 0 : (k > n ? n : k); }
 
+// Row r's drafts: n_drafts[r] clamped, or n when the launch has no n_drafts.
+ROW_HD int row_drafts(int has_n_drafts, const int* n_drafts, int r, int n) {
+    return has_n_drafts ? clamp_drafts(n_drafts[r], n) : n;
+}
+
 // A greedy position's decision: accepted iff it is drafted with a valid id equal to the argmax.
 // Otherwise it ends the walk with the argmax; *flags gets kInvalidDraft for a drafted id outside
 // [0, vocab) (a stochastic position uses the same flag and rejects it unread).

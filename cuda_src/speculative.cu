@@ -162,7 +162,7 @@ verify_init(int* __restrict__ n_accepted, int* __restrict__ flags, const int* __
         const int r = r0 + threadIdx.x;
         bool stochastic = false;
         if (r < rows) {
-            n_accepted[r] = rowmath::stop_none(has_n_drafts ? rowmath::clamp_drafts(n_drafts[r], n) : n);
+            n_accepted[r] = rowmath::stop_none(rowmath::row_drafts(has_n_drafts, n_drafts, r, n));
             flags[r] = 0;
             for (int a = 0; a <= n; ++a) {  // slot g = a * rows + r of the greedy kernel
                 best[(long long)a * rows + r] = 0;
@@ -365,7 +365,7 @@ __device__ __forceinline__ void verify_item(
         const int ga = g / rows, grow = g - ga * rows;
         item[0] = ga;
         item[1] = grow;
-        item[2] = has_n_drafts ? rowmath::clamp_drafts(n_drafts[grow], n) : n;
+        item[2] = rowmath::row_drafts(has_n_drafts, n_drafts, grow, n);
     }
     __syncthreads();
     const SharedInt a{item}, row{item + 1}, k{item + 2};
@@ -493,7 +493,7 @@ __device__ __forceinline__ int claim_item(int* __restrict__ queue, const int* __
         const int i = atomicAdd(queue, 1);
         if (i >= (n + 1) * listed) return -1;
         const int a = i / listed, row = lists[2 + i - a * listed];
-        const int k = has_n_drafts ? rowmath::clamp_drafts(n_drafts[row], n) : n;
+        const int k = rowmath::row_drafts(has_n_drafts, n_drafts, row, n);
         if (a > k) continue;
         if (rowmath::stop_at(__ldcg(n_accepted + row)) >= a) return a * rows + row;
         end_position(n_accepted, tokens, flags, row, k, n, -1);
@@ -623,8 +623,7 @@ __device__ __forceinline__ void greedy_next(const GreedyArgs& p, const D* __rest
         }
         const int i = w / p.slices, a = i / listed, li = i - a * listed;
         const int row = li < kGreedyRowCache ? s_row[li] : p.lists[2 + p.rows + li];
-        const int k = li < kGreedyRowCache ? s_k[li]
-                                           : p.has_n_drafts ? rowmath::clamp_drafts(p.n_drafts[row], p.n) : p.n;
+        const int k = li < kGreedyRowCache ? s_k[li] : rowmath::row_drafts(p.has_n_drafts, p.n_drafts, row, p.n);
         const int next = (i + 1) * p.slices;           // the next (position, row)'s first slice
         if (a > k) {
             atomicMax(p.queue, next);
@@ -659,7 +658,7 @@ __device__ __forceinline__ void verify_greedy_body(
     for (int t = threadIdx.x; t < cached; t += kGreedyThreads) {
         const int row = p.lists[2 + p.rows + t];
         s_row[t] = row;
-        s_k[t] = p.has_n_drafts ? rowmath::clamp_drafts(p.n_drafts[row], p.n) : p.n;
+        s_k[t] = rowmath::row_drafts(p.has_n_drafts, p.n_drafts, row, p.n);
     }
     __syncthreads();
     if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, atomicAdd(p.queue, 1), &items[0]);

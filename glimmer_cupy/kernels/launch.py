@@ -88,6 +88,11 @@ def _dims(d) -> tuple[int, int, int]:
     return int(d[0]), int(d[1]), int(d[2])
 
 
+def function_ptr(fn) -> int:
+    """The driver's CUfunction of fn, a RawKernel or a Function."""
+    return fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr
+
+
 def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
     """fn (a cupy Function) on the current stream with programmatic stream serialization."""
     import cupy
@@ -103,8 +108,7 @@ def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
     values = [_c_arg(a) for a in args]
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
     lib = _driver()
-    ptr = fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr      # a RawKernel, or a Function
-    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ptr, params, None)
+    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), function_ptr(fn), params, None)
     if rc:
         err = ctypes.c_char_p()
         lib.cuGetErrorName(rc, ctypes.byref(err))
@@ -119,6 +123,11 @@ class Kernel:
 
     def __init__(self, fn, name: str, pdl: bool):
         self.fn, self.name, self.pdl = fn, name, pdl
+
+    @property
+    def ptr(self) -> int:
+        """The driver's CUfunction, for driver calls CuPy does not wrap."""
+        return function_ptr(self.fn)
 
     def __call__(self, grid, block, args, shared_mem: int = 0):
         if self.pdl and _OVERLAP.get():

@@ -271,9 +271,9 @@ def wgmma_runs(d: int, group: int) -> bool:
 def _wgmma_kernel(d: int, stages: int, rows: int):
     from cupy_backends.cuda.api import driver
     kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}>", name_expressions=_WGMMA_EXPRS)
-    driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             wgmma_smem(d, stages, rows))
-    driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
+    driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
     return kern
 
 

@@ -221,7 +221,7 @@ def _mma_wg_kernel(name: str):
     from cupy_backends.cuda.api import driver
     if name.startswith("mma_wg_kernel<"):
         kern = get_kernel("mma_wg", name, name_expressions=mma_wg_instances())
-        driver.funcSetAttribute(kern.fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_WG_SMEM)
+        driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_WG_SMEM)
         return kern
     return get_kernel("mma_wg", name)
 

@@ -118,13 +118,17 @@ def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
 
 
 def _resident_greedy_blocks(kernel) -> int:
-    """verify_greedy blocks the device holds at once, by threads and by the kernel's registers (an
-    SM's 64 K, allocated in steps of 8 a thread): the launch's size, since its blocks take their
-    items from a queue. More would start only when the first ones leave, at the queue's end, and
-    would hold back a dependent launch, which waits for every block to have started."""
-    regs = -(-max(1, kernel.fn.num_regs) // 8) * 8
-    per_sm = max(1, min(2048 // GREEDY_THREADS, 65536 // (regs * GREEDY_THREADS)))
-    return per_sm * sm_count()
+    """verify_greedy blocks the device holds at once (the driver's occupancy of this build, by its
+    registers and shared memory): the launch's size, since its blocks take their items from a queue.
+    More would start only when the first ones leave, at the queue's end, and would hold back a
+    dependent launch, which waits for every block to have started."""
+    return _blocks_per_sm(kernel.ptr) * sm_count()
+
+
+@cache
+def _blocks_per_sm(fn_ptr: int) -> int:
+    from cupy_backends.cuda.api import driver
+    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fn_ptr, GREEDY_THREADS, 0))
 
 
 @cache
@@ -288,18 +292,25 @@ def _device(logits, params, positions, drafts, draft_probs, n_drafts, out):
                 (out[0], out[1], out[2], logits, drafts, k_arg, best, done, np.int32(rows),
                  np.int32(n), np.int32(vocab), np.int32(n_drafts is not None), np.int32(slices), np.int32(per),
                  queues[1:], lists))
-        if greedy is not None and all(greedy):
-            return tuple(out)
-        kern = get_kernel("speculative", f"verify_{kind}_c{c}")
-        smem = 4 * (cache + 4)
-        if kern.fn.max_dynamic_shared_size_bytes < smem:
-            kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
-            kern.fn.preferred_shared_memory_carveout = 100
-        kern((verify_clusters(rows, n, c, smem) * c,), (THREADS,),
-             (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
-              k_arg, params.temperature, params.top_k, params.top_p,
-              params.min_p, params.seed, positions, np.int32(rows), np.int32(n), np.int32(vocab),
-              np.int32(draft_probs is not None), np.int32(n_drafts is not None), np.int32(cache),
-              queues, lists),
-             shared_mem=smem)
+        if greedy is None or not all(greedy):
+            _launch_clusters(f"verify_{kind}_c{c}", c, cache, out, logits, drafts, draft_probs, k_arg, params,
+                             positions, n_drafts is not None, queues, lists)
     return tuple(out)
+
+
+def _launch_clusters(name: str, c: int, cache: int, out, logits, drafts, draft_probs, k_arg, params, positions,
+                     has_n_drafts: bool, queues, lists) -> None:
+    """The cluster kernel's launch over the rows at temperature > 0 (verify_init listed them)."""
+    rows, n1, vocab = logits.shape
+    kern = get_kernel("speculative", name)
+    smem = 4 * (cache + 4)
+    if kern.fn.max_dynamic_shared_size_bytes < smem:
+        kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
+        kern.fn.preferred_shared_memory_carveout = 100
+    kern((verify_clusters(rows, n1 - 1, c, smem) * c,), (THREADS,),
+         (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
+          k_arg, params.temperature, params.top_k, params.top_p,
+          params.min_p, params.seed, positions, np.int32(rows), np.int32(n1 - 1), np.int32(vocab),
+          np.int32(draft_probs is not None), np.int32(has_n_drafts), np.int32(cache),
+          queues, lists),
+         shared_mem=smem)
