@@ -9,11 +9,13 @@ a call (graph of many calls, median), the examined floor beside it, and whether 
 the default setting's.
 
     PYTHONPATH=$PWD python3 bench/probe_verify_greedy.py [--rows 8,64] [--per-sm 1,2,3,4,5] [--ids 8192,16384,32768]
-        [--variants 4,4:8,8:5]
+        [--builds "GREEDY_PREFETCH=1;GREEDY_LOADS=6,GREEDY_MIN_BLOCKS=5"]
 
---variants compiles verify_greedy once for each U[:B] (GREEDY_LOADS = U float4 loads in flight a
-thread; GREEDY_MIN_BLOCKS = B blocks an SM that its registers must allow) and times each at the op's
-own launch size; the default setting's tokens are the reference.
+--builds compiles verify_greedy once for each set of its compile-time switches (semicolon-separated
+sets of NAME=V, comma-separated: GREEDY_LOADS = float4 loads in flight a thread, GREEDY_MIN_BLOCKS =
+blocks an SM that its registers must allow, GREEDY_PREFETCH = 1 to have each claimed slice fetched
+into L2 before the block reads it) and times each at the op's own launch size; the default setting's
+tokens are the reference.
 
 --knockout also times the call with the cluster kernel's launch left out (every row is greedy, so
 its blocks would find their queue empty): what that empty launch costs a call.
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-sm", default="1,2,3,4,5", help="blocks in flight per SM (0: the op's own rule)")
     ap.add_argument("--ids", default="8192,16384,32768", help="GREEDY_IDS values")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--variants", default="", help="U[:B] builds of verify_greedy, comma-separated")
+    ap.add_argument("--builds", default="", help="sets of NAME=V switches of verify_greedy, ';'-separated")
     ap.add_argument("--knockout", action="store_true", help="also time without the cluster kernel's launch")
     ap.add_argument("--calls", type=int, default=0, help="only this many eager calls, for a profiler")
     args = ap.parse_args(argv)
@@ -97,14 +99,13 @@ def main(argv=None) -> int:
                 spec._launch_clusters = lambda *a, **kw: None
                 measure("default without the cluster kernel's launch")
                 spec._launch_clusters = launch
-            for v in filter(None, args.variants.split(",")):
-                u, _, b = v.partition(":")
-                defines = {"GREEDY_LOADS": int(u), **({"GREEDY_MIN_BLOCKS": int(b)} if b else {})}
+            for build in filter(None, args.builds.split(";")):
+                defines = {k: int(v) for k, v in (kv.split("=") for kv in build.split(","))}
                 spec.get_kernel = (lambda name, kernel, *a, dfn=defines, **kw:
                                    default_get(name, kernel, dfn) if kernel.startswith("verify_greedy")
                                    else default_get(name, kernel, *a, **kw))
                 kern = spec.get_kernel("speculative", "verify_greedy_i32")
-                measure(f"variant U={u} B={b or '-'} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks)")
+                measure(f"build {build} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks)")
                 spec.get_kernel = default_get
     return 0
 

@@ -542,6 +542,17 @@ constexpr int kGreedyThreads = 256;
 #define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads)
 #endif
 constexpr int kGreedyLoads = GREEDY_LOADS;
+// 1: the claiming thread asks the copy engine to bring a claimed slice into L2 before the block
+// reads it (a switch for bench/probe_verify_greedy.py)
+#ifndef GREEDY_PREFETCH
+#define GREEDY_PREFETCH 0
+#endif
+
+// A hint that [b, e) of global memory is read soon: its 16-byte-aligned part, fetched into L2.
+__device__ __forceinline__ void prefetch_l2(const float* b, const float* e) {
+    const size_t lo = (__cvta_generic_to_global(b) + 15) & ~(size_t)15, hi = __cvta_generic_to_global(e) & ~(size_t)15;
+    if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
+}
 
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
@@ -587,7 +598,8 @@ struct GreedyArgs {
     int* queue;
     const int* lists;
     const int* n_drafts;
-    int rows, n, vocab, has_n_drafts, slices, total;
+    const float* logits;
+    int rows, n, vocab, has_n_drafts, slices, per, total;
 };
 
 // slice count `cnt` of position g = a * rows + row done (bad: a non-finite value seen); the last
@@ -636,6 +648,11 @@ __device__ __forceinline__ void greedy_next(const GreedyArgs& p, const D* __rest
             continue;
         }
         *it = GreedyItem{w, a, row, k, dl};
+#if GREEDY_PREFETCH
+        const float* x = p.logits + ((long long)row * (p.n + 1) + a) * p.vocab;
+        const int lo = min(p.vocab, w % p.slices * p.per);
+        prefetch_l2(x + lo, x + min(p.vocab, lo + p.per));
+#endif
         return;
     }
 }
@@ -647,8 +664,8 @@ __device__ __forceinline__ void verify_greedy_body(
         u64* __restrict__ best, int* __restrict__ done, int rows, int n, int vocab, int has_n_drafts, int slices,
         int per, int* __restrict__ queue, const int* __restrict__ lists) {
     pdl_wait();
-    const GreedyArgs p{n_accepted, tokens, flags, best, done, queue, lists, n_drafts, rows, n, vocab,
-                       has_n_drafts, slices, (n + 1) * lists[1] * slices};
+    const GreedyArgs p{n_accepted, tokens, flags, best, done, queue, lists, n_drafts, logits, rows, n, vocab,
+                       has_n_drafts, slices, per, (n + 1) * lists[1] * slices};
     __shared__ GreedyItem items[2];
     __shared__ int s_row[kGreedyRowCache], s_k[kGreedyRowCache];
     __shared__ float sv[kGreedyThreads / 32];
