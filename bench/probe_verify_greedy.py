@@ -12,7 +12,8 @@ the default setting's.
         [--builds "GREEDY_PREFETCH=1;GREEDY_LOADS=6,GREEDY_MIN_BLOCKS=5"]
 
 --builds compiles verify_greedy once for each set of its compile-time switches (semicolon-separated
-sets of NAME=V, comma-separated: GREEDY_LOADS = float4 loads in flight a thread, GREEDY_MIN_BLOCKS =
+sets of NAME=V, comma-separated: GREEDY_THREADS = threads a block (the launch follows),
+GREEDY_LOADS = float4 loads in flight a thread, GREEDY_MIN_BLOCKS =
 blocks an SM that its registers must allow, GREEDY_PREFETCH = 1 to have each claimed slice fetched
 into L2 before the block reads it) and times each at the op's own launch size; the default setting's
 tokens are the reference.
@@ -70,6 +71,7 @@ def main(argv=None) -> int:
         return 0
     copy_bw = copy_bandwidth()
     default_blocks, default_ids, default_get = spec._resident_greedy_blocks, spec.GREEDY_IDS, spec.get_kernel
+    default_threads = spec.GREEDY_THREADS
     for rows in map(int, args.rows.split(",")):
         x, d, pos, drafts = greedy_case(rows, args.vocab, np.random.default_rng(0))
         out = tuple(cupy.empty(s, np.int32) for s in ((rows,), (rows, BLOCK), (rows,)))
@@ -104,9 +106,10 @@ def main(argv=None) -> int:
                 spec.get_kernel = (lambda name, kernel, *a, dfn=defines, **kw:
                                    default_get(name, kernel, dfn) if kernel.startswith("verify_greedy")
                                    else default_get(name, kernel, *a, **kw))
+                spec.GREEDY_THREADS = defines.get("GREEDY_THREADS", default_threads)
                 kern = spec.get_kernel("speculative", "verify_greedy_i32")
                 measure(f"build {build} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks)")
-                spec.get_kernel = default_get
+                spec.get_kernel, spec.GREEDY_THREADS = default_get, default_threads
     return 0
 
 

@@ -530,7 +530,11 @@ __device__ __forceinline__ void verify_body(
 
 // ---------------------------------------------------------------- greedy rows, without clusters
 
-constexpr int kGreedyThreads = 256;
+// threads a block (GREEDY_THREADS, a compile-time switch for bench/probe_verify_greedy.py)
+#ifndef GREEDY_THREADS
+#define GREEDY_THREADS 256
+#endif
+constexpr int kGreedyThreads = GREEDY_THREADS;
 // float4 loads in flight a thread, and the blocks an SM the registers must allow (a compile-time
 // switch for bench/probe_verify_greedy.py)
 #ifndef GREEDY_LOADS

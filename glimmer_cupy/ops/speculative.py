@@ -122,13 +122,13 @@ def _resident_greedy_blocks(kernel) -> int:
     registers and shared memory): the launch's size, since its blocks take their items from a queue.
     More would start only when the first ones leave, at the queue's end, and would hold back a
     dependent launch, which waits for every block to have started."""
-    return _blocks_per_sm(kernel.ptr) * sm_count()
+    return _blocks_per_sm(kernel.ptr, GREEDY_THREADS) * sm_count()
 
 
 @cache
-def _blocks_per_sm(fn_ptr: int) -> int:
+def _blocks_per_sm(fn_ptr: int, threads: int) -> int:
     from cupy_backends.cuda.api import driver
-    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fn_ptr, GREEDY_THREADS, 0))
+    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(fn_ptr, threads, 0))
 
 
 @cache
