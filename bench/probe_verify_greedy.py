@@ -21,7 +21,7 @@ tokens are the reference.
 --knockout also times the call with the cluster kernel's launch left out (every row is greedy, so
 its blocks would find their queue empty): what that empty launch costs a call.
 
-With --calls N it only makes N eager calls at the default setting (for a profiler: ncu's duration and
+With --calls N it only makes N eager calls at the default setting and at each build (for a profiler: ncu's duration and
 DRAM bytes of each kernel of a call say what the call's fixed part and its unexamined reads cost).
 """
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,24 @@ def greedy_case(rows: int, vocab: int, rng):
     return x, DeviceSamplingParams.from_params(params, vocab), cupy.asarray(np.array(positions, np.int32)), drafts
 
 
+@contextmanager
+def built(build: str):
+    """The op with verify_greedy compiled with the switches of `build` ('NAME=V,...'; '': as it is),
+    launched at the build's block size."""
+    if not build:
+        yield
+        return
+    defines = {k: int(v) for k, v in (kv.split("=") for kv in build.split(","))}
+    get, threads = spec.get_kernel, spec.GREEDY_THREADS
+    spec.get_kernel = (lambda name, kernel, *a, **kw: get(name, kernel, defines) if kernel.startswith("verify_greedy")
+                       else get(name, kernel, *a, **kw))
+    spec.GREEDY_THREADS = defines.get("GREEDY_THREADS", threads)
+    try:
+        yield
+    finally:
+        spec.get_kernel, spec.GREEDY_THREADS = get, threads
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="8,64")
@@ -65,13 +84,14 @@ def main(argv=None) -> int:
     if args.calls:
         for rows in map(int, args.rows.split(",")):
             x, d, pos, drafts = greedy_case(rows, args.vocab, np.random.default_rng(0))
-            for _ in range(args.calls):
-                ops.sample_token(x, d, pos, drafts)
+            for build in ["", *filter(None, args.builds.split(";"))]:
+                with built(build):
+                    for _ in range(args.calls):
+                        ops.sample_token(x, d, pos, drafts)
         cupy.cuda.Device().synchronize()
         return 0
     copy_bw = copy_bandwidth()
-    default_blocks, default_ids, default_get = spec._resident_greedy_blocks, spec.GREEDY_IDS, spec.get_kernel
-    default_threads = spec.GREEDY_THREADS
+    default_blocks, default_ids = spec._resident_greedy_blocks, spec.GREEDY_IDS
     for rows in map(int, args.rows.split(",")):
         x, d, pos, drafts = greedy_case(rows, args.vocab, np.random.default_rng(0))
         out = tuple(cupy.empty(s, np.int32) for s in ((rows,), (rows, BLOCK), (rows,)))
@@ -102,14 +122,9 @@ def main(argv=None) -> int:
                 measure("default without the cluster kernel's launch")
                 spec._launch_clusters = launch
             for build in filter(None, args.builds.split(";")):
-                defines = {k: int(v) for k, v in (kv.split("=") for kv in build.split(","))}
-                spec.get_kernel = (lambda name, kernel, *a, dfn=defines, **kw:
-                                   default_get(name, kernel, dfn) if kernel.startswith("verify_greedy")
-                                   else default_get(name, kernel, *a, **kw))
-                spec.GREEDY_THREADS = defines.get("GREEDY_THREADS", default_threads)
-                kern = spec.get_kernel("speculative", "verify_greedy_i32")
-                measure(f"build {build} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks)")
-                spec.get_kernel, spec.GREEDY_THREADS = default_get, default_threads
+                with built(build):
+                    kern = spec.get_kernel("speculative", "verify_greedy_i32")
+                    measure(f"build {build} ({kern.fn.num_regs} registers, {default_blocks(kern)} blocks)")
     return 0
 
 
