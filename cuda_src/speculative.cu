@@ -774,7 +774,7 @@ __device__ __forceinline__ void verify_greedy_body(
         int amax = 0x7fffffff, bad = 0;
         // the first quarter, then the early end if any of it beats the draft (or is not finite, or
         // there is no valid draft), then the rest: the hint goes out a quarter of the way in
-        const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
+        const int mid = min(hi, lo + (((hi - lo) / 4 + 31) & ~31));   // the rest starts on a 128-byte line too
         greedy_scan(x, lo, mid, ring, lmax, amax, bad);
         if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
             atomicMin(early, it.a);
