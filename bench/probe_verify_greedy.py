@@ -9,20 +9,20 @@ a call (graph of many calls, median), the examined floor beside it, and whether 
 the default setting's.
 
     PYTHONPATH=$PWD python3 bench/probe_verify_greedy.py [--rows 8,64] [--per-sm 1,2,3,4,5] [--ids 8192,16384,32768]
-        [--builds "GREEDY_PREFETCH=1;GREEDY_LOADS=6,GREEDY_MIN_BLOCKS=5"]
+        [--builds "GREEDY_THREADS=512,GREEDY_MIN_BLOCKS=3;GREEDY_LOADS=6,GREEDY_MIN_BLOCKS=5"]
 
 --builds compiles verify_greedy once for each set of its compile-time switches (semicolon-separated
-sets of NAME=V, comma-separated: GREEDY_THREADS = threads a block (the launch follows),
-GREEDY_LOADS = float4 loads in flight a thread, GREEDY_MIN_BLOCKS =
-blocks an SM that its registers must allow, GREEDY_PREFETCH = 1 to have each claimed slice fetched
-into L2 before the block reads it) and times each at the op's own launch size; the default setting's
-tokens are the reference.
+sets of NAME=V, comma-separated: GREEDY_THREADS = threads a block, which the launch follows;
+GREEDY_LOADS = float4 loads in flight a thread; GREEDY_MIN_BLOCKS = blocks an SM that its registers
+must allow) and times each at the op's own launch size; the default setting's tokens are the
+reference.
 
 --knockout also times the call with the cluster kernel's launch left out (every row is greedy, so
 its blocks would find their queue empty): what that empty launch costs a call.
 
-With --calls N it only makes N eager calls at the default setting and at each build (for a profiler: ncu's duration and
-DRAM bytes of each kernel of a call say what the call's fixed part and its unexamined reads cost).
+With --calls N it only makes N eager calls at the default setting and at each build (for a profiler:
+ncu's duration and DRAM bytes of each kernel of a call say what the call's fixed part and its
+unexamined reads cost).
 """
 
 from __future__ import annotations

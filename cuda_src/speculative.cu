@@ -546,86 +546,6 @@ constexpr int kGreedyThreads = GREEDY_THREADS;
 #define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads)
 #endif
 constexpr int kGreedyLoads = GREEDY_LOADS;
-// 1: the claiming thread asks the copy engine to bring a claimed slice into L2 before the block
-// reads it (a switch for bench/probe_verify_greedy.py)
-#ifndef GREEDY_PREFETCH
-#define GREEDY_PREFETCH 0
-#endif
-
-// G > 0: a thread's reads of a slice go through cp.async into its own slots of shared memory, G
-// groups of GREEDY_LOADS float4 in flight (no registers held while they fly); 0: plain loads
-#ifndef GREEDY_ASYNC
-#define GREEDY_ASYNC 0
-#endif
-
-#if GREEDY_ASYNC
-__device__ __forceinline__ void cp16(u32 dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait_groups() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-// scan_max's aligned case with the loads in flight through cp.async: thread t's float4 j = t + m T
-// of the chunk goes to ring slot ((g % G) U + u) T + t (g = m / U, u = m % U), and only t reads it
-// back, after its own wait: no barrier, and each slot is refilled only after t has read it.
-template <int T, int U, int G>
-__device__ __forceinline__ void scan_max_async(const float* __restrict__ x, int lo, int hi, float4* ring, float& lmax,
-                                               int& amax, int& bad) {
-    const int n4 = (hi - lo) >> 2;
-    const float4* x4 = reinterpret_cast<const float4*>(x + lo);
-    const int steps = (n4 + U * T - 1) / (U * T);
-    const u32 base = (u32)__cvta_generic_to_shared(ring + threadIdx.x);
-    auto issue = [&](int g) {
-        if (g < steps) {
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int j = threadIdx.x + (g * U + u) * T;
-                if (j < n4) cp16(base + (((g % G) * U + u) * T) * 16, x4 + j);
-            }
-        }
-        cp_commit_group();
-    };
-#pragma unroll
-    for (int g = 0; g < G - 1; ++g) issue(g);
-    for (int g = 0; g < steps; ++g) {
-        issue(g + G - 1);
-        cp_wait_groups<G - 1>();
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int j = threadIdx.x + (g * U + u) * T;
-            if (j < n4) {
-                const float4 v = ring[((g % G) * U + u) * T + threadIdx.x];
-                const int i = lo + 4 * j;
-                take(v.x, i, lmax, amax, bad);
-                take(v.y, i + 1, lmax, amax, bad);
-                take(v.z, i + 2, lmax, amax, bad);
-                take(v.w, i + 3, lmax, amax, bad);
-            }
-        }
-    }
-    for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += T) take(x[i], i, lmax, amax, bad);
-}
-#endif
-
-// The greedy block's scan of [lo, hi): through cp.async when built with GREEDY_ASYNC and x + lo is
-// 16-byte aligned, else scan_max's loads.
-__device__ __forceinline__ void greedy_scan(const float* __restrict__ x, int lo, int hi, float4* ring, float& lmax,
-                                            int& amax, int& bad) {
-#if GREEDY_ASYNC
-    if ((((size_t)(x + lo)) & 15) == 0) {
-        scan_max_async<kGreedyThreads, kGreedyLoads, GREEDY_ASYNC>(x, lo, hi, ring, lmax, amax, bad);
-        return;
-    }
-#endif
-    scan_max<kGreedyThreads, kGreedyLoads>(x, lo, hi, nullptr, lmax, amax, bad);
-}
-
-// A hint that [b, e) of global memory is read soon: its 16-byte-aligned part, fetched into L2.
-__device__ __forceinline__ void prefetch_l2(const float* b, const float* e) {
-    const size_t lo = (__cvta_generic_to_global(b) + 15) & ~(size_t)15, hi = __cvta_generic_to_global(e) & ~(size_t)15;
-    if (hi > lo) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((unsigned)(hi - lo)) : "memory");
-}
 
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
@@ -671,8 +591,7 @@ struct GreedyArgs {
     int* queue;
     const int* lists;
     const int* n_drafts;
-    const float* logits;
-    int rows, n, vocab, has_n_drafts, slices, per, total;
+    int rows, n, vocab, has_n_drafts, slices, total;
 };
 
 // slice count `cnt` of position g = a * rows + row done (bad: a non-finite value seen); the last
@@ -721,11 +640,6 @@ __device__ __forceinline__ void greedy_next(const GreedyArgs& p, const D* __rest
             continue;
         }
         *it = GreedyItem{w, a, row, k, dl};
-#if GREEDY_PREFETCH
-        const float* x = p.logits + ((long long)row * (p.n + 1) + a) * p.vocab;
-        const int lo = min(p.vocab, w % p.slices * p.per);
-        prefetch_l2(x + lo, x + min(p.vocab, lo + p.per));
-#endif
         return;
     }
 }
@@ -737,15 +651,10 @@ __device__ __forceinline__ void verify_greedy_body(
         u64* __restrict__ best, int* __restrict__ done, int rows, int n, int vocab, int has_n_drafts, int slices,
         int per, int* __restrict__ queue, const int* __restrict__ lists) {
     pdl_wait();
-    const GreedyArgs p{n_accepted, tokens, flags, best, done, queue, lists, n_drafts, logits, rows, n, vocab,
-                       has_n_drafts, slices, per, (n + 1) * lists[1] * slices};
+    const GreedyArgs p{n_accepted, tokens, flags, best, done, queue, lists, n_drafts, rows, n, vocab,
+                       has_n_drafts, slices, (n + 1) * lists[1] * slices};
     __shared__ GreedyItem items[2];
     __shared__ int s_row[kGreedyRowCache], s_k[kGreedyRowCache];
-#if GREEDY_ASYNC
-    __shared__ float4 ring[GREEDY_ASYNC * kGreedyLoads * kGreedyThreads];
-#else
-    float4* ring = nullptr;
-#endif
     __shared__ float sv[kGreedyThreads / 32];
     __shared__ int si[kGreedyThreads / 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -774,11 +683,11 @@ __device__ __forceinline__ void verify_greedy_body(
         int amax = 0x7fffffff, bad = 0;
         // the first quarter, then the early end if any of it beats the draft (or is not finite, or
         // there is no valid draft), then the rest: the hint goes out a quarter of the way in
-        const int mid = min(hi, lo + (((hi - lo) / 4 + 31) & ~31));   // the rest starts on a 128-byte line too
-        greedy_scan(x, lo, mid, ring, lmax, amax, bad);
+        const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
+        scan_max<kGreedyThreads, kGreedyLoads>(x, lo, mid, nullptr, lmax, amax, bad);
         if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
             atomicMin(early, it.a);
-        greedy_scan(x, mid, hi, ring, lmax, amax, bad);
+        scan_max<kGreedyThreads, kGreedyLoads>(x, mid, hi, nullptr, lmax, amax, bad);
         warp_best(lmax, amax);
         if (lane == 0) {
             sv[warp] = lmax;
