@@ -64,6 +64,44 @@ ROW_HD int stop_flags(int word) { return word & 7; }
 // n_drafts as the kernel reads it: clamped to [0, n] (device inputs are not checked).
 ROW_HD int clamp_drafts(int k, int n) { return k < 0 ? 0 : (k > n ? n : k); }
 
+// ---------------------------------------------------------------- a row's max scan
+
+ROW_HD float inf_f32() {
+    union {
+        u32 u;
+        float f;
+    } x{0x7f800000u};
+    return x.f;
+}
+
+// (v, i) becomes the better of itself and (v2, i2): larger value, then lower id.
+ROW_HD void take_better(float& v, int& i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+// One logit l at id i into a scan's running max, lowest argmax and non-finite flag (NaN read as
+// -inf; bad set by NaN or +inf).
+ROW_HD void take1(float l, int i, float& lmax, int& amax, int& bad) {
+    bad |= (l != l) | (l == inf_f32());
+    take_better(lmax, amax, l != l ? -inf_f32() : l, i);
+}
+
+// Four consecutive logits at ids i..i+3 (a float4), with the result of take1 on each in turn, but
+// a few instructions on the common path: when all four are finite (x * 0 is exactly 0 for finite x,
+// NaN for NaN and +-inf) and their max is below lmax, none of them can change the scan's state.
+ROW_HD void take4(float a, float b, float c, float d, int i, float& lmax, int& amax, int& bad) {
+    const float z = a * 0.f + b * 0.f + c * 0.f + d * 0.f;
+    const float ab = a > b ? a : b, cd = c > d ? c : d;
+    if (z == 0.f && (ab > cd ? ab : cd) < lmax) return;
+    take1(a, i, lmax, amax, bad);
+    take1(b, i + 1, lmax, amax, bad);
+    take1(c, i + 2, lmax, amax, bad);
+    take1(d, i + 3, lmax, amax, bad);
+}
+
 // Row r's drafts: n_drafts[r] clamped, or n when the launch has no n_drafts.
 ROW_HD int row_drafts(int has_n_drafts, const int* n_drafts, int r, int n) {
     return has_n_drafts ? clamp_drafts(n_drafts[r], n) : n;

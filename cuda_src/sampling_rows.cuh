@@ -62,13 +62,7 @@ __device__ __forceinline__ u64 cluster_sum(u64 v, u64* slot, u64* before) {
 
 // ---------------------------------------------------------------- block reductions
 
-// (v, i) becomes the better of itself and (v2, i2): larger value, then lower id.
-__device__ __forceinline__ void take_better(float& v, int& i, float v2, int i2) {
-    if (v2 > v || (v2 == v && i2 < i)) {
-        v = v2;
-        i = i2;
-    }
-}
+using rowmath::take_better;               // (v, i) becomes the better of itself and (v2, i2)
 
 // (v, i) becomes the best pair of its warp (every lane gets it).
 __device__ __forceinline__ void warp_best(float& v, int& i) {

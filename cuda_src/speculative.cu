@@ -228,9 +228,37 @@ __device__ __forceinline__ bool ended_before(const int* stop, int a, Smem& sm) {
     return cluster_leader_says<C>(v, sm);
 }
 
-__device__ __forceinline__ void take(float l, int i, float& lmax, int& amax, int& bad) {
-    bad |= (l != l) | (l == pos_inf());
-    take_better(lmax, amax, l != l ? neg_inf() : l, i);
+using rowmath::take1;
+
+// scan_max's compile-time switches, for bench/probe_verify_greedy.py: SCAN_TAKE4 = 1 takes a float4
+// through rowmath::take4 (the same result, fewer instructions on the common path); SCAN_LOADS_NC = 1
+// reads through the non-coherent path (ld.global.nc, as argmax's loads compile) instead of
+// ld.global.cs (evict-first).
+#ifndef SCAN_TAKE4
+#define SCAN_TAKE4 0
+#endif
+#ifndef SCAN_LOADS_NC
+#define SCAN_LOADS_NC 0
+#endif
+
+template <class T>
+__device__ __forceinline__ T scan_load(const T* p) {
+#if SCAN_LOADS_NC
+    return __ldg(p);
+#else
+    return __ldcs(p);
+#endif
+}
+
+__device__ __forceinline__ void take_float4(const float4& v, int i, float& lmax, int& amax, int& bad) {
+#if SCAN_TAKE4
+    rowmath::take4(v.x, v.y, v.z, v.w, i, lmax, amax, bad);
+#else
+    take1(v.x, i, lmax, amax, bad);
+    take1(v.y, i + 1, lmax, amax, bad);
+    take1(v.z, i + 2, lmax, amax, bad);
+    take1(v.w, i + 3, lmax, amax, bad);
+#endif
 }
 
 // Max, lowest argmax and the non-finite check of a thread's share of [lo, hi) of the global row x,
@@ -248,25 +276,21 @@ __device__ __forceinline__ void scan_max(const float* __restrict__ x, int lo, in
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int j = j0 + u * T;
-                v[u] = j < n4 ? __ldcs(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[u] = j < n4 ? scan_load(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int j = j0 + u * T;
                 if (j < n4) {
                     if (cache) reinterpret_cast<float4*>(cache)[j] = v[u];
-                    const int i = lo + 4 * j;
-                    take(v[u].x, i, lmax, amax, bad);
-                    take(v[u].y, i + 1, lmax, amax, bad);
-                    take(v[u].z, i + 2, lmax, amax, bad);
-                    take(v[u].w, i + 3, lmax, amax, bad);
+                    take_float4(v[u], lo + 4 * j, lmax, amax, bad);
                 }
             }
         }
         for (int i = lo + 4 * n4 + threadIdx.x; i < hi; i += T) {
             const float l = x[i];
             if (cache) cache[i - lo] = l;
-            take(l, i, lmax, amax, bad);
+            take1(l, i, lmax, amax, bad);
         }
     } else {
         for (int i0 = lo + threadIdx.x; i0 < hi; i0 += U * T) {
@@ -274,14 +298,14 @@ __device__ __forceinline__ void scan_max(const float* __restrict__ x, int lo, in
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int i = i0 + u * T;
-                v[u] = i < hi ? __ldcs(x + i) : 0.f;
+                v[u] = i < hi ? scan_load(x + i) : 0.f;
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int i = i0 + u * T;
                 if (i < hi) {
                     if (cache) cache[i - lo] = v[u];
-                    take(v[u], i, lmax, amax, bad);
+                    take1(v[u], i, lmax, amax, bad);
                 }
             }
         }
