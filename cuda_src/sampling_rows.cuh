@@ -63,6 +63,7 @@ __device__ __forceinline__ u64 cluster_sum(u64 v, u64* slot, u64* before) {
 // ---------------------------------------------------------------- block reductions
 
 using rowmath::take_better;               // (v, i) becomes the better of itself and (v2, i2)
+using rowmath::take1;                     // a logit into a scan's (max, argmax, non-finite flag)
 
 // (v, i) becomes the best pair of its warp (every lane gets it).
 __device__ __forceinline__ void warp_best(float& v, int& i) {
@@ -383,9 +384,7 @@ __device__ __forceinline__ void row_max(const float* __restrict__ x, int lo, int
     int amax = 0x7fffffff;
     int bad = 0;
     for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-        const float l = x[i];
-        bad |= (l != l) | (l == pos_inf());
-        take_better(lmax, amax, l != l ? neg_inf() : l, i);
+        take1(x[i], i, lmax, amax, bad);
     }
     finish_row_max<C>(lmax, amax, bad, sm, rd);
 }

@@ -228,8 +228,6 @@ __device__ __forceinline__ bool ended_before(const int* stop, int a, Smem& sm) {
     return cluster_leader_says<C>(v, sm);
 }
 
-using rowmath::take1;
-
 // scan_max's compile-time switches, for bench/probe_verify_greedy.py: SCAN_TAKE4 = 1 takes a float4
 // through rowmath::take4 (the same result, fewer instructions on the common path); SCAN_LOADS_NC = 1
 // reads through the non-coherent path (ld.global.nc, as argmax's loads compile) instead of
