@@ -11,8 +11,8 @@
 //                  grid=(clusters * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
 // verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, listed row),
 //                  each the argmax of `per` ids, position-major as above, taken from a queue by the
-//                  launch's blocks, which jump it past a finished row's items; the last of a
-//                  position's S items decides it.
+//                  launch's blocks, which jump it past a finished row's items; the last block
+//                  to leave decides every greedy row.
 //                  grid=(min(items, resident blocks),) block=(kGreedyThreads,)
 // Both kernels run on every verification, each over its own list of rows: a kernel with no row
 // costs a launch of resident blocks that find their queue empty (a launch of one block or cluster
@@ -193,10 +193,8 @@ verify_init(int* __restrict__ n_accepted, int* __restrict__ flags, const int* __
         }
         __syncthreads();
     }
-    if (threadIdx.x < 2) {
-        lists[threadIdx.x] = base[threadIdx.x];     // rows in each list
-        queues[threadIdx.x] = 0;                    // the cluster kernel's queue, verify_greedy's
-    }
+    if (threadIdx.x < 2) lists[threadIdx.x] = base[threadIdx.x];    // rows in each list
+    if (threadIdx.x < 3) queues[threadIdx.x] = 0;   // the cluster kernel's queue, verify_greedy's, its exits
 }
 
 // This block's ids [lo, hi): chunks of a multiple of 4 ids, so that a row whose start is 16-byte
@@ -568,6 +566,12 @@ constexpr int kGreedyThreads = GREEDY_THREADS;
 #define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads)
 #endif
 constexpr int kGreedyLoads = GREEDY_LOADS;
+// GREEDY_LOOK_EARLY = 1: thread 0 issues the next item's examination loads a quarter of the way
+// through the current item and looks at them at its end (a compile-time switch for
+// bench/probe_verify_greedy.py)
+#ifndef GREEDY_LOOK_EARLY
+#define GREEDY_LOOK_EARLY 0
+#endif
 
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
@@ -576,26 +580,22 @@ __device__ __forceinline__ u64 pair_key(float v, int i) {
 }
 
 // A greedy position g's argmax is reduced over its S blocks through best[g] (atomicMax of
-// pair_key); done[g] counts the blocks' slices in steps of 2, and a block that saw NaN or +inf sets
-// its low bit first, so the last block reads both.
+// pair_key), and a block that saw NaN or +inf sets done[g] to 1. No block waits for a position to
+// be decided: the launch's last block to leave (the exit count, queue[1]) decides every listed row
+// from best and done at once (greedy_decide), so an item ends in fire-and-forget reductions.
 // The row's early end (done[(n + 1) * rows + row], atomicMin) lets the positions after a rejection
-// be passed over before the rejection is decided: a block whose chunk holds an id that beats the
-// draft (or a non-finite value, or that is the bonus position's) knows at once that its position
-// ends the row, long before the position's last block decides it; it checks a quarter of the way
-// through its chunk and again at the end. A position after the early end comes after the row's
-// first ending position, so passing over it is the same as passing over it after the stop word.
+// be passed over: a block whose chunk holds an id that beats the draft (or a non-finite value, or
+// that is the bonus position's) knows at once that its position ends the row; it says so a quarter
+// of the way through its chunk and again at the end. The early end only ever holds a position that
+// ends the row, so it is never before the row's first ending position: every position up to that
+// one is read whole, and the ones passed over come after it, where the decision does not look.
 //
 // A block takes its items from `queue` in order (w = i * S + s: slice s of the i-th (position,
-// listed greedy row), position-major). Thread 0 claims and examines the next item while the block
-// reads the current one, and passes over the ones it need not read:
-//   - a position past the row's drafts (nothing to count);
-//   - a position after the row's stop word or early end (hints: once set they stay): its slices
-//     are counted done unread, and the block jumps the queue to the next (position, row) with one
-//     atomicMax, counting the slices it jumped over as its own. Every slice index is then owned by
-//     exactly one block (the one whose atomicAdd returned it, or whose atomicMax moved the queue over
-//     it), so each slice is counted once: a dead position costs about one examination, not S.
-// Thread 32 meanwhile ends the current item (the block's argmax into best[g], the count, and the
-// position's decision if it was the last slice), so the item's atomics overlap the next one's.
+// listed greedy row), position-major). Thread 0 claims the next item while the block reads the
+// current one, and then examines it, passing over the ones it need not read: a position past the
+// row's drafts, or after the row's early end; it then moves the queue to the next (position, row)
+// with one atomicMax, so a dead position costs about one examination, not S.
+// Thread 32 meanwhile ends the current item (the block's argmax into best[g]).
 struct GreedyItem {
     int w;                                  // the item; >= the queue's total: none left
     int a, row, k;                          // position, row, the row's drafts
@@ -603,6 +603,8 @@ struct GreedyItem {
 };
 
 constexpr int kGreedyRowCache = 256;        // listed rows a block keeps (id, drafts) of in shared memory
+constexpr int kDecideRows = 256;            // listed rows greedy_decide takes at a time
+constexpr int kDecideLoads = 2;             // positions a thread of greedy_decide loads at once
 
 struct GreedyArgs {
     int* n_accepted;
@@ -610,59 +612,123 @@ struct GreedyArgs {
     int* flags;
     u64* best;
     int* done;
-    int* queue;
+    int* queue;                             // [0] the items taken, [1] the blocks that left
     const int* lists;
     const int* n_drafts;
     int rows, n, vocab, has_n_drafts, slices, total;
 };
 
-// slice count `cnt` of position g = a * rows + row done (bad: a non-finite value seen); the last
-// of the position's S decides it from best[g] (as the cluster kernel does) and ends the position
-__device__ __forceinline__ void greedy_count(const GreedyArgs& p, int a, int row, int k, long long dl, int cnt,
-                                             int bad) {
-    const int g = a * p.rows + row;
-    if (bad) atomicOr(p.done + g, 1);
-    if ((atomicAdd(p.done + g, 2 * cnt) >> 1) + cnt != p.slices) return;
-    __threadfence();
-    const int total = atomicAdd(p.done + g, 0);
-    const u64 key = atomicMax(p.best + g, 0ull);
-    const float lmax = key ? key_value((u32)(key >> 32)) : neg_inf();
-    const int amax = key ? (int)(0xffffffffu - (u32)key) : 0;
-    const int is_bad = (total & 1) | (lmax == neg_inf());
-    int fl;
-    const bool accept = rowmath::greedy_accepts(a < k, dl, p.vocab, amax, &fl);
-    p.tokens[(long long)row * (p.n + 1) + a] = accept && !is_bad ? (int)dl : amax;
-    end_position(p.n_accepted, p.tokens, p.flags, row, k, p.n,
-                 is_bad || !accept ? rowmath::stop_key(a, is_bad ? kNonFinite : fl) : -1);
+__device__ __forceinline__ int greedy_row(const GreedyArgs& p, const int* s_row, int li) {
+    return li < kGreedyRowCache ? s_row[li] : p.lists[2 + p.rows + li];
 }
 
-// Thread 0: from claimed item w on, the first one the block must read, into *it (it->w >= total:
-// none left); the ones passed over are counted here (see above).
+__device__ __forceinline__ int greedy_drafts(const GreedyArgs& p, const int* s_k, int row, int li) {
+    return li < kGreedyRowCache ? s_k[li] : rowmath::row_drafts(p.has_n_drafts, p.n_drafts, row, p.n);
+}
+
+// Claimed item w with what its examination reads (the row's early end and the draft at a), whose
+// loads are in flight until greedy_next looks at them.
+struct GreedyLook {
+    int w, a, row, k, next;                 // next: the first slice of the next (position, row)
+    int early;
+    long long dl;
+};
+
+template <class D>
+__device__ __forceinline__ GreedyLook greedy_look(const GreedyArgs& p, const D* __restrict__ drafts,
+                                                  const int* s_row, const int* s_k, int w) {
+    GreedyLook l{w, 0, 0, 0, 0, 0, -1};
+    if (w >= p.total) return l;
+    const int listed = p.lists[1];
+    const int i = w / p.slices;
+    l.a = i / listed;
+    const int li = i - l.a * listed;
+    l.row = greedy_row(p, s_row, li);
+    l.k = greedy_drafts(p, s_k, l.row, li);
+    l.next = (i + 1) * p.slices;
+    if (l.a < l.k) l.dl = (long long)drafts[(long long)l.row * p.n + l.a];
+    if (l.a <= l.k) l.early = __ldcg(p.done + (p.n + 1) * p.rows + l.row);
+    return l;
+}
+
+// Thread 0: from claimed item l on, the first one the block must read, into *it (it->w >= total:
+// none left).
 template <class D>
 __device__ __forceinline__ void greedy_next(const GreedyArgs& p, const D* __restrict__ drafts, const int* s_row,
-                                            const int* s_k, int w, GreedyItem* it) {
-    const int listed = p.lists[1];
-    for (;; w = atomicAdd(p.queue, 1)) {
-        if (w >= p.total) {
+                                            const int* s_k, GreedyLook l, GreedyItem* it) {
+    for (;;) {
+        if (l.w >= p.total) {
             it->w = p.total;
             return;
         }
-        const int i = w / p.slices, a = i / listed, li = i - a * listed;
-        const int row = li < kGreedyRowCache ? s_row[li] : p.lists[2 + p.rows + li];
-        const int k = li < kGreedyRowCache ? s_k[li] : rowmath::row_drafts(p.has_n_drafts, p.n_drafts, row, p.n);
-        const int next = (i + 1) * p.slices;           // the next (position, row)'s first slice
-        if (a > k) {
-            atomicMax(p.queue, next);
-            continue;
+        if (l.a <= l.k && l.early >= l.a) {
+            *it = GreedyItem{l.w, l.a, l.row, l.k, l.dl};
+            return;
         }
-        const long long dl = a < k ? (long long)drafts[(long long)row * p.n + a] : -1;
-        if (rowmath::stop_at(__ldcg(p.n_accepted + row)) < a || __ldcg(p.done + (p.n + 1) * p.rows + row) < a) {
-            const int from = atomicMax(p.queue, next);
-            greedy_count(p, a, row, k, dl, 1 + max(0, next - from), 0);
-            continue;
+        atomicMax(p.queue, l.next);         // on to the next (position, row)'s first slice
+        l = greedy_look<D>(p, drafts, s_row, s_k, atomicAdd(p.queue, 1));
+    }
+}
+
+// The last block to leave: every listed row's result from best and done. A position ends the row
+// when it is not finite or its draft is not its argmax (the bonus position always does); the row's
+// first ending position is its n_accepted, with that position's flags, every token before it is
+// its draft and after it the pad. kDecideLoads positions a thread are loaded before any is used.
+template <class D>
+__device__ __forceinline__ void greedy_decide(const GreedyArgs& p, const D* __restrict__ drafts, const int* s_row,
+                                              const int* s_k) {
+    __shared__ int s_end[kDecideRows];
+    const int listed = p.lists[1], n1 = p.n + 1;
+    for (int l0 = 0; l0 < listed; l0 += kDecideRows) {
+        const int lr = min(kDecideRows, listed - l0), items = lr * n1;
+        for (int t = threadIdx.x; t < lr; t += kGreedyThreads) s_end[t] = 0x7fffffff;
+        __syncthreads();
+        for (int e0 = threadIdx.x; e0 < items; e0 += kDecideLoads * kGreedyThreads) {
+            u64 key[kDecideLoads];
+            int bad[kDecideLoads];
+            long long dl[kDecideLoads];
+#pragma unroll
+            for (int u = 0; u < kDecideLoads; ++u) {
+                const int e = e0 + u * kGreedyThreads, a = e / lr, li = l0 + e - a * lr;
+                key[u] = 0;
+                bad[u] = 0;
+                dl[u] = -1;
+                if (e < items) {
+                    const int row = greedy_row(p, s_row, li);
+                    if (a <= greedy_drafts(p, s_k, row, li)) {
+                        const int g = a * p.rows + row;
+                        key[u] = __ldcg(p.best + g);
+                        bad[u] = __ldcg(p.done + g);
+                        if (a < greedy_drafts(p, s_k, row, li)) dl[u] = (long long)drafts[(long long)row * p.n + a];
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kDecideLoads; ++u) {
+                const int e = e0 + u * kGreedyThreads, a = e / lr, li = l0 + e - a * lr;
+                if (e >= items) break;
+                const int row = greedy_row(p, s_row, li), k = greedy_drafts(p, s_k, row, li);
+                if (a > k) continue;
+                const float lmax = key[u] ? key_value((u32)(key[u] >> 32)) : neg_inf();
+                const int amax = key[u] ? (int)(0xffffffffu - (u32)key[u]) : 0;
+                const int is_bad = bad[u] | (lmax == neg_inf());
+                int fl;
+                const bool accept = rowmath::greedy_accepts(a < k, dl[u], p.vocab, amax, &fl);
+                p.tokens[(long long)row * n1 + a] = accept && !is_bad ? (int)dl[u] : amax;
+                if (is_bad || !accept) atomicMin(s_end + (li - l0), rowmath::stop_key(a, is_bad ? kNonFinite : fl));
+            }
         }
-        *it = GreedyItem{w, a, row, k, dl};
-        return;
+        __syncthreads();
+        for (int e = threadIdx.x; e < items; e += kGreedyThreads) {   // the same thread as each token's write
+            const int a = e / lr, li = l0 + e - a * lr;
+            const int row = greedy_row(p, s_row, li), word = s_end[li - l0];
+            if (a > rowmath::stop_at(word)) p.tokens[(long long)row * n1 + a] = kPad;
+            if (a == 0) {
+                p.n_accepted[row] = rowmath::stop_at(word);
+                p.flags[row] = rowmath::stop_flags(word);
+            }
+        }
+        __syncthreads();                    // s_end free again
     }
 }
 
@@ -675,10 +741,12 @@ __device__ __forceinline__ void verify_greedy_body(
     pdl_wait();
     const GreedyArgs p{n_accepted, tokens, flags, best, done, queue, lists, n_drafts, rows, n, vocab,
                        has_n_drafts, slices, (n + 1) * lists[1] * slices};
+    if (p.total == 0) return;
     __shared__ GreedyItem items[2];
     __shared__ int s_row[kGreedyRowCache], s_k[kGreedyRowCache];
     __shared__ float sv[kGreedyThreads / 32];
     __shared__ int si[kGreedyThreads / 32];
+    __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int cached = min(p.lists[1], kGreedyRowCache);
     for (int t = threadIdx.x; t < cached; t += kGreedyThreads) {
@@ -687,11 +755,12 @@ __device__ __forceinline__ void verify_greedy_body(
         s_k[t] = rowmath::row_drafts(p.has_n_drafts, p.n_drafts, row, p.n);
     }
     __syncthreads();
-    if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, atomicAdd(p.queue, 1), &items[0]);
+    if (threadIdx.x == 0)
+        greedy_next<D>(p, drafts, s_row, s_k, greedy_look<D>(p, drafts, s_row, s_k, atomicAdd(p.queue, 1)), &items[0]);
     __syncthreads();
     for (int b = 0;; b ^= 1) {
         const GreedyItem it = items[b];
-        if (it.w >= p.total) return;
+        if (it.w >= p.total) break;
         int next = 0;
         if (threadIdx.x == 0) next = atomicAdd(p.queue, 1);
         const int s = it.w % p.slices;
@@ -709,6 +778,10 @@ __device__ __forceinline__ void verify_greedy_body(
         scan_max<kGreedyThreads, kGreedyLoads>(x, lo, mid, nullptr, lmax, amax, bad);
         if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
             atomicMin(early, it.a);
+#if GREEDY_LOOK_EARLY
+        GreedyLook look;                    // the next item's examination in flight with the rest's loads
+        if (threadIdx.x == 0) look = greedy_look<D>(p, drafts, s_row, s_k, next);
+#endif
         scan_max<kGreedyThreads, kGreedyLoads>(x, mid, hi, nullptr, lmax, amax, bad);
         warp_best(lmax, amax);
         if (lane == 0) {
@@ -716,19 +789,29 @@ __device__ __forceinline__ void verify_greedy_body(
             si[warp] = amax;
         }
         bad = __syncthreads_or(bad);
-        if (threadIdx.x == 32) {            // this item's end
+        if (threadIdx.x == 32) {            // this item's end: reductions nothing waits for
             for (int v = 0; v < kGreedyThreads / 32; ++v) take_better(lmax, amax, sv[v], si[v]);
             if (lo < hi) {
                 const u64 key = pair_key(lmax, amax);
                 atomicMax(p.best + it.a * p.rows + it.row, key);
                 if (bad || key > draft_key) atomicMin(early, it.a);
             }
-            __threadfence();                // best[g] before the count
-            greedy_count(p, it.a, it.row, it.k, it.dl, 1, bad);
+            if (bad) atomicOr(p.done + it.a * p.rows + it.row, 1);
         }
-        if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, next, &items[b ^ 1]);
+#if !GREEDY_LOOK_EARLY
+        const GreedyLook look = threadIdx.x == 0 ? greedy_look<D>(p, drafts, s_row, s_k, next) : GreedyLook{};
+#endif
+        if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, look, &items[b ^ 1]);
         __syncthreads();                    // the next item seen; sv, si and items[b] free again
     }
+    // the last block to leave decides: every block's best and done before its exit count
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(p.queue + 1, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    greedy_decide<D>(p, drafts, s_row, s_k);
 }
 
 #define VERIFY_GREEDY_KERNEL(NAME, D)                                                                             \

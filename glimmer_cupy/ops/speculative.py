@@ -67,16 +67,17 @@ _slots: dict = {}
 def _verify_slots(rows: int, n1: int):
     """The verification's device state: (best, done, queues, lists). best u64 and done int32 are
     verify_greedy's per-position slots (rows * n1 each), done followed by each row's early end;
-    queues the two kernels' item counters (the cluster kernel's, verify_greedy's); lists the rows
+    queues the two kernels' item counters (the cluster kernel's, verify_greedy's) and the count of
+    verify_greedy's blocks that left (its last one decides the greedy rows); lists the rows
     at temperature > 0 and the others (counts, then rows * 2 ids). One persistent set per (device,
     stream, shape): verify_init resets and fills them on the stream before each use, and a
     captured graph keeps pointing at the same memory."""
     import cupy
     key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, rows, n1)
     if key not in _slots:
-        ints = cupy.zeros(rows * (n1 + 1) + 2 + 2 + 2 * rows, np.int32)
+        ints = cupy.zeros(rows * (n1 + 1) + 3 + 2 + 2 * rows, np.int32)
         done_n = rows * (n1 + 1)
-        _slots[key] = (cupy.zeros(rows * n1, np.uint64), ints[:done_n], ints[done_n:done_n + 2], ints[done_n + 2:])
+        _slots[key] = (cupy.zeros(rows * n1, np.uint64), ints[:done_n], ints[done_n:done_n + 3], ints[done_n + 3:])
     return _slots[key]
 
 
