@@ -14,10 +14,8 @@ the default setting's.
 --builds compiles verify_greedy once for each set of its compile-time switches (semicolon-separated
 sets of NAME=V, comma-separated: GREEDY_THREADS = threads a block, which the launch follows;
 GREEDY_LOADS = float4 loads in flight a thread; GREEDY_MIN_BLOCKS = blocks an SM that its registers
-must allow; GREEDY_LOOK_EARLY = 1, the next item's examination loads issued a quarter of the way
-through the current one; scan_max's SCAN_TAKE4 = 1, a float4 taken through rowmath::take4, and SCAN_LOADS_NC = 1,
-loads through ld.global.nc instead of ld.global.cs) and times each at the op's own launch size; the
-default setting's tokens are the reference.
+must allow; GREEDY_MAX4 = 1, aligned slices scanned through rowmath::Max4) and times each at the
+op's own launch size; the default setting's tokens are the reference.
 
 --knockout also times the call with the cluster kernel's launch left out (every row is greedy, so
 its blocks would find their queue empty): what that empty launch costs a call.

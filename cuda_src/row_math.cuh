@@ -89,17 +89,54 @@ ROW_HD void take1(float l, int i, float& lmax, int& amax, int& bad) {
     take_better(lmax, amax, l != l ? -inf_f32() : l, i);
 }
 
-// Four consecutive logits at ids i..i+3 (a float4), with the result of take1 on each in turn, but
-// a few instructions on the common path: when all four are finite (x * 0 is exactly 0 for finite x,
-// NaN for NaN and +-inf) and their max is below lmax, none of them can change the scan's state.
-ROW_HD void take4(float a, float b, float c, float d, int i, float& lmax, int& amax, int& bad) {
-    const float z = a * 0.f + b * 0.f + c * 0.f + d * 0.f;
-    const float ab = a > b ? a : b, cd = c > d ? c : d;
-    if (z == 0.f && (ab > cd ? ab : cd) < lmax) return;
-    take1(a, i, lmax, amax, bad);
-    take1(b, i + 1, lmax, amax, bad);
-    take1(c, i + 2, lmax, amax, bad);
-    take1(d, i + 3, lmax, amax, bad);
+// A max scan over float4s that keeps, in place of the lowest argmax, the first float4 that held
+// the running max and its index: a few branch-free instructions a logit where take1 takes ten.
+// z stays 0 while every logit taken is finite (x * 0 is 0 for finite x, NaN for NaN and +-inf; a
+// pair sum that overflows also makes it NaN), and then max4_end gives exactly the (lmax, amax) of
+// take1 over the same ids in any order: the max, and the lowest id holding it. Otherwise the
+// caller scans again with take1 (which also sets the non-finite flag).
+struct Max4 {
+    float m, v0, v1, v2, v3, z;
+    int j;                                  // the float4 that first held m; -1: none taken
+};
+
+ROW_HD Max4 max4_start() {
+    Max4 s;
+    s.m = s.v0 = s.v1 = s.v2 = s.v3 = -inf_f32();
+    s.z = 0.f;
+    s.j = -1;
+    return s;
+}
+
+ROW_HD float max_of(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return fmaxf(a, b);
+#else
+    return a > b ? a : b;                   // the same for the finite values max4_end relies on
+#endif
+}
+
+// float4 j (ids i0 + 4j .. i0 + 4j + 3, taken in increasing j)
+ROW_HD void max4_take(Max4& s, float a, float b, float c, float d, int j) {
+    const float t = max_of(max_of(a, b), max_of(c, d));
+    s.z += ((a + b) + (c + d)) * 0.f;
+    const bool up = t > s.m;
+    s.m = up ? t : s.m;
+    s.j = up ? j : s.j;
+    s.v0 = up ? a : s.v0;
+    s.v1 = up ? b : s.v1;
+    s.v2 = up ? c : s.v2;
+    s.v3 = up ? d : s.v3;
+}
+
+ROW_HD bool max4_exact(const Max4& s) { return s.z == 0.f; }
+
+// The scan's max and lowest argmax (float4 j at ids i0 + 4j) into (lmax, amax), when max4_exact.
+ROW_HD void max4_end(const Max4& s, int i0, float& lmax, int& amax) {
+    if (s.j < 0) return;
+    const int lane = s.v0 == s.m ? 0 : s.v1 == s.m ? 1 : s.v2 == s.m ? 2 : 3;
+    const float v = lane == 0 ? s.v0 : lane == 1 ? s.v1 : lane == 2 ? s.v2 : s.v3;
+    take_better(lmax, amax, v, i0 + 4 * s.j + lane);
 }
 
 // Row r's drafts: n_drafts[r] clamped, or n when the launch has no n_drafts.

@@ -226,37 +226,6 @@ __device__ __forceinline__ bool ended_before(const int* stop, int a, Smem& sm) {
     return cluster_leader_says<C>(v, sm);
 }
 
-// scan_max's compile-time switches, for bench/probe_verify_greedy.py: SCAN_TAKE4 = 1 takes a float4
-// through rowmath::take4 (the same result, fewer instructions on the common path); SCAN_LOADS_NC = 1
-// reads through the non-coherent path (ld.global.nc, as argmax's loads compile) instead of
-// ld.global.cs (evict-first).
-#ifndef SCAN_TAKE4
-#define SCAN_TAKE4 0
-#endif
-#ifndef SCAN_LOADS_NC
-#define SCAN_LOADS_NC 0
-#endif
-
-template <class T>
-__device__ __forceinline__ T scan_load(const T* p) {
-#if SCAN_LOADS_NC
-    return __ldg(p);
-#else
-    return __ldcs(p);
-#endif
-}
-
-__device__ __forceinline__ void take_float4(const float4& v, int i, float& lmax, int& amax, int& bad) {
-#if SCAN_TAKE4
-    rowmath::take4(v.x, v.y, v.z, v.w, i, lmax, amax, bad);
-#else
-    take1(v.x, i, lmax, amax, bad);
-    take1(v.y, i + 1, lmax, amax, bad);
-    take1(v.z, i + 2, lmax, amax, bad);
-    take1(v.w, i + 3, lmax, amax, bad);
-#endif
-}
-
 // Max, lowest argmax and the non-finite check of a thread's share of [lo, hi) of the global row x,
 // in a block of T threads: float4 loads, U in flight per thread, when x + lo is 16-byte aligned;
 // the chunk is copied to cache[0, hi - lo) unless cache is null. Order does not matter: the pair
@@ -272,14 +241,17 @@ __device__ __forceinline__ void scan_max(const float* __restrict__ x, int lo, in
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int j = j0 + u * T;
-                v[u] = j < n4 ? scan_load(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[u] = j < n4 ? __ldcs(x4 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int j = j0 + u * T;
                 if (j < n4) {
                     if (cache) reinterpret_cast<float4*>(cache)[j] = v[u];
-                    take_float4(v[u], lo + 4 * j, lmax, amax, bad);
+                    take1(v[u].x, lo + 4 * j, lmax, amax, bad);
+                    take1(v[u].y, lo + 4 * j + 1, lmax, amax, bad);
+                    take1(v[u].z, lo + 4 * j + 2, lmax, amax, bad);
+                    take1(v[u].w, lo + 4 * j + 3, lmax, amax, bad);
                 }
             }
         }
@@ -294,7 +266,7 @@ __device__ __forceinline__ void scan_max(const float* __restrict__ x, int lo, in
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int i = i0 + u * T;
-                v[u] = i < hi ? scan_load(x + i) : 0.f;
+                v[u] = i < hi ? __ldcs(x + i) : 0.f;
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -566,17 +538,65 @@ constexpr int kGreedyThreads = GREEDY_THREADS;
 #define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads)
 #endif
 constexpr int kGreedyLoads = GREEDY_LOADS;
-// GREEDY_LOOK_EARLY = 1: thread 0 issues the next item's examination loads a quarter of the way
-// through the current item and looks at them at its end (a compile-time switch for
-// bench/probe_verify_greedy.py)
-#ifndef GREEDY_LOOK_EARLY
-#define GREEDY_LOOK_EARLY 0
+// GREEDY_MAX4 = 1: an aligned slice is scanned through rowmath::Max4 (greedy_scan4) instead of
+// take1 (a compile-time switch for bench/probe_verify_greedy.py)
+#ifndef GREEDY_MAX4
+#define GREEDY_MAX4 0
 #endif
 
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
 __device__ __forceinline__ u64 pair_key(float v, int i) {
     return ((u64)order_key(v) << 32) | (u64)(0xffffffffu - (u32)i);
+}
+
+// float4s j0, j0 + T, ... below jend of x4 into s, U loads in flight
+__device__ __forceinline__ void max4_range(const float4* __restrict__ x4, int j0, int jend, rowmath::Max4& s) {
+    for (int j = j0; j < jend; j += kGreedyLoads * kGreedyThreads) {
+        float4 v[kGreedyLoads];
+#pragma unroll
+        for (int u = 0; u < kGreedyLoads; ++u) {
+            const int jj = j + u * kGreedyThreads;
+            v[u] = jj < jend ? __ldcs(x4 + jj) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < kGreedyLoads; ++u)
+            if (j + u * kGreedyThreads < jend) rowmath::max4_take(s, v[u].x, v[u].y, v[u].z, v[u].w, j + u * kGreedyThreads);
+    }
+}
+
+__device__ __forceinline__ void take1_range(const float4* __restrict__ x4, int lo, int j0, int jend, float& lmax,
+                                            int& amax, int& bad) {
+    for (int j = j0; j < jend; j += kGreedyThreads) {
+        const float4 v = x4[j];
+        take1(v.x, lo + 4 * j, lmax, amax, bad);
+        take1(v.y, lo + 4 * j + 1, lmax, amax, bad);
+        take1(v.z, lo + 4 * j + 2, lmax, amax, bad);
+        take1(v.w, lo + 4 * j + 3, lmax, amax, bad);
+    }
+}
+
+// verify_greedy's scan of [lo, hi) for x + lo 16-byte aligned, through rowmath::Max4: the float4s
+// of [lo, mid), the early end's hint, those of [mid, hi), then the ids past the last float4 by
+// take1. The hint needs a logit strictly above the draft's (or no valid draft): it beats the draft
+// whatever the ids, and NaN never passes for one (the item's end makes the exact test). A thread
+// that took a non-finite logit scans its float4s again with take1, which also sets `bad`.
+__device__ __forceinline__ void greedy_scan4(const float* __restrict__ x, int lo, int mid, int hi, u64 draft_key,
+                                             int* early, int a, float& lmax, int& amax, int& bad) {
+    const float4* x4 = reinterpret_cast<const float4*>(x + lo);
+    const int n4 = (hi - lo) >> 2, m4 = (mid - lo) >> 2, t = threadIdx.x;
+    rowmath::Max4 s = rowmath::max4_start();
+    max4_range(x4, t, m4, s);
+    const float dv = draft_key ? key_value((u32)(draft_key >> 32)) : neg_inf();
+    if (__any_sync(0xffffffffu, lo < mid && (draft_key == 0 || s.m > dv)) && (t & 31) == 0) atomicMin(early, a);
+    max4_range(x4, m4 + t, n4, s);
+    if (rowmath::max4_exact(s)) {
+        rowmath::max4_end(s, lo, lmax, amax);
+    } else {
+        take1_range(x4, lo, t, m4, lmax, amax, bad);
+        take1_range(x4, lo, m4 + t, n4, lmax, amax, bad);
+    }
+    for (int i = lo + 4 * n4 + t; i < hi; i += kGreedyThreads) take1(x[i], i, lmax, amax, bad);
 }
 
 // A greedy position g's argmax is reduced over its S blocks through best[g] (atomicMax of
@@ -775,14 +795,17 @@ __device__ __forceinline__ void verify_greedy_body(
         // the first quarter, then the early end if any of it beats the draft (or is not finite, or
         // there is no valid draft), then the rest: the hint goes out a quarter of the way in
         const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
-        scan_max<kGreedyThreads, kGreedyLoads>(x, lo, mid, nullptr, lmax, amax, bad);
-        if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
-            atomicMin(early, it.a);
-#if GREEDY_LOOK_EARLY
-        GreedyLook look;                    // the next item's examination in flight with the rest's loads
-        if (threadIdx.x == 0) look = greedy_look<D>(p, drafts, s_row, s_k, next);
+#if GREEDY_MAX4
+        if ((((size_t)(x + lo)) & 15) == 0) {
+            greedy_scan4(x, lo, mid, hi, draft_key, early, it.a, lmax, amax, bad);
+        } else
 #endif
-        scan_max<kGreedyThreads, kGreedyLoads>(x, mid, hi, nullptr, lmax, amax, bad);
+        {
+            scan_max<kGreedyThreads, kGreedyLoads>(x, lo, mid, nullptr, lmax, amax, bad);
+            if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
+                atomicMin(early, it.a);
+            scan_max<kGreedyThreads, kGreedyLoads>(x, mid, hi, nullptr, lmax, amax, bad);
+        }
         warp_best(lmax, amax);
         if (lane == 0) {
             sv[warp] = lmax;
@@ -798,10 +821,7 @@ __device__ __forceinline__ void verify_greedy_body(
             }
             if (bad) atomicOr(p.done + it.a * p.rows + it.row, 1);
         }
-#if !GREEDY_LOOK_EARLY
-        const GreedyLook look = threadIdx.x == 0 ? greedy_look<D>(p, drafts, s_row, s_k, next) : GreedyLook{};
-#endif
-        if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, look, &items[b ^ 1]);
+        if (threadIdx.x == 0) greedy_next<D>(p, drafts, s_row, s_k, greedy_look<D>(p, drafts, s_row, s_k, next), &items[b ^ 1]);
         __syncthreads();                    // the next item seen; sv, si and items[b] free again
     }
     // the last block to leave decides: every block's best and done before its exit count
