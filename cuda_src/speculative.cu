@@ -527,22 +527,18 @@ __device__ __forceinline__ void verify_body(
 #define GREEDY_THREADS 256
 #endif
 constexpr int kGreedyThreads = GREEDY_THREADS;
-// float4 loads in flight a thread, and the blocks an SM the registers must allow (a compile-time
-// switch for bench/probe_verify_greedy.py)
+// float4 loads in flight a thread, and the blocks an SM the registers must allow (compile-time
+// switches for bench/probe_verify_greedy.py). 5 blocks: 48 registers; greedy_scan4 asks 59 without
+// the bound, and at 4 blocks an SM the probe's 64 x 16 case ran 100.2 us against 98.3.
 #ifndef GREEDY_LOADS
 #define GREEDY_LOADS 4
 #endif
-#ifdef GREEDY_MIN_BLOCKS
+#ifndef GREEDY_MIN_BLOCKS
+#define GREEDY_MIN_BLOCKS 5
+#endif
 #define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads, GREEDY_MIN_BLOCKS)
-#else
-#define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads)
-#endif
 constexpr int kGreedyLoads = GREEDY_LOADS;
-// GREEDY_MAX4 = 1: an aligned slice is scanned through rowmath::Max4 (greedy_scan4) instead of
-// take1 (a compile-time switch for bench/probe_verify_greedy.py)
-#ifndef GREEDY_MAX4
-#define GREEDY_MAX4 0
-#endif
+
 
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
@@ -795,12 +791,9 @@ __device__ __forceinline__ void verify_greedy_body(
         // the first quarter, then the early end if any of it beats the draft (or is not finite, or
         // there is no valid draft), then the rest: the hint goes out a quarter of the way in
         const int mid = min(hi, lo + (((hi - lo) / 4 + 3) & ~3));     // 16-byte steps stay aligned
-#if GREEDY_MAX4
         if ((((size_t)(x + lo)) & 15) == 0) {
             greedy_scan4(x, lo, mid, hi, draft_key, early, it.a, lmax, amax, bad);
-        } else
-#endif
-        {
+        } else {
             scan_max<kGreedyThreads, kGreedyLoads>(x, lo, mid, nullptr, lmax, amax, bad);
             if (__any_sync(0xffffffffu, bad || (lo < mid && pair_key(lmax, amax) > draft_key)) && lane == 0)
                 atomicMin(early, it.a);
