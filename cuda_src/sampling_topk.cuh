@@ -64,41 +64,56 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
 
 // ---------------------------------------------------------------- reading a chunk
 
-// f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, four in flight per
-// thread, and single loads for the ends. Every thread of the block calls it.
-template <class F>
-__device__ __forceinline__ void for_chunk(const float* __restrict__ x, int lo, int hi, F&& f) {
-    constexpr int U = 4;
+// [lo, hi) as for_chunk reads it: ids [lo, a) and [b, hi) singly, [a, b) in float4s from x + a,
+// which is 16-byte aligned.
+struct ChunkSplit {
+    int a, nv, b;
+};
+
+__device__ __forceinline__ ChunkSplit chunk_split(const float* x, int lo, int hi) {
     const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
     const int a = min(hi, lo + ((4 - mis) & 3));
     const int nv = (hi - a) >> 2;
-    const int b = a + 4 * nv;
+    return ChunkSplit{a, nv, a + 4 * nv};
+}
+
+// f(i, x[i]) for the single ids at the ends of [lo, hi) (at most 3 each, one a thread).
+template <class F>
+__device__ __forceinline__ void for_chunk_ends(const float* __restrict__ x, int lo, int hi, const ChunkSplit& c,
+                                               F&& f) {
     const int t = threadIdx.x;
-    if (t < a - lo) f(lo + t, x[lo + t]);
-    if (t < hi - b) f(b + t, x[b + t]);
-    const float4* __restrict__ v = reinterpret_cast<const float4*>(x + a);
-    int j = t;
-    for (; j + (U - 1) * kThreads < nv; j += U * kThreads) {
+    if (t < c.a - lo) f(lo + t, x[lo + t]);
+    if (t < hi - c.b) f(c.b + t, x[c.b + t]);
+}
+
+// f4(i, j, q) for float4 j (ids i = a + 4j ..) of the aligned middle, four loads in flight per thread.
+template <class F4>
+__device__ __forceinline__ void for_chunk_float4s(const float* __restrict__ x, const ChunkSplit& c, F4&& f4) {
+    constexpr int U = 4;
+    const float4* __restrict__ v = reinterpret_cast<const float4*>(x + c.a);
+    int j = threadIdx.x;
+    for (; j + (U - 1) * kThreads < c.nv; j += U * kThreads) {
         float4 q[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) q[u] = v[j + u * kThreads];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int i = a + 4 * (j + u * kThreads);
-            f(i, q[u].x);
-            f(i + 1, q[u].y);
-            f(i + 2, q[u].z);
-            f(i + 3, q[u].w);
-        }
+        for (int u = 0; u < U; ++u) f4(c.a + 4 * (j + u * kThreads), j + u * kThreads, q[u]);
     }
-    for (; j < nv; j += kThreads) {
-        const float4 q = v[j];
-        const int i = a + 4 * j;
+    for (; j < c.nv; j += kThreads) f4(c.a + 4 * j, j, v[j]);
+}
+
+// f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, four in flight per
+// thread, and single loads for the ends. Every thread of the block calls it.
+template <class F>
+__device__ __forceinline__ void for_chunk(const float* __restrict__ x, int lo, int hi, F&& f) {
+    const ChunkSplit c = chunk_split(x, lo, hi);
+    for_chunk_ends(x, lo, hi, c, f);
+    for_chunk_float4s(x, c, [&](int i, int, const float4& q) {
         f(i, q.x);
         f(i + 1, q.y);
         f(i + 2, q.z);
         f(i + 3, q.w);
-    }
+    });
 }
 
 // ---------------------------------------------------------------- shared memory
@@ -205,19 +220,44 @@ __device__ __forceinline__ int count_above(const float4* a4, int n4, float m, in
 // own max into *tmax. One cluster barrier, after which every block reads the others' TopkPub
 // (which nothing overwrites). A block must not exit before the cluster's next barrier: the others
 // may still be reading its TopkPub.
-template <int C>
+//
+// kMax4: the aligned middle is taken through rowmath::Max4 (speculative.cu's verification, where a
+// block reads a whole row in ~9 rounds of loads); sample_rows' reads are one or two rounds a thread
+// and its 64 registers have no room for Max4's seven (it would spill).
+template <int C, bool kMax4 = false>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
                                                RowDist& rd, float* tmax) {
     TOPK_CLOCK(0);
     float lmax = neg_inf(), mine = neg_inf();
     int amax = 0x7fffffff;
     int bad = 0;
-    for_chunk(x, lo, hi, [&](int i, float l) {
+    const auto take = [&](int i, float l) {
         bad |= (l != l) | (l == pos_inf());
         const float m = l != l ? neg_inf() : l;
         take_better(lmax, amax, m, i);
         mine = fmaxf(mine, m);
-    });
+    };
+    if (!kMax4) {
+        for_chunk(x, lo, hi, take);
+    } else {
+        // Max4's m is also the thread's max when every logit is finite; a thread that met a
+        // non-finite logit takes its float4s again one logit at a time
+        const ChunkSplit c = chunk_split(x, lo, hi);
+        for_chunk_ends(x, lo, hi, c, take);
+        rowmath::Max4 s4 = rowmath::max4_start();
+        for_chunk_float4s(x, c, [&](int, int j, const float4& q) { rowmath::max4_take(s4, q.x, q.y, q.z, q.w, j); });
+        if (rowmath::max4_exact(s4)) {
+            rowmath::max4_end(s4, c.a, lmax, amax);
+            mine = fmaxf(mine, s4.m);
+        } else {
+            for_chunk_float4s(x, c, [&](int i, int, const float4& q) {
+                take(i, q.x);
+                take(i + 1, q.y);
+                take(i + 2, q.z);
+                take(i + 3, q.w);
+            });
+        }
+    }
     TOPK_CLOCK(1);
     *tmax = mine;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

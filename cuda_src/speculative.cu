@@ -383,7 +383,7 @@ __device__ __forceinline__ void verify_item(
         RowDist rd;
         float tmax = neg_inf();
         STAMP_AT(1);
-        if (short_k) row_max_groups<C>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax);
+        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax);
         else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         STAMP_AT(2);
         const bool drafted = a < k;
