@@ -539,7 +539,6 @@ constexpr int kGreedyThreads = GREEDY_THREADS;
 #define GREEDY_BOUNDS __launch_bounds__(kGreedyThreads, GREEDY_MIN_BLOCKS)
 constexpr int kGreedyLoads = GREEDY_LOADS;
 
-
 // (value, id) as one integer whose maximum is the larger value, then the lower id; 0 is below
 // every pair a block writes (order_key(-inf) > 0).
 __device__ __forceinline__ u64 pair_key(float v, int i) {
