@@ -17,8 +17,15 @@
 
 using rowmath::draw_target;
 
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / 32;       // 32: the warp totals fit one warp
+// Threads a block of the row kernels: sample_rows' 1024; speculative.cu sets ROW_THREADS to its
+// VERIFY_THREADS before including this file. 64 to 1024: the warp totals fit one warp, whose lanes
+// past kWarps read the reduction's identity.
+#ifndef ROW_THREADS
+#define ROW_THREADS 1024
+#endif
+constexpr int kThreads = ROW_THREADS;
+constexpr int kWarps = kThreads / 32;
+static_assert(kThreads % 64 == 0 && kWarps <= 32, "ROW_THREADS: a multiple of 64 up to 1024");
 constexpr int kBins = 256;
 constexpr int kTile = kThreads * 4;         // ids per scan tile: four consecutive ids per thread
 constexpr int kList = 2048;                 // candidates a block keeps in shared memory
@@ -86,8 +93,8 @@ __device__ __forceinline__ void cluster_argmax(float& v, int& i, float* sv, int*
     }
     __syncthreads();
     if (warp == 0) {
-        v = sv[lane];
-        i = si[lane];
+        v = lane < kWarps ? sv[lane] : neg_inf();
+        i = lane < kWarps ? si[lane] : 0x7fffffff;
         warp_best(v, i);
         if (lane == 0) {
             if (C > 1) *slot = ((u64)__float_as_uint(v) << 32) | (u32)i;
@@ -126,7 +133,7 @@ __device__ __forceinline__ u64 block_sum(u64 s, u64* sh) {
     if (lane == 0) sh[warp] = s;
     __syncthreads();
     if (warp == 0) {
-        s = sh[lane];
+        s = lane < kWarps ? sh[lane] : 0;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (lane == 0) sh[0] = s;
@@ -149,14 +156,14 @@ __device__ __forceinline__ u64 block_exclusive_scan(u64 s, u64* sh, u64* total) 
     if (lane == 31) sh[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        const u64 w = sh[lane];
+        const u64 w = lane < kWarps ? sh[lane] : 0;
         u64 wi = w;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const u64 t = __shfl_up_sync(0xffffffffu, wi, o);
             if (lane >= o) wi += t;
         }
-        sh[lane] = wi - w;                  // exclusive prefix of the warp totals
+        if (lane < kWarps) sh[lane] = wi - w;   // exclusive prefix of the warp totals
         if (lane == 31) sh[kWarps] = wi;
     }
     __syncthreads();

@@ -169,7 +169,7 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     if (lane == 0) sh[warp] = v;
     __syncthreads();
-    v = sh[lane];
+    v = lane < kWarps ? sh[lane] : neg_inf();
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     __syncthreads();
@@ -275,8 +275,8 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
     bad = __syncthreads_or(bad);
     TOPK_CLOCK(2);
     if (warp == 0) {                        // the block's best, by warp 0 alone
-        lmax = w.fsh[lane];
-        amax = reinterpret_cast<int*>(w.sh)[lane];
+        lmax = lane < kWarps ? w.fsh[lane] : neg_inf();
+        amax = lane < kWarps ? reinterpret_cast<int*>(w.sh)[lane] : 0x7fffffff;
         warp_best(lmax, amax);
         if (lane == 0) {
             sm.pub.v = lmax;

@@ -8,7 +8,7 @@
 // verify_<D>_c<C>  D = i32 | i64 (the drafts' dtype); the rows at temperature > 0: clusters of C
 //                  blocks, as many as fit at once, each taking (position, row) items (position-major:
 //                  position i / R of the (i % R)-th of the R listed rows) from a queue until it is empty.
-//                  grid=(clusters * C,) block=(kThreads,) dynamic smem=4 * (cache + 4) bytes
+//                  grid=(clusters * C,) block=(VERIFY_THREADS,) dynamic smem=4 * (cache + 4) bytes
 // verify_greedy_<D> the greedy rows (temperature <= 0 or NaN): S items per (position, listed row),
 //                  each the argmax of `per` ids, position-major as above, taken from a queue by the
 //                  launch's blocks, which jump it past a finished row's items; the last block
@@ -58,8 +58,20 @@
 // [0, vocab) is rejected without being read (flag 4, INVALID_DRAFT; the correction is then drawn
 // from p, or from max(0, p - q)), n_drafts is clamped to [0, n], and q entries that are negative or
 // NaN act as 0 in the test and in the residual. Every written token is still a valid id.
+// Threads a block of the cluster kernel (ops/speculative.py: VERIFY_THREADS; a compile-time switch
+// for bench/probe_verify_threads.py), the row machinery's kThreads here. At C = 1 (the many-item
+// shape: 64 rows of 16 drafts) the blocks are bounded to 1024 threads' worth an SM, 64 registers:
+// two 512-thread blocks, so that one block's short, latency-bound stages after its read of a row
+// (bound, list, weights, decision) overlap the other block's read. Larger clusters serve few items
+// and keep up to 128 registers (under 64 their list steps spill).
+#ifndef VERIFY_THREADS
+#define VERIFY_THREADS 512
+#endif
+#define ROW_THREADS VERIFY_THREADS
 #include "sampling_rows.cuh"
 #include "sampling_topk.cuh"          // the short path's list, for rows with a small top-k
+template <int C>
+constexpr int verify_blocks_per_sm() { return C == 1 ? 1024 / kThreads : 1; }
 #include "stamps.cuh"                 // per-item stage stamps (bench/probe_verify.py)
 
 using rowmath::kNonFinite;
@@ -840,7 +852,7 @@ VERIFY_GREEDY_KERNEL(verify_greedy_i32, int)
 VERIFY_GREEDY_KERNEL(verify_greedy_i64, long long)
 
 #define VERIFY_KERNEL(NAME, D, C)                                                                                 \
-    extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(kThreads, 1)                            \
+    extern "C" __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(kThreads, verify_blocks_per_sm<C>())     \
     NAME##_c##C(int* __restrict__ n_accepted, int* __restrict__ tokens, int* __restrict__ flags,                   \
                 const float* __restrict__ logits, const D* __restrict__ drafts, const float* __restrict__ q,        \
                 const int* __restrict__ n_drafts, const float* __restrict__ temperature,                           \
