@@ -51,7 +51,7 @@ VERIFY_CLUSTERS = (1, 2, 4, 8)             # the C of verify_*_c<C>: blocks per 
 VERIFY_MIN_BLOCKS = 264                     # spread few rows over at least two blocks per SM (132 on an H200)
 GREEDY_THREADS = 256                        # kGreedyThreads in speculative.cu
 INIT_THREADS = 1024                         # kInitThreads
-VERIFY_THREADS = 512                        # VERIFY_THREADS in speculative.cu: the cluster kernel's block
+VERIFY_THREADS = 1024                       # VERIFY_THREADS in speculative.cu: the cluster kernel's block
 GREEDY_IDS = 16384                          # ids per block of verify_greedy (64 KB of logits)
 
 
@@ -108,15 +108,14 @@ def verify_shape(rows: int, n: int, vocab: int, smem_budget: int, sms: int) -> t
     return c, chunk_ids(vocab, c) if c in fits else 0
 
 
-def verify_clusters(kernel, rows: int, n: int, c: int, smem: int) -> int:
+def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
     """Clusters of the cluster kernel's launch: one an item at most, and about as many as fit at
-    once by the driver's occupancy of the build (threads, registers) and by shared memory an SM (its
-    clusters take their items from a queue: the ones that do not fit start when the first leave, at
-    the queue's end, and find it empty)."""
+    once by threads and shared memory an SM (its clusters take their items from a queue: the ones
+    that do not fit start when the first leave, at the queue's end, and find it empty)."""
     import cupy
     per_sm_smem, static = _smem_limits(cupy.cuda.Device().id)[1:]
     by_smem = per_sm_smem // (smem + static + 1024)           # 1 KB reserved a block
-    per_sm = max(1, min(_blocks_per_sm(kernel.ptr, VERIFY_THREADS), by_smem))
+    per_sm = max(1, min(2048 // VERIFY_THREADS, by_smem))
     return max(1, min((n + 1) * rows, per_sm * sm_count() // c))
 
 
@@ -310,7 +309,7 @@ def _launch_clusters(name: str, c: int, cache: int, out, logits, drafts, draft_p
     if kern.fn.max_dynamic_shared_size_bytes < smem:
         kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
         kern.fn.preferred_shared_memory_carveout = 100
-    kern((verify_clusters(kern, rows, n1 - 1, c, smem) * c,), (VERIFY_THREADS,),
+    kern((verify_clusters(rows, n1 - 1, c, smem) * c,), (VERIFY_THREADS,),
          (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
           k_arg, params.temperature, params.top_k, params.top_p,
           params.min_p, params.seed, positions, np.int32(rows), np.int32(n1 - 1), np.int32(vocab),
