@@ -55,9 +55,9 @@ def torch_or_none():
         return None
 
 
-def random_pool(cupy, cells: int):
-    """A (cells, HKV, D) pool of bf16 bits of N(0, 1) values, made on the device."""
-    pool = cupy.empty((cells, HKV, D), dtype=cupy.uint16)
+def random_pool(cupy, cells: int, hkv: int = HKV):
+    """A (cells, hkv, D) pool of bf16 bits of N(0, 1) values, made on the device."""
+    pool = cupy.empty((cells, hkv, D), dtype=cupy.uint16)
     step = 1 << 16                                        # cells per fill: bounds the float32 temporary
     for c in range(0, cells, step):
         x = cupy.random.standard_normal(pool[c:c + step].shape, dtype=cupy.float32)
@@ -74,21 +74,28 @@ def scattered_cells(rng, n: int, run: int) -> np.ndarray:
     return (starts[:, None] + np.arange(run)).ravel().astype(np.int32)
 
 
-def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt"):
-    import cupy
-    kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
-    sets = n_sets(kv_bytes)
-    cells = sets * b * ctx + 1                            # cell 0: scratch
-    # every set's sequences own disjoint, scattered cells of one pool
-    k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
+def decode_inputs(cupy, rng, b: int, ctx: int, sets: int, run_cells: int = 1, hq: int = HQ, hkv: int = HKV):
+    """One query token for each of b sequences of ctx positions, `sets` copies to rotate over:
+    (k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs). Every set's sequences own
+    disjoint cells of one pool, in runs of run_cells (scattered_cells); cell 0 is the scratch."""
+    cells = sets * b * ctx + 1
+    k_pool, v_pool = random_pool(cupy, cells, hkv), random_pool(cupy, cells, hkv)
     perm = cupy.asarray(scattered_cells(rng, cells - 1, run_cells))
     tables = [perm[i * b * ctx:(i + 1) * b * ctx].reshape(b, ctx) for i in range(sets)]
     seq_lens = cupy.full(b, ctx, dtype=cupy.int32)
     tok_seq = cupy.arange(b, dtype=cupy.int32)
     tok_pos = cupy.full(b, ctx - 1, dtype=cupy.int32)
-    qs = [cupy.asarray(rng.normal(0, 1, (b, HQ, D)).astype(np.float32)) for _ in range(sets)]
-    outs = [cupy.empty((b, HQ, D), dtype=cupy.float32) for _ in range(sets)]
+    qs = [cupy.asarray(rng.normal(0, 1, (b, hq, D)).astype(np.float32)) for _ in range(sets)]
+    outs = [cupy.empty((b, hq, D), dtype=cupy.float32) for _ in range(sets)]
+    return k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs
+
+
+def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
+             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt"):
+    import cupy
+    kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
+    sets = n_sets(kv_bytes)
+    k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs = decode_inputs(cupy, rng, b, ctx, sets, run_cells)
     work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
     scale = D ** -0.5
     splits = n_splits(b * HKV, ctx, sm_count())

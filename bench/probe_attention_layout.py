@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_attention import scattered_cells, torch_or_none  # noqa: E402
+from bench.bench_attention import decode_inputs, torch_or_none  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, n_sets, time_us  # noqa: E402
 from glimmer_cupy.ops.attention import workspace_size  # noqa: E402
@@ -34,16 +34,7 @@ def case(b: int, ctx: int, hq: int, hkv: int, run: int, copy_bw: float, torch, s
     rng = np.random.default_rng(0)
     kv_bytes = b * ctx * hkv * D * 4
     sets = n_sets(kv_bytes)
-    cells = sets * b * ctx + 1
-    k_pool = (cupy.random.standard_normal((cells, hkv, D), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
-    v_pool = (cupy.random.standard_normal((cells, hkv, D), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
-    perm = cupy.asarray(scattered_cells(rng, cells - 1, run))
-    tables = [perm[i * b * ctx:(i + 1) * b * ctx].reshape(b, ctx) for i in range(sets)]
-    seq_lens = cupy.full(b, ctx, dtype=cupy.int32)
-    tok_seq = cupy.arange(b, dtype=cupy.int32)
-    tok_pos = cupy.full(b, ctx - 1, dtype=cupy.int32)
-    qs = [cupy.asarray(rng.normal(0, 1, (b, hq, D)).astype(np.float32)) for _ in range(sets)]
-    outs = [cupy.empty((b, hq, D), dtype=cupy.float32) for _ in range(sets)]
+    k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs = decode_inputs(cupy, rng, b, ctx, sets, run, hq, hkv)
     work = cupy.empty(workspace_size(b, hq, D), dtype=cupy.float32)
     cupy.cuda.Device().synchronize()
     row = dict(batch=b, context=ctx, q_heads=hq, kv_heads=hkv, run_cells=run, times={})
@@ -70,7 +61,6 @@ def case(b: int, ctx: int, hq: int, hkv: int, run: int, copy_bw: float, torch, s
     print(f"B={b:<3d} ctx={ctx:<6d} heads {hq}/{hkv} run {run:<6d} | "
           + " | ".join(f"{k}: {v:7.1f} us ({kv_bytes / v / 1e6 / (copy_bw / 1e12):.0%})" for k, v in row["times"].items())
           + f" | best {best:.1f}", flush=True)
-    del k_pool, v_pool
     cupy.get_default_memory_pool().free_all_blocks()
     return row
 

@@ -52,21 +52,30 @@ def greedy_case(rows: int, vocab: int, rng):
 
 
 @contextmanager
+def spec_build(defines: dict, kernels: tuple[str, ...], threads_attr: str):
+    """ops.speculative with the kernels whose names start with one of `kernels` compiled with
+    `defines`, and spec.<threads_attr> (their block size) set to defines[threads_attr] if given."""
+    get, threads = spec.get_kernel, getattr(spec, threads_attr)
+    spec.get_kernel = (lambda name, kernel, *a, **kw: get(name, kernel, defines) if kernel.startswith(kernels)
+                       else get(name, kernel, *a, **kw))
+    setattr(spec, threads_attr, defines.get(threads_attr, threads))
+    try:
+        yield
+    finally:
+        spec.get_kernel = get
+        setattr(spec, threads_attr, threads)
+
+
+@contextmanager
 def built(build: str):
     """The op with verify_greedy compiled with the switches of `build` ('NAME=V,...'; '': as it is),
     launched at the build's block size."""
     if not build:
         yield
         return
-    defines = {k: int(v) for k, v in (kv.split("=") for kv in build.split(","))}
-    get, threads = spec.get_kernel, spec.GREEDY_THREADS
-    spec.get_kernel = (lambda name, kernel, *a, **kw: get(name, kernel, defines) if kernel.startswith("verify_greedy")
-                       else get(name, kernel, *a, **kw))
-    spec.GREEDY_THREADS = defines.get("GREEDY_THREADS", threads)
-    try:
+    with spec_build({k: int(v) for k, v in (kv.split("=") for kv in build.split(","))}, ("verify_greedy",),
+                    "GREEDY_THREADS"):
         yield
-    finally:
-        spec.get_kernel, spec.GREEDY_THREADS = get, threads
 
 
 def main(argv=None) -> int:

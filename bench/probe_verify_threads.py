@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,23 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_sampling import BLOCK, verify_inputs  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
+from probe_verify_greedy import spec_build  # noqa: E402
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import speculative as spec  # noqa: E402
 from glimmer_cupy.ops.sampling import DeviceSamplingParams  # noqa: E402
-
-
-@contextmanager
-def threads_build(threads: int):
-    """The op with speculative.cu built with VERIFY_THREADS=threads and launched at that size."""
-    get, default = spec.get_kernel, spec.VERIFY_THREADS
-    if threads != default:
-        spec.get_kernel = lambda name, kernel, *a, **kw: get(name, kernel, {"VERIFY_THREADS": threads})
-        spec.VERIFY_THREADS = threads
-    try:
-        yield
-    finally:
-        spec.get_kernel, spec.VERIFY_THREADS = get, default
 
 
 def main(argv=None) -> int:
@@ -62,7 +49,7 @@ def main(argv=None) -> int:
                 first = None
                 line = f"stochastic+q rows={rows:<3d} V={vocab:<6d}"
                 for threads in map(int, args.threads.split(",")):
-                    with threads_build(threads):
+                    with spec_build({"VERIFY_THREADS": threads}, ("verify_i32_c", "verify_i64_c"), "VERIFY_THREADS"):
                         out[1].fill(-7)
                         ops.sample_token(x, d, pos, drafts, q, out=out)
                         got = [cupy.asnumpy(o) for o in out]
@@ -75,7 +62,6 @@ def main(argv=None) -> int:
                                  f"{spec._blocks_per_sm(kern.ptr, threads)} an SM): {us:7.1f} us"
                                  f"{'' if same else ' TOKENS DIFFER'}")
                 print(line + f" | mean accepted {float(first[0].mean()):.2f}", flush=True)
-                del x, q
                 cupy.get_default_memory_pool().free_all_blocks()
     return 0 if same_everywhere else 1
 
