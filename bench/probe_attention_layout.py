@@ -9,6 +9,8 @@ contiguous copies. Same grid shape either way (8 B (token, kv head) units), so t
 the merge are the same; only the addresses differ.
 
     PYTHONPATH=$PWD python3 bench/probe_attention_layout.py [--contexts 32768,131072] [--batches 1,8]
+    ncu --set full -k regex:"attn|flash|fmha|merge|combine" -c 8 python3 bench/probe_attention_layout.py \
+        --contexts 32768 --batches 1 --calls 2
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from glimmer_cupy.ops.attention import workspace_size  # noqa: E402
 D = 128
 
 
-def case(b: int, ctx: int, hq: int, hkv: int, run: int, copy_bw: float, torch, stages, splits) -> dict:
+def case(b: int, ctx: int, hq: int, hkv: int, run: int, copy_bw: float, torch, stages, splits, calls: int = 0) -> dict:
+    """Time one layout (or, with calls, only make that many eager calls of each kernel, for ncu)."""
     import cupy
     rng = np.random.default_rng(0)
     kv_bytes = b * ctx * hkv * D * 4
@@ -38,14 +41,12 @@ def case(b: int, ctx: int, hq: int, hkv: int, run: int, copy_bw: float, torch, s
     work = cupy.empty(workspace_size(b, hq, D), dtype=cupy.float32)
     cupy.cuda.Device().synchronize()
     row = dict(batch=b, context=ctx, q_heads=hq, kv_heads=hkv, run_cells=run, times={})
-    for st in stages:
-        for sp in splits:
-            def launch(i, st=st, sp=sp):
-                ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, D ** -0.5,
-                              out=outs[i], workspace=work, kernel="stream", force_stages=st,
-                              force_splits=sp or None)
-            us = time_us(launch, sets, 50, 20)[0]
-            row["times"][f"stages {st} splits {sp or 'rule'}"] = us
+
+    def ours(st, sp):
+        return lambda i: ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, D ** -0.5,
+                                       out=outs[i], workspace=work, kernel="stream", force_stages=st,
+                                       force_splits=sp or None)
+    launches = {f"stages {st} splits {sp or 'rule'}": ours(st, sp) for st in stages for sp in splits}
     if torch is not None and run == ctx and hkv == 8:
         import torch.nn.functional as F
         dense = [torch.from_dlpack(cupy.ascontiguousarray(p[tables[0]].transpose(0, 2, 1, 3))).view(torch.bfloat16)
@@ -56,11 +57,19 @@ def case(b: int, ctx: int, hq: int, hkv: int, run: int, copy_bw: float, torch, s
         def sdpa(i):
             with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
                 return F.scaled_dot_product_attention(tq, dense[0], dense[1], scale=D ** -0.5, enable_gqa=True)
-        row["times"]["sdpa (one set, L2 may hold part)"] = time_us(sdpa, 1, 50, 20)[0]
-    best = min(row["times"].values())
-    print(f"B={b:<3d} ctx={ctx:<6d} heads {hq}/{hkv} run {run:<6d} | "
-          + " | ".join(f"{k}: {v:7.1f} us ({kv_bytes / v / 1e6 / (copy_bw / 1e12):.0%})" for k, v in row["times"].items())
-          + f" | best {best:.1f}", flush=True)
+        launches["sdpa (one set, L2 may hold part)"] = sdpa
+    for name, launch in launches.items():
+        if calls:
+            for i in range(calls):
+                launch(0 if name.startswith("sdpa") else i % sets)
+            cupy.cuda.Device().synchronize()
+        else:
+            row["times"][name] = time_us(launch, 1 if name.startswith("sdpa") else sets, 50, 20)[0]
+    if row["times"]:
+        print(f"B={b:<3d} ctx={ctx:<6d} heads {hq}/{hkv} run {run:<6d} | "
+              + " | ".join(f"{k}: {v:7.1f} us ({kv_bytes / v / 1e6 / (copy_bw / 1e12):.0%})"
+                           for k, v in row["times"].items())
+              + f" | best {min(row['times'].values()):.1f}", flush=True)
     cupy.get_default_memory_pool().free_all_blocks()
     return row
 
@@ -71,12 +80,18 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--stages", default="3")
     ap.add_argument("--splits", default="0", help="split counts to force (0: the rule's)")
+    ap.add_argument("--calls", type=int, default=0, help="only this many eager calls of our kernel and of SDPA at "
+                    "the first batch and context, consecutive cells, 32/8 heads (for ncu)")
     args = ap.parse_args(argv)
     torch = torch_or_none()
     copy_bw = copy_bandwidth()
     print(f"# copy {copy_bw / 1e12:.2f} TB/s")
     stages = [int(s) for s in args.stages.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
+    if args.calls:
+        b, ctx = int(args.batches.split(",")[0]), int(args.contexts.split(",")[0])
+        case(b, ctx, 32, 8, ctx, copy_bw, torch, stages, splits, args.calls)
+        return 0
     for ctx in (int(c) for c in args.contexts.split(",")):
         for b in (int(x) for x in args.batches.split(",")):
             if b * ctx > (1 << 20):

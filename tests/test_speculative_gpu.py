@@ -233,15 +233,31 @@ def test_launch_shape_independence(monkeypatch, c, cache):
     compare(*case)
 
 
+def use_verify_threads(monkeypatch, threads: int | None) -> None:
+    """Launch the cluster kernel from speculative.cu built with VERIFY_THREADS=threads (its
+    compile-time block size; None: the default build)."""
+    from glimmer_cupy.ops import speculative as spec
+    if threads is None:
+        return
+    get = spec.get_kernel
+    monkeypatch.setattr(spec, "get_kernel", lambda name, kernel, *a, **kw: (
+        get(name, kernel, {"VERIFY_THREADS": threads}) if kernel.startswith(("verify_i32_c", "verify_i64_c"))
+        else get(name, kernel, *a, **kw)))
+    monkeypatch.setattr(spec, "VERIFY_THREADS", threads)
+
+
 @gpu
+@pytest.mark.parametrize("threads", [None, 512])
 @pytest.mark.parametrize("q_full", [False, True])
-def test_short_list_positions_equal_the_long_path(monkeypatch, q_full):
+def test_short_list_positions_equal_the_long_path(monkeypatch, q_full, threads):
     """Rows with a small top-k decide their positions from the short path's list at C = 2 and 4
     and by the chunk passes at C = 1 and 8: the same tokens, counts and flags, including zero-q
     and out-of-range device drafts, rows that accept everything (the bonus), and lists that
-    overflow (ties at the bound: the long path after all)."""
+    overflow (ties at the bound: the long path after all). Also with 512-thread blocks, whose
+    list holds 512 entries."""
     import cupy
     from glimmer_cupy.ops import speculative as spec
+    use_verify_threads(monkeypatch, threads)
     rng = np.random.default_rng(29 + q_full)
     rows, n, vocab = 20, 15, 30011
     x, params, pos, drafts, q, n_drafts = make_case(rng, rows, n, vocab, q_full)
@@ -270,6 +286,23 @@ def test_short_list_positions_equal_the_long_path(monkeypatch, q_full):
     monkeypatch.undo()
     compare(sub(x), [params[r] for r in keep], sub(pos), sub(drafts), None if q is None else sub(q),
             None if n_drafts is None else sub(n_drafts))
+
+
+@gpu
+@pytest.mark.parametrize("rows,vocab", [(1, 7), (1, 151936), (3, 262144), (9, 1000), (9, 49152), (12, 151936)])
+def test_verify_threads_builds_agree(monkeypatch, rows, vocab):
+    """The cluster kernel at 512 threads a block (VERIFY_THREADS=512: half the loads in flight, a
+    list of 512 entries, two blocks an SM at C = 1) gives the default build's tokens, counts and
+    flags: the same rules, so nothing may differ. One row and three rows run at C = 8, nine and 12
+    at C = 1; rows of few distinct values make lists overflow."""
+    rng = np.random.default_rng(rows * 7 + vocab)
+    x, params, pos, drafts, q, n_drafts = make_case(rng, rows, 15, vocab, True)
+    x[0] = np.round(x[0])
+    want = run_gpu(x, params, pos, drafts, q, n_drafts)
+    use_verify_threads(monkeypatch, 512)
+    got = run_gpu(x, params, pos, drafts, q, n_drafts)
+    for name, g, w in zip(("n_accepted", "tokens", "flags"), got, want):
+        np.testing.assert_array_equal(g, w, err_msg=name)
 
 
 @gpu
