@@ -1,8 +1,7 @@
 """The stochastic verification at each block size of its cluster kernel, side by side: speculative.cu
 built with VERIFY_THREADS=512 (two blocks an SM at C = 1) and 1024 (the default: one block an SM),
-on bench_sampling's stochastic+q inputs (16-token blocks, top-k 50,
-top-p 0.9, T 0.8, drafts from q), checking that every build gives the same tokens, accepted counts
-and flags as the first. (The run in bench/results/probe_verify_threads_d06099c.txt launched the
+on bench_sampling's stochastic+q inputs (16-token blocks, top-k 50, top-p 0.9, T 0.8, drafts from
+q), checking that every build gives the same tokens, accepted counts and flags as the first. (The run in bench/results/probe_verify_threads_d06099c.txt launched the
 512-thread build at the driver's occupancy, two blocks an SM; the op now sizes the launch by
 threads, 2048 // VERIFY_THREADS an SM, of which two fit.)
 
