@@ -393,7 +393,8 @@ def markdown(meta, rows) -> str:
              f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, "
              + ("scattered cells" if meta.get("run_cells", 1) == 1 else f"cells in runs of {meta['run_cells']}")
              + "). "
-             f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run.", "",
+             f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run."
+             + "".join(f" Kernels built with -D{n}." for n in meta.get("defines", ())), "",
              "| batch | context | splits | simt µs | simt K+V TB/s | simt of copy | torch SDPA µs | torch TB/s | mma µs "
              "| stream µs (the default) | stream of copy |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -437,14 +438,18 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pdl", action="store_true", help="with --graph: plain launches in the graph")
     ap.add_argument("--run-cells", type=int, default=1, help="decode: each sequence's cells come in runs of this "
                     "many consecutive cells, the runs scattered (1: every cell scattered)")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME",
+                    help="compile every kernel with -DNAME=1 too (a source's switch, e.g. ATTN_MERGE_PULLED, for an A/B)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
     import cupy
+    from glimmer_cupy.kernels import build
+    build.add_defines(*args.define)
     rng = np.random.default_rng(0)
     torch = None if args.no_torch else torch_or_none()
     copy_bw = copy_bandwidth()
     meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__,
-                    run_cells=args.run_cells)
+                    run_cells=args.run_cells, defines=args.define)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()

@@ -88,14 +88,74 @@ struct EndRows {
     float* xs;
 };
 
+// The last block's merge with the partials staged in shared memory (attn_stream_kernel, when the
+// block's real rows are at most WARPS): every thread copies its share of a batch of splits' rows
+// (cp.async, through L2) at once, so a batch costs one L2 trip where merge_splits' warps make one
+// a B splits each; then warp i merges real row i from shared memory, the same sums in the same
+// order as merge_splits. so: `floats` free floats (16-byte aligned); batches of as many splits as
+// fit.
+template <int D, int WARPS>
+__device__ __forceinline__ void merge_staged(float* so, int floats, int active, const EndRows& e) {
+    constexpr int C = D / 32, P = D / 4, K = attn::kSplitGroups;
+    const int nr = e.ntb * e.nh;        // real rows, at most WARPS
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int per = min(active, floats / (nr * D));
+    auto row_of = [&](int i) { return (long long)(e.t0 + i / e.nh) * e.q_heads + e.h0 + i % e.nh; };
+    auto stage = [&](int s0) {          // splits [s0, s0 + per) as [split][real row][D]
+        const int n = min(per, active - s0) * nr * P;
+        for (int p = threadIdx.x; p < n; p += 32 * WARPS) {
+            const int c = p % P, i = (p / P) % nr, s = p / (P * nr);
+            cp_async16(smem_u32(so + (s * nr + i) * D + 4 * c),
+                       e.part_acc + ((long long)(s0 + s) * e.rows + row_of(i)) * D + 4 * c, 16);
+        }
+        cp_commit();
+    };
+    stage(0);
+    const bool mine = warp < nr;
+    const long long r = row_of(mine ? warp : 0);
+    float2 ml[K];
+    attn::load_split_ml(active, r, e.rows, lane, e.part_ml, ml);
+    float mx, total, wt[K], o[C];
+    attn::global_split_weights(ml, active, lane, mx, wt, total);
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+    cp_wait<0>();
+    __syncthreads();
+    int b0 = 0;                         // the first split of the staged batch
+#pragma unroll
+    for (int k = 0; k < K; ++k) {       // splits 32 k .. 32 k + 31: weights in lane order
+        if (32 * k >= active) break;
+        for (int j = 0; j < 32 && 32 * k + j < active; ++j) {
+            const int s = 32 * k + j;
+            if (s == b0 + per) {        // uniform: the next batch, once every warp is past this one
+                __syncthreads();
+                stage(s);
+                cp_wait<0>();
+                __syncthreads();
+                b0 = s;
+            }
+            const float ws = __shfl_sync(attn::kFull, wt[k], j);
+            if (mine) {
+                const float* v = so + ((s - b0) * nr + warp) * D + lane * C;
+#pragma unroll
+                for (int c = 0; c < C; ++c) o[c] = fmaf(ws, v[c], o[c]);
+            }
+        }
+    }
+    if (!mine) return;
+    total = attn::warp_sum(total);
+    attn::end_row<C>(o, mx, total, false, 0, r, 0, lane, e.out, nullptr, nullptr, e.xq, e.xd, e.xs);
+}
+
 // active: blocks with work in this block's split group (1: no split); clustered: the split's
 // blocks are one cluster (MW = 1 decode), whose merge this does between two cluster barriers, or,
 // with `push` (push_begin called; one token a block, real rows r < nh <= kPushRows <= WARPS),
-// through rank 0's barriers.
+// through rank 0's barriers. stage_floats: floats of `so` the last block of a global merge may stage
+// the partials in (merge_staged, when its real rows are at most WARPS; 0: merge_splits).
 template <int D, int M, int KW, int WARPS>
 __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
                                           const float (&l)[2], int mw, int kw, int active, bool clustered,
-                                          const EndRows& e, PushBars* push = nullptr) {
+                                          const EndRows& e, PushBars* push = nullptr, int stage_floats = 0) {
     constexpr int NO = D / 8, C = D / 32, SD = merge_stride<D, KW>();
     static_assert(kPushRows <= WARPS, "a pushed merge's rows are one a warp");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -202,6 +262,11 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     }
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
     if (!attn::last_block(e.counter, active)) return;
+    if (e.ntb * e.nh <= WARPS && stage_floats >= e.ntb * e.nh * D) {
+        merge_staged<D, WARPS>(so, stage_floats, active, e);
+        STAMP(7);
+        return;
+    }
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / e.hpb, hh = r % e.hpb;
         if (ti < e.ntb && hh < e.nh)
