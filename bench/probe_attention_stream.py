@@ -4,7 +4,9 @@ timer at each stage. Qwen3-8B heads over scattered cells, one launch per case (t
 printed in µs from the first block's start: min / p10 / median / p90 / max over the blocks that
 reach the stage.
 
-    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [B:CONTEXT[:SPLITS[:CODES]] ...]   (SPLITS 0: the rule; CODES 1: int8 codes out too)
+    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [-DNAME ...] [B:CONTEXT[:SPLITS[:CODES]] ...]
+
+(SPLITS 0: the rule; CODES 1: int8 codes out too; -DNAME: attention_stream.cu built with that switch.)
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 build.add_defines("GLIMMER_STAMPS")
 
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
-from stamp_stats import module_stamps, print_stages  # noqa: E402
+from stamp_stats import module_stamps, print_spans, print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
 STAGES = ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done", "rows/partials out",
-          "merged", "cluster met", "own merge rows done")
+          "merged", "met / last known", "merge read / own rows")   # 8, 9: cluster merges; the staged merge's
+PAIRS = ((0, 4), (4, 5), (0, 5), (5, 6), (6, 8), (8, 9), (9, 7))
 CASES = ((1, 8192, None), (1, 32768, None), (1, 32768, 16), (8, 32768, None))   # batch, context, splits
 
 
@@ -62,12 +65,15 @@ def probe(b: int, ctx: int, splits, q8: bool = False) -> None:
     t0 = s[used, 0].min()
     print(f"B={b} ctx={ctx} splits={splits or 'rule'} blocks={int(used.sum())}{' with int8 codes' if q8 else ''}")
     print_stages(s[used], t0, STAGES)
+    print_spans(s[used], STAGES, PAIRS)
     del k_pool, v_pool
     cupy.get_default_memory_pool().free_all_blocks()
 
 
 def main(argv=None) -> int:
-    cases = [tuple(int(v) for v in a.split(":")) for a in (sys.argv[1:] if argv is None else argv)] or CASES
+    argv = sys.argv[1:] if argv is None else argv
+    build.add_defines(*(a[2:] for a in argv if a.startswith("-D")))      # a source's switches, e.g. -DATTN_LAST_ACQREL
+    cases = [tuple(int(v) for v in a.split(":")) for a in argv if not a.startswith("-D")] or CASES
     for case in cases:
         probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0)
     return 0

@@ -24,3 +24,19 @@ def print_stages(stamps: np.ndarray, t0: int, names, indent: str = "   ") -> Non
             p10, med, p90 = np.percentile(v, (10, 50, 90))
             print(f"{indent}{i} {name:18s} n={len(v):4d} min {v.min():7.2f} p10 {p10:7.2f} med {med:7.2f} "
                   f"p90 {p90:7.2f} max {v.max():7.2f}", flush=True)
+
+
+def print_spans(stamps: np.ndarray, names, pairs, indent: str = "   ") -> None:
+    """One line a pair (a, b) of stages: each block's own µs from stage a to stage b, min / p10 /
+    median / p90 / max over the blocks that reached both, and the correlation over blocks of the
+    two stages' times (near 1: a block late at a is as late at b, the span is the same for all)."""
+    for a, b in pairs:
+        both = (stamps[:, a] > 0) & (stamps[:, b] > 0)
+        if both.sum() < 2:
+            continue
+        ta, tb = stamps[both, a].astype(np.float64), stamps[both, b].astype(np.float64)
+        v = (tb - ta) / 1e3
+        p10, med, p90 = np.percentile(v, (10, 50, 90))
+        r = np.corrcoef(ta, tb)[0, 1] if ta.std() > 0 and tb.std() > 0 else float("nan")
+        print(f"{indent}{names[a]} -> {names[b]}: n={len(v):4d} min {v.min():7.2f} p10 {p10:7.2f} med {med:7.2f} "
+              f"p90 {p90:7.2f} max {v.max():7.2f} | corr {r:5.2f}", flush=True)

@@ -110,6 +110,7 @@ __device__ __forceinline__ void merge_staged(float* so, int floats, int active, 
         }
         cp_commit();
     };
+    STAMP(8);
     stage(0);
     const bool mine = warp < nr;
     const long long r = row_of(mine ? warp : 0);
@@ -121,6 +122,7 @@ __device__ __forceinline__ void merge_staged(float* so, int floats, int active, 
     for (int c = 0; c < C; ++c) o[c] = 0.f;
     cp_wait<0>();
     __syncthreads();
+    STAMP(9);
     int b0 = 0;                         // the first split of the staged batch
 #pragma unroll
     for (int k = 0; k < K; ++k) {       // splits 32 k .. 32 k + 31: weights in lane order

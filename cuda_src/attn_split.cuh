@@ -102,6 +102,19 @@ __device__ __forceinline__ void end_row(float (&o)[C], float mx, float total, bo
 // at 0; launches that share them must not overlap). The other blocks' partials are then in L2.
 __device__ __forceinline__ bool last_block(int* counter, int active) {
     __shared__ int last;
+#ifdef ATTN_LAST_ACQREL
+    // the block's stores ordered before thread 0's count by the barrier, and released with it (a
+    // release is cumulative); the last block's later loads ordered after it by the barrier again
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int old;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+        last = old == active - 1;
+        if (last) *counter = 0;
+    }
+    __syncthreads();
+    return last;
+#else
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -112,6 +125,7 @@ __device__ __forceinline__ bool last_block(int* counter, int active) {
     const bool mine = last;
     if (mine) __threadfence();
     return mine;
+#endif
 }
 
 // One warp merges output row r over the `active` splits' partials, in split order, read from L2

@@ -12,6 +12,8 @@ bf16 NaN, and outputs are filled with NaN before each call, so a stray read or a
 shows. The reference loops over tokens in Python: long contexts run with few tokens and heads.
 """
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -764,7 +766,7 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
 def use_stream_defines(monkeypatch, defines: dict) -> None:
     """Launch attn_stream_kernel from attention_stream.cu built with `defines` (its switches); the
     caller clears ops.attention._stream_kernel's cache again when done."""
-    from glimmer_cupy.ops import attention as att
+    att = sys.modules["glimmer_cupy.ops.attention"]         # the module (ops.attention is the op)
     get = att.get_kernel
     monkeypatch.setattr(att, "get_kernel", lambda name, kernel, *a, **kw: (
         get(name, kernel, defines, kw.get("name_expressions", ())) if name == "attention_stream"
@@ -786,7 +788,7 @@ def test_stream_staged_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
     the same sums in the same order, so the same output and codes bit for bit; and the
     reference's attention."""
     import cupy
-    from glimmer_cupy.ops import attention as att
+    att = sys.modules["glimmer_cupy.ops.attention"]
     rng = np.random.default_rng(hq + d + len(lens))
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
     args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
