@@ -23,7 +23,7 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 build.add_defines("GLIMMER_STAMPS")
 
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
-from stamp_stats import module_stamps, print_spans, print_stages  # noqa: E402
+from stamp_stats import module_smids, module_stamps, print_by_sm, print_spans, print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
@@ -52,20 +52,21 @@ def probe(b: int, ctx: int, splits, q8: bool = False) -> None:
     call()
     cupy.cuda.Device().synchronize()
     mod = build._load("attention_stream", (), tuple(_STREAM_EXPRS))
-    st = module_stamps(mod)
+    st, sms = module_stamps(mod), module_smids(mod)
     runs = []
     for _ in range(5):
         st.fill(0)
         cupy.cuda.Device().synchronize()
         call()
         cupy.cuda.Device().synchronize()
-        runs.append(cupy.asnumpy(st).astype(np.int64))
-    s = runs[2]
+        runs.append((cupy.asnumpy(st).astype(np.int64), cupy.asnumpy(sms)))
+    s, smids = runs[2]
     used = s[:, 0] > 0
     t0 = s[used, 0].min()
     print(f"B={b} ctx={ctx} splits={splits or 'rule'} blocks={int(used.sum())}{' with int8 codes' if q8 else ''}")
     print_stages(s[used], t0, STAGES)
     print_spans(s[used], STAGES, PAIRS)
+    print_by_sm(s[used], smids[used], 4, 5)
     del k_pool, v_pool
     cupy.get_default_memory_pool().free_all_blocks()
 

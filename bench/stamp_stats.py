@@ -14,6 +14,29 @@ def module_stamps(module):
     return cupy.ndarray(STAMP_SHAPE, np.uint64, module.get_global("glimmer_stamps"))
 
 
+def module_smids(module):
+    """A module's glimmer_smids (blocks,): the SM each block's stage 0 ran on, in place on the device."""
+    import cupy
+    return cupy.ndarray(STAMP_SHAPE[:1], np.uint32, module.get_global("glimmer_smids"))
+
+
+def print_by_sm(stamps: np.ndarray, smids: np.ndarray, a: int, b: int, indent: str = "   ") -> None:
+    """Each block's µs from stage a to stage b, averaged over the blocks of each SM, in SM order
+    (blocks that reached both; '-' for an SM with none), then the mean by how many such blocks an SM
+    ran: whether some SMs (or groups of them) stream slower than others."""
+    both = (stamps[:, a] > 0) & (stamps[:, b] > 0)
+    span = (stamps[both, b].astype(np.float64) - stamps[both, a]) / 1e3
+    sm = smids[both].astype(np.int64)
+    n_sm = int(sm.max()) + 1 if len(sm) else 0
+    counts = np.bincount(sm, minlength=n_sm)
+    means = np.bincount(sm, weights=span, minlength=n_sm) / np.maximum(counts, 1)
+    print(f"{indent}stage {a} -> {b} by SM (µs, SM order): "
+          + " ".join(f"{m:.1f}" if c else "-" for m, c in zip(means, counts)), flush=True)
+    for c in sorted(set(counts[counts > 0])):
+        print(f"{indent}  SMs with {c} block(s): {int((counts == c).sum())}, mean {means[counts == c].mean():.2f} us",
+              flush=True)
+
+
 def print_stages(stamps: np.ndarray, t0: int, names, indent: str = "   ") -> None:
     """One line a stage: µs from t0 (ns) to the stamps (blocks, stages; 0: not reached), min / p10 /
     median / p90 / max over the blocks that reached it."""

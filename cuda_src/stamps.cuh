@@ -7,12 +7,19 @@
 #ifdef GLIMMER_STAMPS
 constexpr int kStampBlocks = 4096, kStamps = 10;
 __device__ unsigned long long glimmer_stamps[kStampBlocks][kStamps];
-// thread 0 writes the global timer into glimmer_stamps[b][i] (rows past kStampBlocks are dropped)
+__device__ unsigned glimmer_smids[kStampBlocks];      // the SM of row b's stage 0
+// thread 0 writes the global timer into glimmer_stamps[b][i] (rows past kStampBlocks are dropped),
+// and at stage 0 its SM into glimmer_smids[b]
 __device__ __forceinline__ void stamp_row(unsigned b, int i) {
     if (threadIdx.x == 0 && threadIdx.y == 0 && b < kStampBlocks) {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         glimmer_stamps[b][i] = t;
+        if (i == 0) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            glimmer_smids[b] = sm;
+        }
     }
 }
 __device__ __forceinline__ void stamp(int i) {
