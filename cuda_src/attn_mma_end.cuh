@@ -92,17 +92,22 @@ struct EndRows {
 // block's real rows are at most WARPS): every thread copies its share of a batch of splits' rows
 // (cp.async, through L2) at once, so a batch costs one L2 trip where merge_splits' warps make one
 // a B splits each; then warp i merges real row i from shared memory, the same sums in the same
-// order as merge_splits. so: `floats` free floats (16-byte aligned); batches of as many splits as
-// fit.
+// order as merge_splits (the same weights, kept in shared memory). so: `floats` free floats
+// (16-byte aligned): the weights [WARPS][32 kSplitGroups] at its end, before them batches of as
+// many splits as fit. Loops are kept rolled: the last block runs this code once, cold, and its
+// instruction fetches are the cost (probe_attention_stream: 2.8 us from the partials landed to the
+// rows out with an unrolled loop over the split groups).
 template <int D, int WARPS>
 __device__ __forceinline__ void merge_staged(float* so, int floats, int active, const EndRows& e) {
-    constexpr int C = D / 32, P = D / 4, K = attn::kSplitGroups;
+    constexpr int C = D / 32, P = D / 4, K = attn::kSplitGroups, SW = 32 * K;
     const int nr = e.ntb * e.nh;        // real rows, at most WARPS
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int per = min(active, floats / (nr * D));
+    float* sw = so + floats - WARPS * SW + warp * SW;  // this warp's row's split weights
+    const int per = min(active, (floats - WARPS * SW) / (nr * D));
     auto row_of = [&](int i) { return (long long)(e.t0 + i / e.nh) * e.q_heads + e.h0 + i % e.nh; };
     auto stage = [&](int s0) {          // splits [s0, s0 + per) as [split][real row][D]
         const int n = min(per, active - s0) * nr * P;
+#pragma unroll 1
         for (int p = threadIdx.x; p < n; p += 32 * WARPS) {
             const int c = p % P, i = (p / P) % nr, s = p / (P * nr);
             cp_async16(smem_u32(so + (s * nr + i) * D + 4 * c),
@@ -119,30 +124,34 @@ __device__ __forceinline__ void merge_staged(float* so, int floats, int active, 
     float mx, total, wt[K], o[C];
     attn::global_split_weights(ml, active, lane, mx, wt, total);
 #pragma unroll
+    for (int k = 0; k < K; ++k) sw[lane + 32 * k] = wt[k];
+#pragma unroll
     for (int c = 0; c < C; ++c) o[c] = 0.f;
-    cp_wait<0>();
-    __syncthreads();
-    STAMP(9);
-    int b0 = 0;                         // the first split of the staged batch
-#pragma unroll
-    for (int k = 0; k < K; ++k) {       // splits 32 k .. 32 k + 31: weights in lane order
-        if (32 * k >= active) break;
-        for (int j = 0; j < 32 && 32 * k + j < active; ++j) {
-            const int s = 32 * k + j;
-            if (s == b0 + per) {        // uniform: the next batch, once every warp is past this one
-                __syncthreads();
-                stage(s);
-                cp_wait<0>();
-                __syncthreads();
-                b0 = s;
-            }
-            const float ws = __shfl_sync(attn::kFull, wt[k], j);
-            if (mine) {
-                const float* v = so + ((s - b0) * nr + warp) * D + lane * C;
-#pragma unroll
-                for (int c = 0; c < C; ++c) o[c] = fmaf(ws, v[c], o[c]);
-            }
+#pragma unroll 1
+    for (int s0 = 0; s0 < active; s0 += per) {
+        if (s0 > 0) {                   // the next batch, once every warp is past this one
+            __syncthreads();
+            stage(s0);
         }
+        cp_wait<0>();
+        __syncthreads();                // the batch, and this warp's weights
+        if (s0 == 0) STAMP(9);
+        const int s1 = min(active, s0 + per);
+        const float* v = so + warp * D + lane * C;
+        if (mine)
+#pragma unroll 1
+            for (int s = s0; s < s1; ++s) {
+                const float ws = sw[s];
+                float x[C];
+#pragma unroll
+                for (int c = 0; c < C; c += 2) {
+                    const float2 t = *reinterpret_cast<const float2*>(v + (s - s0) * nr * D + c);
+                    x[c] = t.x;
+                    x[c + 1] = t.y;
+                }
+#pragma unroll
+                for (int c = 0; c < C; ++c) o[c] = fmaf(ws, x[c], o[c]);
+            }
     }
     if (!mine) return;
     total = attn::warp_sum(total);
@@ -264,7 +273,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     }
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
     if (!attn::last_block(e.counter, active)) return;
-    if (e.ntb * e.nh <= WARPS && stage_floats >= e.ntb * e.nh * D) {
+    if (e.ntb * e.nh <= WARPS && stage_floats >= e.ntb * e.nh * D + WARPS * 32 * attn::kSplitGroups) {
         merge_staged<D, WARPS>(so, stage_floats, active, e);
         STAMP(7);
         return;

@@ -68,6 +68,7 @@
 #ifndef VERIFY_THREADS
 #define VERIFY_THREADS 1024
 #endif
+#define ROW_THREADS VERIFY_THREADS
 #include "sampling_rows.cuh"
 #include "sampling_topk.cuh"          // the short path's list, for rows with a small top-k
 template <int C>
