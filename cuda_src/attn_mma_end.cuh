@@ -88,85 +88,14 @@ struct EndRows {
     float* xs;
 };
 
-// The last block's merge with the partials staged in shared memory (attn_stream_kernel, when the
-// block's real rows are at most WARPS): every thread copies its share of a batch of splits' rows
-// (cp.async, through L2) at once, so a batch costs one L2 trip where merge_splits' warps make one
-// a B splits each; then warp i merges real row i from shared memory, the same sums in the same
-// order as merge_splits (the same weights, kept in shared memory). so: `floats` free floats
-// (16-byte aligned): the weights [WARPS][32 kSplitGroups] at its end, before them batches of as
-// many splits as fit. Loops are kept rolled: the last block runs this code once, cold, and its
-// instruction fetches are the cost (probe_attention_stream: 2.8 us from the partials landed to the
-// rows out with an unrolled loop over the split groups).
-template <int D, int WARPS>
-__device__ __forceinline__ void merge_staged(float* so, int floats, int active, const EndRows& e) {
-    constexpr int C = D / 32, P = D / 4, K = attn::kSplitGroups, SW = 32 * K;
-    const int nr = e.ntb * e.nh;        // real rows, at most WARPS
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* sw = so + floats - WARPS * SW + warp * SW;  // this warp's row's split weights
-    const int per = min(active, (floats - WARPS * SW) / (nr * D));
-    auto row_of = [&](int i) { return (long long)(e.t0 + i / e.nh) * e.q_heads + e.h0 + i % e.nh; };
-    auto stage = [&](int s0) {          // splits [s0, s0 + per) as [split][real row][D]
-        const int n = min(per, active - s0) * nr * P;
-#pragma unroll 1
-        for (int p = threadIdx.x; p < n; p += 32 * WARPS) {
-            const int c = p % P, i = (p / P) % nr, s = p / (P * nr);
-            cp_async16(smem_u32(so + (s * nr + i) * D + 4 * c),
-                       e.part_acc + ((long long)(s0 + s) * e.rows + row_of(i)) * D + 4 * c, 16);
-        }
-        cp_commit();
-    };
-    STAMP(8);
-    stage(0);
-    const bool mine = warp < nr;
-    const long long r = row_of(mine ? warp : 0);
-    float2 ml[K];
-    attn::load_split_ml(active, r, e.rows, lane, e.part_ml, ml);
-    float mx, total, wt[K], o[C];
-    attn::global_split_weights(ml, active, lane, mx, wt, total);
-#pragma unroll
-    for (int k = 0; k < K; ++k) sw[lane + 32 * k] = wt[k];
-#pragma unroll
-    for (int c = 0; c < C; ++c) o[c] = 0.f;
-#pragma unroll 1
-    for (int s0 = 0; s0 < active; s0 += per) {
-        if (s0 > 0) {                   // the next batch, once every warp is past this one
-            __syncthreads();
-            stage(s0);
-        }
-        cp_wait<0>();
-        __syncthreads();                // the batch, and this warp's weights
-        if (s0 == 0) STAMP(9);
-        const int s1 = min(active, s0 + per);
-        const float* v = so + warp * D + lane * C;
-        if (mine)
-#pragma unroll 1
-            for (int s = s0; s < s1; ++s) {
-                const float ws = sw[s];
-                float x[C];
-#pragma unroll
-                for (int c = 0; c < C; c += 2) {
-                    const float2 t = *reinterpret_cast<const float2*>(v + (s - s0) * nr * D + c);
-                    x[c] = t.x;
-                    x[c + 1] = t.y;
-                }
-#pragma unroll
-                for (int c = 0; c < C; ++c) o[c] = fmaf(ws, x[c], o[c]);
-            }
-    }
-    if (!mine) return;
-    total = attn::warp_sum(total);
-    attn::end_row<C>(o, mx, total, false, 0, r, 0, lane, e.out, nullptr, nullptr, e.xq, e.xd, e.xs);
-}
-
 // active: blocks with work in this block's split group (1: no split); clustered: the split's
 // blocks are one cluster (MW = 1 decode), whose merge this does between two cluster barriers, or,
 // with `push` (push_begin called; one token a block, real rows r < nh <= kPushRows <= WARPS),
-// through rank 0's barriers. stage_floats: floats of `so` the last block of a global merge may stage
-// the partials in (merge_staged, when its real rows are at most WARPS; 0: merge_splits).
+// through rank 0's barriers.
 template <int D, int M, int KW, int WARPS>
 __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
                                           const float (&l)[2], int mw, int kw, int active, bool clustered,
-                                          const EndRows& e, PushBars* push = nullptr, int stage_floats = 0) {
+                                          const EndRows& e, PushBars* push = nullptr) {
     constexpr int NO = D / 8, C = D / 32, SD = merge_stride<D, KW>();
     static_assert(kPushRows <= WARPS, "a pushed merge's rows are one a warp");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -273,11 +202,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     }
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
     if (!attn::last_block(e.counter, active)) return;
-    if (e.ntb * e.nh <= WARPS && stage_floats >= e.ntb * e.nh * D + WARPS * 32 * attn::kSplitGroups) {
-        merge_staged<D, WARPS>(so, stage_floats, active, e);
-        STAMP(7);
-        return;
-    }
+    STAMP(8);
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / e.hpb, hh = r % e.hpb;
         if (ti < e.ntb && hh < e.nh)
