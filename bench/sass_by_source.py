@@ -1,0 +1,101 @@
+"""How a kernel's SASS divides among the source functions it inlines: compiles a cuda_src file for
+sm_90 with line information (nvcc -lineinfo), disassembles it (nvdisasm, which pip installs as
+nvidia-cuda-nvdisasm; give its path with --nvdisasm if it is not on PATH), and counts the
+instructions attributed to each source line (the innermost one in cuda_src: an intrinsic counts for
+its caller), then to the function that line lies in. The sizes tell
+which code a block that runs a stretch once has to fetch (bench/results/NOTES.md, twenty-fourth
+session: the last block's merge).
+
+    python3 bench/sass_by_source.py attention_stream 'attn_stream_kernelILi128ELi3' [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "cuda_src"
+FUNC = re.compile(r"^(?:template\s*<[^>]*>\s*)?(?:__\w+__\s+)*(?:[\w:<>,*&]+\s+)+\**(\w+)\s*\(")
+
+
+def functions(path: Path) -> list[tuple[int, str]]:
+    """(first line, name) of each function defined at the start of a line in a source file (a name
+    on the line after `__launch_bounds__(...)` for a kernel)."""
+    out = []
+    text = path.read_text().splitlines()
+    for i, line in enumerate(text, 1):
+        m = FUNC.match(line)
+        if m and not line.lstrip().startswith(("return", "if", "for", "while", "#")):
+            name = m.group(1)
+            if name == "__launch_bounds__" and i < len(text):
+                nxt = re.match(r"\s*(\w+)\s*\(", text[i])
+                name = nxt.group(1) if nxt else name
+            out.append((i, name))
+    return out
+
+
+def counts(sass: str, kernel: str) -> collections.Counter:
+    """Instructions per (file name, line) in the .text section of the first function whose mangled
+    name contains `kernel`."""
+    lines = sass.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l), None)
+    if start is None:
+        raise SystemExit(f"sass_by_source: no function matching {kernel!r}")
+    c, cur, chain = collections.Counter(), ("?", 0), False
+    for line in lines[start + 1:]:
+        if line.startswith("//-----"):
+            break
+        if line.lstrip().startswith("//## File"):
+            # nvdisasm -gi prints an instruction's inlining chain innermost first, a line a frame: the
+            # innermost frame in cuda_src counts (an intrinsic's line for the function that called it)
+            if not chain:
+                frames = [(Path(f), int(n)) for f, n in re.findall(r'"([^"]+)", line (\d+)', line)]
+                f, n = next(((f, n) for f, n in frames if f.parent == SRC), frames[0])
+                cur = (f.name, n)
+            chain = True
+        elif re.match(r"\s*/\*[0-9a-f]{4,}\*/", line):
+            c[cur] += 1
+            chain = False
+    return c
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("source", help="a file of cuda_src without .cu, e.g. attention_stream")
+    ap.add_argument("kernel", help="a part of the mangled kernel name, e.g. attn_stream_kernelILi128ELi3")
+    ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "nvdisasm")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME[=V]")
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", f"-I{SRC}", "--cubin", "-lineinfo", "-DGLIMMER_INSTANTIATE",
+                        *(f"-D{d}" for d in a.define), "-o", str(cubin), str(SRC / f"{a.source}.cu")], check=True)
+        sass = subprocess.run([a.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
+    c = counts(sass, a.kernel)
+    total = sum(c.values())
+    by_func = collections.Counter()
+    spans = {}
+    for (name, line), n in c.items():
+        path = SRC / name
+        if path.exists():
+            spans.setdefault(name, functions(path))
+            owner = [f for first, f in spans[name] if first <= line]
+            by_func[f"{name}: {owner[-1] if owner else '?'}"] += n
+        else:
+            by_func[name] += n                 # CUDA's own headers (intrinsics)
+    print(f"{a.kernel}: {total} instructions, {total * 16 / 1024:.1f} KB")
+    for key, n in by_func.most_common(a.top):
+        print(f"  {n:7d} {n * 16 / 1024:7.1f} KB  {key}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
