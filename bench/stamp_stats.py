@@ -14,6 +14,18 @@ def module_stamps(module):
     return cupy.ndarray(STAMP_SHAPE, np.uint64, module.get_global("glimmer_stamps"))
 
 
+def block_spans(stamps: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the blocks that reached stages a and b, each one's µs from a to b)."""
+    both = (stamps[:, a] > 0) & (stamps[:, b] > 0)
+    return both, (stamps[both, b].astype(np.float64) - stamps[both, a]) / 1e3
+
+
+def spread(v: np.ndarray) -> str:
+    """n, min / p10 / median / p90 / max of µs values."""
+    p10, med, p90 = np.percentile(v, (10, 50, 90))
+    return f"n={len(v):4d} min {v.min():7.2f} p10 {p10:7.2f} med {med:7.2f} p90 {p90:7.2f} max {v.max():7.2f}"
+
+
 def module_smids(module):
     """A module's glimmer_smids (blocks,): the SM each block's stage 0 ran on, in place on the device."""
     import cupy
@@ -24,8 +36,7 @@ def print_by_sm(stamps: np.ndarray, smids: np.ndarray, a: int, b: int, indent: s
     """Each block's µs from stage a to stage b, averaged over the blocks of each SM, in SM order
     (blocks that reached both; '-' for an SM with none), then the mean by how many such blocks an SM
     ran: whether some SMs (or groups of them) stream slower than others."""
-    both = (stamps[:, a] > 0) & (stamps[:, b] > 0)
-    span = (stamps[both, b].astype(np.float64) - stamps[both, a]) / 1e3
+    both, span = block_spans(stamps, a, b)
     sm = smids[both].astype(np.int64)
     n_sm = int(sm.max()) + 1 if len(sm) else 0
     counts = np.bincount(sm, minlength=n_sm)
@@ -44,9 +55,7 @@ def print_stages(stamps: np.ndarray, t0: int, names, indent: str = "   ") -> Non
         v = stamps[:, i]
         v = (v[v > 0] - t0) / 1e3
         if len(v):
-            p10, med, p90 = np.percentile(v, (10, 50, 90))
-            print(f"{indent}{i} {name:18s} n={len(v):4d} min {v.min():7.2f} p10 {p10:7.2f} med {med:7.2f} "
-                  f"p90 {p90:7.2f} max {v.max():7.2f}", flush=True)
+            print(f"{indent}{i} {name:18s} {spread(v)}", flush=True)
 
 
 def print_spans(stamps: np.ndarray, names, pairs, indent: str = "   ") -> None:
@@ -54,12 +63,9 @@ def print_spans(stamps: np.ndarray, names, pairs, indent: str = "   ") -> None:
     median / p90 / max over the blocks that reached both, and the correlation over blocks of the
     two stages' times (near 1: a block late at a is as late at b, the span is the same for all)."""
     for a, b in pairs:
-        both = (stamps[:, a] > 0) & (stamps[:, b] > 0)
-        if both.sum() < 2:
+        both, v = block_spans(stamps, a, b)
+        if len(v) < 2:
             continue
         ta, tb = stamps[both, a].astype(np.float64), stamps[both, b].astype(np.float64)
-        v = (tb - ta) / 1e3
-        p10, med, p90 = np.percentile(v, (10, 50, 90))
         r = np.corrcoef(ta, tb)[0, 1] if ta.std() > 0 and tb.std() > 0 else float("nan")
-        print(f"{indent}{names[a]} -> {names[b]}: n={len(v):4d} min {v.min():7.2f} p10 {p10:7.2f} med {med:7.2f} "
-              f"p90 {p90:7.2f} max {v.max():7.2f} | corr {r:5.2f}", flush=True)
+        print(f"{indent}{names[a]} -> {names[b]}: {spread(v)} | corr {r:5.2f}", flush=True)
