@@ -155,11 +155,18 @@ struct SampleSmem {
     };
 };
 
-// Lanes per group: the largest power of two (<= 32) that leaves at least 4k groups in the cluster.
+// Lanes per group: the largest power of two (<= 32) that leaves at least 4k groups in the cluster,
+// and at most kThreads of them (g >= C): w.all and group_bound's passes hold one a thread. With
+// 4 kTopkFast <= kThreads (1024 threads) 4k groups are at most kThreads, so the loop stops at g >= C
+// by itself; at 512 threads (speculative.cu's VERIFY_THREADS=512) a k of 129-256 gets kThreads
+// groups, still >= k (the bound holds; the list is longer and may overflow to the long path).
+// Without the cap, 1024 groups made group_bound's named barrier wait for 1024 threads of a
+// 512-thread block: the launch never ended.
 template <int C>
 __device__ __forceinline__ int topk_group_lanes(int k) {
+    constexpr int g_min = 4 * kTopkFast <= kThreads ? 1 : C;
     int g = 32;
-    while (g > 1 && C * kThreads / g < 4 * k) g >>= 1;
+    while (g > g_min && C * kThreads / g < 4 * k) g >>= 1;
     return g;
 }
 
