@@ -263,8 +263,15 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     STAMP(5);
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                              counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
+    // the stages take the last block's merge of global partials (merge_rolled; ATTN_MERGE_PULLED:
+    // merge_splits, for an A/B)
+#ifdef ATTN_MERGE_PULLED
+    constexpr int stage_floats = 0;
+#else
+    constexpr int stage_floats = kWarps * STAGES * kPos * RS;
+#endif
     end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
-                                    active > 1 && ncl > 1, ends, push ? &bars : nullptr);
+                                    active > 1 && ncl > 1, ends, push ? &bars : nullptr, stage_floats);
 }
 
 #ifdef GLIMMER_INSTANTIATE

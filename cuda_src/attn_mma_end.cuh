@@ -88,14 +88,75 @@ struct EndRows {
     float* xs;
 };
 
+// The last block's merge with the partials staged in shared memory a warp at a time (attn_stream_kernel,
+// one token a block, at most WARPS real rows): warp i copies its row's partials of a batch of splits
+// into its own part of `so` (cp.async, through L2: one trip a batch) and sums them from there, the
+// same weights and the same sums in the same order as merge_splits, so the same bits. Every loop is
+// rolled and no warp waits for another: the last block runs this code once, cold, and merge_splits'
+// unrolled batches are ~19 KB of it for 32 splits (bench/results/NOTES.md, twenty-fourth session).
+// so: `floats` free floats, 16-byte aligned, a multiple of 4 WARPS; a warp's part holds its weights
+// (32 kSplitGroups) and then batches of as many splits' rows as fit.
+template <int D, int WARPS>
+__device__ __forceinline__ void merge_rolled(float* so, int floats, int active, const EndRows& e) {
+    constexpr int C = D / 32, P = D / 4, K = attn::kSplitGroups, SW = 32 * K;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp >= e.nh) return;
+    const int part = floats / WARPS;
+    float* sw = so + warp * part;       // this warp's weights, then its batch [per][D]
+    float* sv = sw + SW;
+    const int per = (part - SW) / D;
+    const long long r = (long long)e.t0 * e.q_heads + e.h0 + warp;
+    const float* src = e.part_acc + r * D;
+    const long long step = (long long)e.rows * D;
+    auto stage = [&](int s0, int n) {   // splits s0 .. s0 + n - 1 of this row, a 16-byte piece a lane a step
+#pragma unroll 1
+        for (int x = lane; x < n * P; x += 32)
+            cp_async16(smem_u32(sv + x * 4), src + (s0 + x / P) * step + 4 * (x % P), 16);
+        cp_commit();
+    };
+    stage(0, min(per, active));
+    float2 ml[K];
+    attn::load_split_ml(active, r, e.rows, lane, e.part_ml, ml);
+    float mx, total, wt[K], o[C];
+    attn::global_split_weights(ml, active, lane, mx, wt, total);
+#pragma unroll
+    for (int k = 0; k < K; ++k) sw[lane + 32 * k] = wt[k];
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[c] = 0.f;
+#pragma unroll 1
+    for (int s0 = 0; s0 < active; s0 += per) {
+        const int n = min(per, active - s0);
+        if (s0 > 0) {
+            __syncwarp();               // every lane past the batch before
+            stage(s0, n);
+        }
+        cp_wait<0>();
+        __syncwarp();                   // the batch's pieces (and the weights) from every lane
+#pragma unroll 1
+        for (int s = 0; s < n; ++s) {
+            const float ws = sw[s0 + s];
+            const float* v = sv + s * D + lane * C;
+#pragma unroll
+            for (int c = 0; c < C; c += 2) {
+                const float2 t = *reinterpret_cast<const float2*>(v + c);
+                o[c] = fmaf(ws, t.x, o[c]);
+                o[c + 1] = fmaf(ws, t.y, o[c + 1]);
+            }
+        }
+    }
+    total = attn::warp_sum(total);
+    attn::end_row<C>(o, mx, total, false, 0, r, 0, lane, e.out, nullptr, nullptr, e.xq, e.xd, e.xs);
+}
+
 // active: blocks with work in this block's split group (1: no split); clustered: the split's
 // blocks are one cluster (MW = 1 decode), whose merge this does between two cluster barriers, or,
 // with `push` (push_begin called; one token a block, real rows r < nh <= kPushRows <= WARPS),
-// through rank 0's barriers.
+// through rank 0's barriers. stage_floats: floats of `so` the last block of a global merge may stage
+// the partials in (merge_rolled, one token a block with at most WARPS real rows; 0: merge_splits).
 template <int D, int M, int KW, int WARPS>
 __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
                                           const float (&l)[2], int mw, int kw, int active, bool clustered,
-                                          const EndRows& e, PushBars* push = nullptr) {
+                                          const EndRows& e, PushBars* push = nullptr, int stage_floats = 0) {
     constexpr int NO = D / 8, C = D / 32, SD = merge_stride<D, KW>();
     static_assert(kPushRows <= WARPS, "a pushed merge's rows are one a warp");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -203,6 +264,11 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     // the last block of this (token, kv head x head chunk) merges the partials (attn_split.cuh)
     if (!attn::last_block(e.counter, active)) return;
     STAMP(8);
+    if (e.ntb == 1 && e.nh <= WARPS && stage_floats / WARPS >= 32 * attn::kSplitGroups + D) {
+        merge_rolled<D, WARPS>(so, stage_floats, active, e);
+        STAMP(7);
+        return;
+    }
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / e.hpb, hh = r % e.hpb;
         if (ti < e.ntb && hh < e.nh)

@@ -120,11 +120,41 @@ __device__ __forceinline__ bool last_block(int* counter, int active) {
 // (lane s: splits s, s + 32, ...) together with the first B splits' columns, and each next B
 // splits' columns before the current ones are summed (B C = 32 floats a lane in flight). The sums
 // are the same, in the same order, as one split after another.
+constexpr int kSplitGroups = 8;                     // kSplitGroups * 32 >= MAX_SPLITS (ops/attention.py)
+
+// Lane s's (max, sum) of row r's global partials s, s + 32, ... (past `active`: none), from L2
+__device__ __forceinline__ void load_split_ml(int active, long long r, int rows, int lane,
+                                              const float* __restrict__ part_ml, float2 (&ml)[kSplitGroups]) {
+#pragma unroll
+    for (int k = 0; k < kSplitGroups; ++k) {
+        const int s = lane + 32 * k;
+        ml[k] = s < active ? __ldcg(reinterpret_cast<const float2*>(part_ml) + (long long)s * rows + r)
+                           : make_float2(kNegInf, 0.f);
+    }
+}
+
+// From load_split_ml's values: the row's max over the splits, split s's weight 2^(max_s - max) in
+// wt[s / 32] of lane s % 32, and this lane's share of the row's sum (warp_sum adds them)
+__device__ __forceinline__ void global_split_weights(const float2 (&ml)[kSplitGroups], int active, int lane, float& mx,
+                                                     float (&wt)[kSplitGroups], float& total) {
+    mx = kNegInf;
+#pragma unroll
+    for (int k = 0; k < kSplitGroups; ++k) mx = fmaxf(mx, ml[k].x);
+    mx = warp_max(mx);
+    const float mu = mx == kNegInf ? 0.f : mx;
+    total = 0.f;
+#pragma unroll
+    for (int k = 0; k < kSplitGroups; ++k) {
+        wt[k] = lane + 32 * k < active ? exp2f(ml[k].x - mu) : 0.f;
+        total = fmaf(wt[k], ml[k].y, total);
+    }
+}
+
 template <int C>
 __device__ __forceinline__ void merge_splits(int active, long long r, int rows, int lane, float* __restrict__ out,
                                              const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                              int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
-    constexpr int D = 32 * C, B = 32 / C, K = 8;     // K * 32 >= MAX_SPLITS (ops/attention.py)
+    constexpr int D = 32 * C, B = 32 / C, K = kSplitGroups;
     const float* col = part_acc + r * D + lane * C;  // split s: col + s * rows * D
     const long long step = (long long)rows * D;
     float v[2][B][C];
@@ -136,24 +166,10 @@ __device__ __forceinline__ void merge_splits(int active, long long r, int rows, 
                 for (int c = 0; c < C; ++c) dst[j][c] = __ldcg(col + (s0 + j) * step + c);
     };
     float2 ml[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const int s = lane + 32 * k;
-        ml[k] = s < active ? __ldcg(reinterpret_cast<const float2*>(part_ml) + (long long)s * rows + r)
-                           : make_float2(kNegInf, 0.f);
-    }
+    load_split_ml(active, r, rows, lane, part_ml, ml);
     load(v[0], 0);
-    float mx = kNegInf;
-#pragma unroll
-    for (int k = 0; k < K; ++k) mx = fmaxf(mx, ml[k].x);
-    mx = warp_max(mx);
-    const float mu = mx == kNegInf ? 0.f : mx;
-    float total = 0.f, wt[K], o[C];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        wt[k] = lane + 32 * k < active ? exp2f(ml[k].x - mu) : 0.f;
-        total = fmaf(wt[k], ml[k].y, total);
-    }
+    float mx, total, wt[K], o[C];
+    global_split_weights(ml, active, lane, mx, wt, total);
 #pragma unroll
     for (int c = 0; c < C; ++c) o[c] = 0.f;
     int cur = 0;                                     // the buffer of the batch being summed

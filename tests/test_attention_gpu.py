@@ -12,6 +12,8 @@ bf16 NaN, and outputs are filled with NaN before each call, so a stray read or a
 shows. The reference loops over tokens in Python: long contexts run with few tokens and heads.
 """
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -759,6 +761,54 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
     plain = cupy.asnumpy(res.x)
     np.testing.assert_allclose(plain, got, rtol=0, atol=0)     # the same rows with and without codes
     assert_q8_codes(res, plain)
+
+
+def use_stream_defines(monkeypatch, defines: dict) -> None:
+    """Launch attn_stream_kernel from attention_stream.cu built with `defines` (its switches); the
+    caller clears ops.attention._stream_kernel's cache again when done."""
+    att = sys.modules["glimmer_cupy.ops.attention"]         # the module (ops.attention is the op)
+    get = att.get_kernel
+    monkeypatch.setattr(att, "get_kernel", lambda name, kernel, *a, **kw: (
+        get(name, kernel, defines, kw.get("name_expressions", ())) if name == "attention_stream"
+        else get(name, kernel, *a, **kw)))
+    att._stream_kernel.cache_clear()
+
+
+@gpu
+@pytest.mark.parametrize("hq,hkv,d,lens,splits", [
+    (32, 8, 128, [32768], None),        # batch 1 at 32k: 33 splits, one batch staged
+    (4, 1, 128, [32768], None),         # one kv head: 256 splits, staged in batches of 49
+    (8, 2, 256, [4095, 4095], None),    # head dim 256 at two stages: 64 splits, batches of 32
+    (9, 3, 64, [3000, 45, 2999], 47),   # three rows, splits with no work
+    (16, 2, 128, [5000], 40),           # 8 rows a block: the warps' own loads (merge_splits)
+])
+def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits):
+    """The last block's merge of global partials, each warp staging its row's in shared memory
+    (merge_rolled) against the same kernel built with ATTN_MERGE_PULLED (merge_splits' loads):
+    the same sums in the same order, so the same output and codes bit for bit; and the
+    reference's attention."""
+    import cupy
+    att = sys.modules["glimmer_cupy.ops.attention"]
+    rng = np.random.default_rng(hq + d + len(lens))
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
+    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
+
+    def run():
+        work = cupy.full(workspace_size(len(lens), hq, d), np.nan, dtype=cupy.float32)
+        res = ops.attention(*args, d ** -0.5, workspace=work, force_splits=splits, q8=True, kernel="stream")
+        return cupy.asnumpy(res.x), [cupy.asnumpy(a) for a in (res.q, res.d)]
+
+    staged, staged_codes = run()
+    with monkeypatch.context() as m:
+        use_stream_defines(m, {"ATTN_MERGE_PULLED": 1})
+        pulled, pulled_codes = run()
+        att._stream_kernel.cache_clear()
+    att._stream_kernel.cache_clear()
+    np.testing.assert_array_equal(staged, pulled)
+    for a, b in zip(staged_codes, pulled_codes):
+        np.testing.assert_array_equal(a, b)
+    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, d ** -0.5)
+    assert_close(staged, ref, (hq, hkv, d, lens, splits), "stream")
 
 
 @gpu
