@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import cupy
     copy_bw = copy_bandwidth()
-    print(f"# copy {copy_bw / 1e12:.2f} TB/s; default VERIFY_THREADS {spec.VERIFY_THREADS}")
+    print(f"# copy {copy_bw / 1e12:.2f} TB/s; the default build's VERIFY_THREADS {spec.VERIFY_BUILD_THREADS}")
     same_everywhere = True
     with overlapped(True):
         for vocab in map(int, args.vocabs.split(",")):

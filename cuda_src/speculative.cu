@@ -58,12 +58,12 @@
 // [0, vocab) is rejected without being read (flag 4, INVALID_DRAFT; the correction is then drawn
 // from p, or from max(0, p - q)), n_drafts is clamped to [0, n], and q entries that are negative or
 // NaN act as 0 in the test and in the residual. Every written token is still a valid id.
-// Threads a block of the cluster kernel (ops/speculative.py: VERIFY_THREADS), the row machinery's
-// kThreads here; a compile-time switch for bench/probe_verify_threads.py. 1024: one block an SM at
-// 64 registers. At 512 (C = 1 bounded to two blocks an SM, so that one block's latency-bound stages
-// after its read overlap the other's read) the H200 measured 64 rows x 16 at vocab 151936 129.3
-// against 103.2 us, and faster only with few rows or a small vocabulary (one row at 262144: 26.3
-// against 41.7; bench/results/probe_verify_threads_d06099c.txt). Larger clusters keep up to 128
+// Threads a block of the cluster kernel, the row machinery's kThreads here: a compile-time switch,
+// built at both sizes (ops/speculative.py: verify_threads picks one a launch). 1024: one block an SM
+// at 64 registers. At 512 (C = 1 bounded to two blocks an SM, so that one block's latency-bound
+// stages after its read overlap the other's read) the H200 measured 64 rows x 16 at vocab 151936
+// 129.3 against 103.2 us, and faster with few rows or a small vocabulary (one row at 262144: 26.6
+// against 42.2; bench/results/probe_verify_threads_7ffe144.txt). Larger clusters keep up to 128
 // registers at 512 threads (under 64 their list steps spill).
 #ifndef VERIFY_THREADS
 #define VERIFY_THREADS 1024

@@ -235,26 +235,27 @@ def test_launch_shape_independence(monkeypatch, c, cache):
 
 def use_verify_threads(monkeypatch, threads: int | None) -> None:
     """Launch the cluster kernel from speculative.cu built with VERIFY_THREADS=threads (its
-    compile-time block size; None: the default build)."""
+    compile-time block size) at every C; None: each C's build by ops.speculative.verify_threads."""
     from glimmer_cupy.ops import speculative as spec
     if threads is None:
         return
     get = spec.get_kernel
+    defines = None if threads == spec.VERIFY_BUILD_THREADS else {"VERIFY_THREADS": threads}
     monkeypatch.setattr(spec, "get_kernel", lambda name, kernel, *a, **kw: (
-        get(name, kernel, {"VERIFY_THREADS": threads}) if kernel.startswith(("verify_i32_c", "verify_i64_c"))
+        get(name, kernel, defines) if kernel.startswith(("verify_i32_c", "verify_i64_c"))
         else get(name, kernel, *a, **kw)))
     monkeypatch.setattr(spec, "VERIFY_THREADS", threads)
 
 
 @gpu
-@pytest.mark.parametrize("threads", [None, 512])
+@pytest.mark.parametrize("threads", [None, 1024, 512])
 @pytest.mark.parametrize("q_full", [False, True])
 def test_short_list_positions_equal_the_long_path(monkeypatch, q_full, threads):
     """Rows with a small top-k decide their positions from the short path's list at C = 2 and 4
     and by the chunk passes at C = 1 and 8: the same tokens, counts and flags, including zero-q
     and out-of-range device drafts, rows that accept everything (the bonus), and lists that
-    overflow (ties at the bound: the long path after all). Also with 512-thread blocks, whose
-    list holds 512 entries."""
+    overflow (ties at the bound: the long path after all). With each C's build by the rule, and
+    with every C at 1024 and at 512 threads a block (whose list holds 512 entries)."""
     import cupy
     from glimmer_cupy.ops import speculative as spec
     use_verify_threads(monkeypatch, threads)
@@ -292,13 +293,15 @@ def test_short_list_positions_equal_the_long_path(monkeypatch, q_full, threads):
 @pytest.mark.parametrize("rows,vocab", [(1, 7), (1, 151936), (3, 262144), (9, 1000), (9, 49152), (12, 151936)])
 def test_verify_threads_builds_agree(monkeypatch, rows, vocab):
     """The cluster kernel at 512 threads a block (VERIFY_THREADS=512: half the loads in flight, a
-    list of 512 entries, two blocks an SM at C = 1) gives the default build's tokens, counts and
+    list of 512 entries, two blocks an SM at C = 1) gives the 1024-thread build's tokens, counts and
     flags: the same rules, so nothing may differ. One row and three rows run at C = 8, nine and 12
     at C = 1; rows of few distinct values make lists overflow."""
     rng = np.random.default_rng(rows * 7 + vocab)
     x, params, pos, drafts, q, n_drafts = make_case(rng, rows, 15, vocab, True)
     x[0] = np.round(x[0])
-    want = run_gpu(x, params, pos, drafts, q, n_drafts)
+    with monkeypatch.context() as m:
+        use_verify_threads(m, 1024)
+        want = run_gpu(x, params, pos, drafts, q, n_drafts)
     use_verify_threads(monkeypatch, 512)
     got = run_gpu(x, params, pos, drafts, q, n_drafts)
     for name, g, w in zip(("n_accepted", "tokens", "flags"), got, want):

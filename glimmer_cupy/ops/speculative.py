@@ -51,7 +51,9 @@ VERIFY_CLUSTERS = (1, 2, 4, 8)             # the C of verify_*_c<C>: blocks per 
 VERIFY_MIN_BLOCKS = 264                     # spread few rows over at least two blocks per SM (132 on an H200)
 GREEDY_THREADS = 256                        # kGreedyThreads in speculative.cu
 INIT_THREADS = 1024                         # kInitThreads
-VERIFY_THREADS = 1024                       # VERIFY_THREADS in speculative.cu: the cluster kernel's block
+VERIFY_BUILD_THREADS = 1024                 # VERIFY_THREADS in speculative.cu: the default build's block
+VERIFY_THREADS: int | None = None           # the cluster kernel's block size; None: verify_threads' rule
+VERIFY_FEW_IDS = 65536                      # a block's chunk up to which the 512-thread build runs
 GREEDY_IDS = 16384                          # ids per block of verify_greedy (64 KB of logits)
 
 
@@ -108,14 +110,25 @@ def verify_shape(rows: int, n: int, vocab: int, smem_budget: int, sms: int) -> t
     return c, chunk_ids(vocab, c) if c in fits else 0
 
 
-def verify_clusters(rows: int, n: int, c: int, smem: int) -> int:
+def verify_threads(vocab: int, c: int) -> int:
+    """Threads a block of the cluster kernel at C blocks an item: 512 (speculative.cu built with
+    VERIFY_THREADS=512) where a block's chunk is at most VERIFY_FEW_IDS ids, else 1024. Measured
+    on the H200 (stochastic verification of 16-token blocks with q, µs at 512 / 1024 threads,
+    bench/results/probe_verify_threads_7ffe144.txt): one row (C = 8) 23.5 / 27.7 at vocab 49152,
+    25.5 / 28.7 at 151936, 26.6 / 42.2 at 262144; four rows (C = 8) 30.0-30.5 / 34.3-36.6; eight
+    rows (C = 1) 22.4 / 23.4 at 49152 but 48.1 / 45.5 at 151936 and 68.7 / 59.2 at 262144, where a
+    block reads a whole row (64 rows at 151936: 129.3 / 103.2, probe_verify_threads_d06099c.txt)."""
+    return 512 if chunk_ids(vocab, c) <= VERIFY_FEW_IDS else VERIFY_BUILD_THREADS
+
+
+def verify_clusters(rows: int, n: int, c: int, smem: int, threads: int = VERIFY_BUILD_THREADS) -> int:
     """Clusters of the cluster kernel's launch: one an item at most, and about as many as fit at
     once by threads and shared memory an SM (its clusters take their items from a queue: the ones
     that do not fit start when the first leave, at the queue's end, and find it empty)."""
     import cupy
     per_sm_smem, static = _smem_limits(cupy.cuda.Device().id)[1:]
     by_smem = per_sm_smem // (smem + static + 1024)           # 1 KB reserved a block
-    per_sm = max(1, min(2048 // VERIFY_THREADS, by_smem))
+    per_sm = max(1, min(2048 // threads, by_smem))
     return max(1, min((n + 1) * rows, per_sm * sm_count() // c))
 
 
@@ -304,12 +317,13 @@ def _launch_clusters(name: str, c: int, cache: int, out, logits, drafts, draft_p
                      has_n_drafts: bool, queues, lists) -> None:
     """The cluster kernel's launch over the rows at temperature > 0 (verify_init listed them)."""
     rows, n1, vocab = logits.shape
-    kern = get_kernel("speculative", name)
+    threads = VERIFY_THREADS or verify_threads(vocab, c)
+    kern = get_kernel("speculative", name, None if threads == VERIFY_BUILD_THREADS else {"VERIFY_THREADS": threads})
     smem = 4 * (cache + 4)
     if kern.fn.max_dynamic_shared_size_bytes < smem:
         kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
         kern.fn.preferred_shared_memory_carveout = 100
-    kern((verify_clusters(rows, n1 - 1, c, smem) * c,), (VERIFY_THREADS,),
+    kern((verify_clusters(rows, n1 - 1, c, smem, threads) * c,), (threads,),
          (out[0], out[1], out[2], logits, drafts, logits if draft_probs is None else draft_probs,
           k_arg, params.temperature, params.top_k, params.top_p,
           params.min_p, params.seed, positions, np.int32(rows), np.int32(n1 - 1), np.int32(vocab),
