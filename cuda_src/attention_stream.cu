@@ -145,6 +145,11 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
     const char* kp = reinterpret_cast<const char*>(k_pool + (long long)kvh * D + 8 * (lane % PPR));
     const char* vp = reinterpret_cast<const char*>(v_pool + (long long)kvh * D + 8 * (lane % PPR));
+    // ATTN_KV_EVICT_FIRST (a switch for the A/B): K and V, read once, copied evict-first, so that the
+    // stream does not push the cell table, the partials and the kernel's code out of L2
+#ifdef ATTN_KV_EVICT_FIRST
+    const unsigned long long kv_policy = l2_evict_first_policy();
+#endif
     auto issue = [&](int j, int cell) {
         const int st = j % STAGES;
         const int rows = j < n_mine ? min(kPos, p_end - tile_start(j)) : 0;
@@ -154,8 +159,13 @@ attn_stream_kernel(ATTN_TC_ARGS) {
             const int r = lane / PPR + RPI * i;
             const unsigned long long off = (unsigned long long)((u32)__shfl_sync(kAll, cell, r) * cell16) * 16u;
             const int n = r < rows ? 16 : 0;
+#ifdef ATTN_KV_EVICT_FIRST
+            cp_async16_hint(dst + 2 * RPI * i * RS, kp + off, n, kv_policy);
+            cp_async16_hint(dst + 2 * (kPos + RPI * i) * RS, vp + off, n, kv_policy);
+#else
             cp_async16(dst + 2 * RPI * i * RS, kp + off, n);
             cp_async16(dst + 2 * (kPos + RPI * i) * RS, vp + off, n);
+#endif
         }
         cp_commit();
     };
