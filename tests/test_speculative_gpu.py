@@ -240,7 +240,7 @@ def use_verify_threads(monkeypatch, threads: int | None) -> None:
     if threads is None:
         return
     get = spec.get_kernel
-    defines = None if threads == spec.VERIFY_BUILD_THREADS else {"VERIFY_THREADS": threads}
+    defines = spec.verify_defines(threads)
     monkeypatch.setattr(spec, "get_kernel", lambda name, kernel, *a, **kw: (
         get(name, kernel, defines) if kernel.startswith(("verify_i32_c", "verify_i64_c"))
         else get(name, kernel, *a, **kw)))

@@ -330,6 +330,8 @@ def test_verify_shape_rule():
     c, cache = verify_shape(3, 4, 262144, budget, 132)
     assert c == 8 and cache == chunk_ids(262144, 8) and 15 * c < VERIFY_MIN_BLOCKS
     assert verify_shape(2, 0, 10 ** 7, budget, 132) == (8, 0)            # no C's chunk fits
+
+
 def test_verify_threads_rule():
     """The 512-thread build where a block's chunk is at most 64K ids (few rows: C = 8 at vocab
     262144 and 151936; C = 1 at 49152), the 1024-thread build where a block reads more."""
@@ -342,5 +344,3 @@ def test_verify_threads_rule():
     for vocab in (7, 1000, 49152, 65540, 151936, 262144):
         for c in (1, 2, 4, 8):
             assert verify_threads(vocab, c) == (512 if chunk_ids(vocab, c) <= VERIFY_FEW_IDS else 1024)
-
-

@@ -121,6 +121,12 @@ def verify_threads(vocab: int, c: int) -> int:
     return 512 if chunk_ids(vocab, c) <= VERIFY_FEW_IDS else VERIFY_BUILD_THREADS
 
 
+def verify_defines(threads: int) -> dict | None:
+    """speculative.cu's compile-time switches for the cluster kernel at `threads` a block (None: the
+    default build)."""
+    return None if threads == VERIFY_BUILD_THREADS else {"VERIFY_THREADS": threads}
+
+
 def verify_clusters(rows: int, n: int, c: int, smem: int, threads: int = VERIFY_BUILD_THREADS) -> int:
     """Clusters of the cluster kernel's launch: one an item at most, and about as many as fit at
     once by threads and shared memory an SM (its clusters take their items from a queue: the ones
@@ -318,7 +324,7 @@ def _launch_clusters(name: str, c: int, cache: int, out, logits, drafts, draft_p
     """The cluster kernel's launch over the rows at temperature > 0 (verify_init listed them)."""
     rows, n1, vocab = logits.shape
     threads = VERIFY_THREADS or verify_threads(vocab, c)
-    kern = get_kernel("speculative", name, None if threads == VERIFY_BUILD_THREADS else {"VERIFY_THREADS": threads})
+    kern = get_kernel("speculative", name, verify_defines(threads))
     smem = 4 * (cache + 4)
     if kern.fn.max_dynamic_shared_size_bytes < smem:
         kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
