@@ -91,11 +91,16 @@ struct EndRows {
 // The last block's merge with the partials staged in shared memory a warp at a time (attn_stream_kernel,
 // one token a block, at most WARPS real rows): warp i copies its row's partials of a batch of splits
 // into its own part of `so` (cp.async, through L2: one trip a batch) and sums them from there, the
-// same weights and the same sums in the same order as merge_splits, so the same bits. Every loop is
-// rolled and no warp waits for another: the last block runs this code once, cold, and merge_splits'
-// unrolled batches are ~19 KB of it for 32 splits (bench/results/NOTES.md, twenty-fourth session).
+// same weights and the same sums in the same order as merge_splits, so the same bits. The loops are
+// rolled (the sums' by kMergeSumUnroll splits) and no warp waits for another: the last block runs
+// this code once, cold, and merge_splits' unrolled batches are ~19 KB of it for 32 splits
+// (bench/results/NOTES.md, twenty-fourth session).
 // so: `floats` free floats, 16-byte aligned, a multiple of 4 WARPS; a warp's part holds its weights
 // (32 kSplitGroups) and then batches of as many splits' rows as fit.
+#ifndef ATTN_MERGE_SUM_UNROLL
+#define ATTN_MERGE_SUM_UNROLL 4
+#endif
+constexpr int kMergeSumUnroll = ATTN_MERGE_SUM_UNROLL;
 template <int D, int WARPS>
 __device__ __forceinline__ void merge_rolled(float* so, int floats, int active, const EndRows& e) {
     constexpr int C = D / 32, P = D / 4, K = attn::kSplitGroups, SW = 32 * K;
@@ -121,6 +126,7 @@ __device__ __forceinline__ void merge_rolled(float* so, int floats, int active, 
     attn::global_split_weights(ml, active, lane, mx, wt, total);
 #pragma unroll
     for (int k = 0; k < K; ++k) sw[lane + 32 * k] = wt[k];
+    STAMP(10);
 #pragma unroll
     for (int c = 0; c < C; ++c) o[c] = 0.f;
 #pragma unroll 1
@@ -132,7 +138,10 @@ __device__ __forceinline__ void merge_rolled(float* so, int floats, int active, 
         }
         cp_wait<0>();
         __syncwarp();                   // the batch's pieces (and the weights) from every lane
-#pragma unroll 1
+        if (s0 == 0) STAMP(11);
+        // kMergeSumUnroll splits' shared-memory loads at once, not each after the one before's sums
+        // (ATTN_MERGE_SUM_UNROLL=1: one at a time, for the A/B)
+#pragma unroll kMergeSumUnroll
         for (int s = 0; s < n; ++s) {
             const float ws = sw[s0 + s];
             const float* v = sv + s * D + lane * C;
