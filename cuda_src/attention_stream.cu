@@ -145,9 +145,10 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
     const char* kp = reinterpret_cast<const char*>(k_pool + (long long)kvh * D + 8 * (lane % PPR));
     const char* vp = reinterpret_cast<const char*>(v_pool + (long long)kvh * D + 8 * (lane % PPR));
-    // ATTN_KV_EVICT_FIRST (a switch for the A/B): K and V, read once, copied evict-first, so that the
-    // stream does not push the cell table, the partials and the kernel's code out of L2
-#ifdef ATTN_KV_EVICT_FIRST
+    // K and V, read once, are copied evict-first, so that the stream does not push the cell table,
+    // the partials and the kernel's code out of L2 (batch 1 at 32k: 44.6 -> 42.3 us, bench/results/
+    // NOTES.md); ATTN_KV_EVICT_NORMAL copies them with the default policy, for the A/B
+#ifndef ATTN_KV_EVICT_NORMAL
     const unsigned long long kv_policy = l2_evict_first_policy();
 #endif
     auto issue = [&](int j, int cell) {
@@ -159,7 +160,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
             const int r = lane / PPR + RPI * i;
             const unsigned long long off = (unsigned long long)((u32)__shfl_sync(kAll, cell, r) * cell16) * 16u;
             const int n = r < rows ? 16 : 0;
-#ifdef ATTN_KV_EVICT_FIRST
+#ifndef ATTN_KV_EVICT_NORMAL
             cp_async16_hint(dst + 2 * RPI * i * RS, kp + off, n, kv_policy);
             cp_async16_hint(dst + 2 * (kPos + RPI * i) * RS, vp + off, n, kv_policy);
 #else
