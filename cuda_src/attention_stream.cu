@@ -11,10 +11,10 @@
 // a scheduler issuing every 8.3 cycles, ~470 instructions per warp per 16 positions (a third of
 // them the copies' address arithmetic: a 64-bit offset from shared memory per piece), DRAM at 44%.
 // Here:
-//   - warp w takes tiles w, w + 4, ... of 16 positions of the block's split (whole tiles of 64,
-//     as attn_mma_kernel splits them), through its own STAGES-deep ring in shared memory and its
-//     own cp.async groups (one a tile), so a warp waits only for its own bytes and meets the other
-//     warps only at the end;
+//   - warp w takes tiles w, w + 4, ... of 16 positions of the block's split (whole tiles of 16;
+//     attn_mma_kernel's splits are whole tiles of 64), through its own STAGES-deep ring in shared
+//     memory and its own cp.async groups (one a tile), so a warp waits only for its own bytes and
+//     meets the other warps only at the end;
 //   - lane r < 16 loads the cell of row r of the warp's tile two tiles ahead; a copy takes its row's
 //     cell by a shuffle (bulk copies of a row each were tried: their operands are uniform
 //     registers, so ptxas issues a warp's 32 rows one lane at a time, twice the instructions);
@@ -39,7 +39,15 @@ namespace astream {
 constexpr int kWarps = 4;
 constexpr int kRows = 16;          // query rows of a block: a token's group of heads, padded
 constexpr int kPos = 16;           // positions of a warp's tile
-constexpr int kSplitTile = 64;     // splits are whole tiles of this many positions (attn_mma_kernel's)
+// splits are whole tiles of a warp, so the longest split is ceil(positions / 16 / splits) tiles:
+// at batch 1 / 32k, 33 splits of at most 1008 positions, where whole tiles of 64 (attn_mma_kernel's)
+// gave 32 of 1024 and one idle (128k: 3984 against 4032); ATTN_SPLIT_TILES_OF_64 keeps those, for
+// the A/B
+#ifdef ATTN_SPLIT_TILES_OF_64
+constexpr int kSplitTile = 64;
+#else
+constexpr int kSplitTile = kPos;
+#endif
 
 // a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
 struct Span {
