@@ -335,12 +335,18 @@ def test_verify_shape_rule():
 def test_verify_threads_rule():
     """The 512-thread build where a block's chunk is at most 64K ids (few rows: C = 8 at vocab
     262144 and 151936; C = 1 at 49152), the 1024-thread build where a block reads more."""
-    from glimmer_cupy.ops.speculative import VERIFY_FEW_IDS, chunk_ids, verify_threads
+    from glimmer_cupy.ops.speculative import verify_threads
     assert verify_threads(262144, 8) == 512 and verify_threads(151936, 8) == 512
     assert verify_threads(151936, 4) == 512 and verify_threads(262144, 4) == 512    # exactly 65536 ids a block
     assert verify_threads(262144, 2) == 1024 and verify_threads(151936, 2) == 1024
     assert verify_threads(49152, 1) == 512 and verify_threads(65536, 1) == 512
     assert verify_threads(65537, 1) == 1024 and verify_threads(151936, 1) == 1024
-    for vocab in (7, 1000, 49152, 65540, 151936, 262144):
-        for c in (1, 2, 4, 8):
-            assert verify_threads(vocab, c) == (512 if chunk_ids(vocab, c) <= VERIFY_FEW_IDS else 1024)
+    # monotone: a smaller chunk (more blocks an item, or a smaller vocabulary) never takes the
+    # larger block
+    vocabs, cs = (7, 1000, 49152, 65540, 151936, 262144), (1, 2, 4, 8)
+    for vocab in vocabs:
+        got = [verify_threads(vocab, c) for c in cs]
+        assert got == sorted(got, reverse=True) and set(got) <= {512, 1024}, (vocab, got)
+    for c in cs:
+        got = [verify_threads(v, c) for v in vocabs]
+        assert got == sorted(got), (c, got)
