@@ -52,14 +52,13 @@ def greedy_case(rows: int, vocab: int, rng):
 
 
 @contextmanager
-def spec_build(defines: dict, kernels: tuple[str, ...], threads_attr: str, block: int | None = None):
+def spec_build(defines: dict, kernels: tuple[str, ...], threads_attr: str):
     """ops.speculative with the kernels whose names start with one of `kernels` compiled with
-    `defines`, and spec.<threads_attr> (their block size) set to `block`, else to
-    defines[threads_attr] if given."""
+    `defines`, and spec.<threads_attr> (their block size) set to defines[threads_attr] if given."""
     get, threads = spec.get_kernel, getattr(spec, threads_attr)
     spec.get_kernel = (lambda name, kernel, *a, **kw: get(name, kernel, defines) if kernel.startswith(kernels)
                        else get(name, kernel, *a, **kw))
-    setattr(spec, threads_attr, block if block is not None else defines.get(threads_attr, threads))
+    setattr(spec, threads_attr, defines.get(threads_attr, threads))
     try:
         yield
     finally:

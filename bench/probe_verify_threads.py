@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_sampling import BLOCK, verify_inputs  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from probe_verify_greedy import spec_build  # noqa: E402
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import speculative as spec  # noqa: E402
@@ -48,20 +47,18 @@ def main(argv=None) -> int:
                 first = None
                 line = f"stochastic+q rows={rows:<3d} V={vocab:<6d}"
                 for threads in map(int, args.threads.split(",")):
-                    # the default build's module where it is that build (compiled once)
-                    with spec_build(spec.verify_defines(threads) or {}, ("verify_i32_c", "verify_i64_c"),
-                                    "VERIFY_THREADS", threads):
-                        out[1].fill(-7)
-                        ops.sample_token(x, d, pos, drafts, q, out=out)
-                        got = [cupy.asnumpy(o) for o in out]
-                        first = first or got
-                        same = all(np.array_equal(a, b) for a, b in zip(got, first))
-                        same_everywhere &= same
-                        us, _ = time_us(lambda i: ops.sample_token(x, d, pos, drafts, q, out=out), 1, 10, args.reps)
-                        kern = spec.get_kernel("speculative", "verify_i32_c1")
-                        line += (f" | {threads} threads ({kern.fn.num_regs} regs, "
-                                 f"{spec._blocks_per_sm(kern.ptr, threads)} an SM): {us:7.1f} us"
-                                 f"{'' if same else ' TOKENS DIFFER'}")
+                    spec.VERIFY_THREADS = threads       # the launch takes the cluster kernel's build for it
+                    out[1].fill(-7)
+                    ops.sample_token(x, d, pos, drafts, q, out=out)
+                    got = [cupy.asnumpy(o) for o in out]
+                    first = first or got
+                    same = all(np.array_equal(a, b) for a, b in zip(got, first))
+                    same_everywhere &= same
+                    us, _ = time_us(lambda i: ops.sample_token(x, d, pos, drafts, q, out=out), 1, 10, args.reps)
+                    kern = spec.get_kernel("speculative", "verify_i32_c1", spec.verify_defines(threads))
+                    line += (f" | {threads} threads ({kern.fn.num_regs} regs, "
+                             f"{spec._blocks_per_sm(kern.ptr, threads)} an SM): {us:7.1f} us"
+                             f"{'' if same else ' TOKENS DIFFER'}")
                 print(line + f" | mean accepted {float(first[0].mean()):.2f}", flush=True)
                 cupy.get_default_memory_pool().free_all_blocks()
     return 0 if same_everywhere else 1

@@ -235,16 +235,11 @@ def test_launch_shape_independence(monkeypatch, c, cache):
 
 def use_verify_threads(monkeypatch, threads: int | None) -> None:
     """Launch the cluster kernel from speculative.cu built with VERIFY_THREADS=threads (its
-    compile-time block size) at every C; None: each C's build by ops.speculative.verify_threads."""
+    compile-time block size) at every C (the launch takes that build: verify_defines); None: each
+    C's build by ops.speculative.verify_threads."""
     from glimmer_cupy.ops import speculative as spec
-    if threads is None:
-        return
-    get = spec.get_kernel
-    defines = spec.verify_defines(threads)
-    monkeypatch.setattr(spec, "get_kernel", lambda name, kernel, *a, **kw: (
-        get(name, kernel, defines) if kernel.startswith(("verify_i32_c", "verify_i64_c"))
-        else get(name, kernel, *a, **kw)))
-    monkeypatch.setattr(spec, "VERIFY_THREADS", threads)
+    if threads is not None:
+        monkeypatch.setattr(spec, "VERIFY_THREADS", threads)
 
 
 @gpu
