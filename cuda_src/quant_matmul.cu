@@ -250,10 +250,11 @@ struct Dp4aRow {
     template <class Prep>
     __device__ __forceinline__ void run(float* __restrict__ y, int n, const Prep& prep) {
         extern __shared__ __align__(16) int sx[];
-        int* xq = sx;
-        float* xd = reinterpret_cast<float*>(sx + k / 4);
+        int* xq = sx;                                 // k bytes, then the prep's scratch (16-byte aligned)
+        float* scratch = reinterpret_cast<float*>(sx + k / 4);
+        float* xd = scratch + Prep::scratch_floats(k);
         float* xs = xd + nsub;
-        prep(t, xq, xd, xs, xs + nsub);
+        prep(t, xq, xd, xs, scratch);
         __syncthreads();
         if (!live) return;
         float acc[1] = {0.f};

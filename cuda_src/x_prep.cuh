@@ -48,6 +48,8 @@ struct Norm {
     int d;
     int tx;                                           // the separate norm's threads a row
 
+    __host__ __device__ static constexpr int scratch_floats(int d) { return d + 32; }
+
     // the weight is no kernel's output: into L1 before the wait (as the norm kernel does)
     __device__ __forceinline__ void before_wait(int t) const {
         for (int k = t; k < d / 4; k += T) asm volatile("prefetch.global.L1 [%0];" :: "l"(weight + 4 * k));
@@ -101,6 +103,7 @@ struct Gated {
     const float* __restrict__ gate_up;
     int f;
 
+    __host__ __device__ static constexpr int scratch_floats(int) { return 0; }
     __device__ __forceinline__ void before_wait(int) const {}
 
     __device__ __forceinline__ void operator()(int t, int* xq, float* xd, float* xs, float*) const {
@@ -116,8 +119,8 @@ struct Gated {
     }
 };
 
-// shared memory a prep's GEMV asks for: the codes (k bytes), d and s (k / 32 floats each), and a
-// norm's scratch (k + 32 floats)
+// shared memory a prep's GEMV asks for: the codes (k bytes), a norm's scratch (k + 32 floats), then
+// d and s (k / 32 floats each)
 __host__ __device__ constexpr int smem_bytes(int k, bool norm) {
     return k + 8 * (k / 32) + (norm ? 4 * (k + 32) : 0);
 }
