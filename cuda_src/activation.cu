@@ -18,7 +18,6 @@
 //
 // Explicit instantiations at the bottom under GLIMMER_INSTANTIATE (offline compiles only).
 
-#include "gated_act.cuh"
 #include "q8.cuh"
 #include "pdl.cuh"
 
@@ -29,6 +28,17 @@ struct alignas(sizeof(T) * N) Pack {
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ void from_f32(float v, float& out) { out = v; }
+
+struct Silu {
+    __device__ __forceinline__ static float apply(float g) { return g / (1.f + expf(-g)); }
+};
+
+struct GeluTanh {
+    __device__ __forceinline__ static float apply(float g) {
+        const float k = 0.7978845608028654f;            // sqrt(2 / pi)
+        return 0.5f * g * (1.f + tanhf(k * (g + 0.044715f * g * g * g)));
+    }
+};
 
 struct Softcap {
     __device__ __forceinline__ static float apply(float x, float cap) { return cap * tanhf(x / cap); }

@@ -20,7 +20,6 @@
 #include "quant_blocks.cuh"
 #include "pdl.cuh"
 #include "quant_dot.cuh"
-#include "x_prep.cuh"
 
 constexpr int kRowsPerBlock = 4;
 typedef unsigned int u32;
@@ -227,70 +226,6 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
     store_row_sums<M>(y, acc, n, row, lane);
 }
 
-// gemv_dp4a_kernel<QT, 1> on a row of x that the block makes itself (x_prep.cuh): a warp's first
-// weights are in flight before the wait (the constructor), then every thread takes part in the
-// prep (a block's rows past N included), its codes go to shared memory, and each warp runs its row
-// as gemv_dp4a_kernel does (the same bits for the same codes). Dynamic shared memory
-// xprep::smem_bytes(k, norm).
-template <class QT>
-struct Dp4aRow {
-    const unsigned char* wrow;
-    int row, lane, t, nsub, k;
-    bool live;
-    int wv[2][8];
-    float d0[2], d1[2], mw[2];
-
-    __device__ __forceinline__ Dp4aRow(const unsigned char* __restrict__ w, int n, int k_, long long row_bytes)
-        : row(blockIdx.x * kRowsPerBlock + threadIdx.y), lane(threadIdx.x), t(threadIdx.y * 32 + threadIdx.x),
-          nsub(k_ / 32), k(k_), live(row < n) {
-        wrow = w + (long long)(live ? row : 0) * row_bytes;
-        if (live && lane < nsub) dp4a_load<QT>(wrow, lane, lane + 32 < nsub, wv, d0, d1, mw);
-    }
-
-    template <class Prep>
-    __device__ __forceinline__ void run(float* __restrict__ y, int n, const Prep& prep) {
-        extern __shared__ __align__(16) int sx[];
-        int* xq = sx;                                 // k bytes, then the prep's scratch (16-byte aligned)
-        float* scratch = reinterpret_cast<float*>(sx + k / 4);
-        float* xd = scratch + Prep::scratch_floats(k);
-        float* xs = xd + nsub;
-        prep(t, xq, xd, xs, scratch);
-        __syncthreads();
-        if (!live) return;
-        float acc[1] = {0.f};
-        for (int s0 = lane; s0 < nsub; s0 += 64) {
-            const bool two = s0 + 32 < nsub;
-            if (s0 != lane) dp4a_load<QT>(wrow, s0, two, wv, d0, d1, mw);
-            dp4a_pass<1>(acc, wv, d0, d1, mw, s0, two, xq, xd, xs, k, nsub);
-        }
-        store_row_sums<1>(y, acc, n, row, lane);
-    }
-};
-
-// y = rms_norm(residual + delta) * weight · Wᵀ for one row; res_out = residual + delta (block 0).
-// tx: the threads a row add_rms_norm_kernel would run with (its order of the sum of squares).
-template <class QT>
-__global__ void __launch_bounds__(32 * kRowsPerBlock) gemv_dp4a_norm_kernel(
-    float* __restrict__ y, float* __restrict__ res_out, const float* __restrict__ residual,
-    const float* __restrict__ delta, const float* __restrict__ weight, float eps, int tx,
-    const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
-    Dp4aRow<QT> r(w, n, k, row_bytes);
-    const xprep::Norm<32 * kRowsPerBlock> prep{res_out, residual, delta, weight, eps, k, tx};
-    prep.before_wait(r.t);
-    pdl_wait();
-    r.run(y, n, prep);
-}
-
-// y = (act(gate) * up) · Wᵀ for one row of gate_up = [gate | up], each k wide
-template <class QT, class Act>
-__global__ void __launch_bounds__(32 * kRowsPerBlock) gemv_dp4a_gated_kernel(
-    float* __restrict__ y, const float* __restrict__ gate_up, const unsigned char* __restrict__ w, int n, int k,
-    long long row_bytes) {
-    Dp4aRow<QT> r(w, n, k, row_bytes);
-    pdl_wait();
-    r.run(y, n, xprep::Gated<32 * kRowsPerBlock, Act>{gate_up, k});
-}
-
 #ifdef GLIMMER_INSTANTIATE
 #define GEMV_M(QT, M) \
     template __global__ void gemv_kernel<gguf::QT, M>(float*, const float*, const unsigned char*, int, int, long long);
@@ -301,17 +236,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock) gemv_dp4a_gated_kernel(
 #define DP4A_M(QT, M) \
     template __global__ void gemv_dp4a_kernel<gguf::QT, M>(float*, const int*, const float*, const float*, \
                                                            const unsigned char*, int, int, long long);
-#define DP4A_PREP(QT) \
-    template __global__ void gemv_dp4a_norm_kernel<gguf::QT>(float*, float*, const float*, const float*, \
-                                                            const float*, float, int, const unsigned char*, int, int, \
-                                                            long long); \
-    template __global__ void gemv_dp4a_gated_kernel<gguf::QT, Silu>(float*, const float*, const unsigned char*, int, \
-                                                                    int, long long); \
-    template __global__ void gemv_dp4a_gated_kernel<gguf::QT, GeluTanh>(float*, const float*, const unsigned char*, \
-                                                                        int, int, long long);
 #define DP4A_ALL(QT) DP4A_M(QT, 1) DP4A_M(QT, 2) DP4A_M(QT, 3) DP4A_M(QT, 4) DP4A_M(QT, 5) DP4A_M(QT, 6) \
     DP4A_M(QT, 7) DP4A_M(QT, 8) DP4A_M(QT, 9) DP4A_M(QT, 10) DP4A_M(QT, 11) DP4A_M(QT, 12)            \
-    DP4A_M(QT, 13) DP4A_M(QT, 14) DP4A_M(QT, 15) DP4A_M(QT, 16) DP4A_PREP(QT)
+    DP4A_M(QT, 13) DP4A_M(QT, 14) DP4A_M(QT, 15) DP4A_M(QT, 16)
 DP4A_ALL(Q4_0) DP4A_ALL(Q4_1) DP4A_ALL(Q5_0) DP4A_ALL(Q8_0) DP4A_ALL(Q4_K) DP4A_ALL(Q5_K) DP4A_ALL(Q6_K)
 GEMV_ALL(F32) GEMV_ALL(F16) GEMV_ALL(BF16) GEMV_ALL(Q4_0) GEMV_ALL(Q4_1) GEMV_ALL(Q5_0) GEMV_ALL(Q5_1)
 GEMV_ALL(Q8_0) GEMV_ALL(Q2_K) GEMV_ALL(Q3_K) GEMV_ALL(Q4_K) GEMV_ALL(Q5_K) GEMV_ALL(Q6_K)

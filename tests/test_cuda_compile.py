@@ -113,22 +113,6 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
     assert_no_spills(kernels, f"ops/{module}.py")
 
 
-def test_quant_matmul_names_compile(tmp_path: Path):
-    """ops/matmul.py's names for a dp4a type's module (the fused-input GEMVs among them) name real
-    instantiations of quant_matmul.cu, all spill-free."""
-    from glimmer_cupy.ops.matmul import module_exprs
-    exprs = module_exprs("Q4_1")
-    assert any("norm" in e for e in exprs) and sum("gated" in e for e in exprs) == 2
-    src = tmp_path / "quant_matmul_names.cu"
-    src.write_text('#include "quant_matmul.cu"\nvoid* glimmer_name_expressions[] = {\n'
-                   + "".join(f"    (void*)&{e},\n" for e in exprs) + "};\n")
-    rc, log = compile_cubin(src, tmp_path)
-    assert rc == 0, f"the name expressions of ops/matmul.py do not compile:\n{log}"
-    kernels = ptxas_report(log)
-    assert len(kernels) == len(exprs)
-    assert_no_spills(kernels, "quant_matmul Q4_1")
-
-
 @pytest.mark.parametrize("trait", ["Q4_K", "Q6_K"])
 def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M; the

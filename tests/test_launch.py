@@ -68,10 +68,6 @@ EARLY_FETCH = {
     # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
-    # the first weights (Dp4aRow's constructor) and the norm's weight into L1; the input made after
-    "gemv_dp4a_norm_kernel": (r"\by\[", r"\.run\(", r"prep\(", r"residual\s*\[", r"delta\s*\[", r"res_out\s*\[",
-                              r"__syncthreads"),
-    "gemv_dp4a_gated_kernel": (r"\by\[", r"\.run\(", r"gate_up\s*\[", r"__syncthreads"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
     # the weights into L1; the RoPE angles from the uploaded positions
     "rms_norm_kernel": (r"(?<![.\w])x\s*\[", r"\bxr\s*\[", r"\bout\b", r"red\[", r"__syncthreads", r"row_sum",

@@ -44,37 +44,17 @@ class Decoder:
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
             if cfg.post_norms:
                 o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)
-            x, h = _add_norm(x, o, lw.ffn_norm, cfg.rms_eps, lw.gate_up.makes_input(t))   # x + o
+            h = ops.add_rms_norm_(x, o, lw.ffn_norm, cfg.rms_eps, q8=True)       # x += o
             gu = lw.gate_up(h)                                                   # (T, 2 ffn)
-            act = _gated(gu, cfg.activation, lw.down.makes_input(t))
+            act = ops.gelu_mul(gu, q8=True) if cfg.activation == "gelu" else ops.silu_mul(gu, q8=True)
             d = lw.down(act)
             if cfg.post_norms:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
-            if i + 1 < len(w.layers):
-                nxt = w.layers[i + 1]
-                x, h = _add_norm(x, d, nxt.attn_norm, cfg.rms_eps, nxt.qkv.makes_input(t))   # x + d
-            else:
-                h = ops.add_rms_norm_(x, d, w.out_norm, cfg.rms_eps)            # x += d, for the head
+            nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
+            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers))   # x += d
         if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
             return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
         logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32
         if cfg.final_softcap:
             logits = ops.softcap(logits, cfg.final_softcap)
         return logits
-
-
-def _add_norm(x, delta, weight, eps: float, fused: bool):
-    """(x + delta, the next matmul's normed input). fused: the input is made by that matmul's GEMV
-    (ops.norm_input: one launch less in a one-token step) and x + delta lands in a new array;
-    else x is updated in place and the norm makes its int8 codes for the GEMV (q8)."""
-    if fused:
-        h = ops.norm_input(x, delta, weight, eps)
-        return h.residual, h
-    return x, ops.add_rms_norm_(x, delta, weight, eps, q8=True)
-
-
-def _gated(gate_up, activation: str, fused: bool):
-    """The down projection's input: act(gate) * up, made by its GEMV when fused (ops.gated_input)."""
-    if fused:
-        return ops.gated_input(gate_up, activation)
-    return ops.gelu_mul(gate_up, q8=True) if activation == "gelu" else ops.silu_mul(gate_up, q8=True)

@@ -67,14 +67,8 @@ class Linear:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.parts)
 
-    def makes_input(self, rows: int) -> bool:
-        """Whether this layer's GEMV makes a fused input (ops.norm_input, ops.gated_input) of `rows`
-        rows itself: one part, and quant_matmul fuses it there."""
-        from ..ops.matmul import fuses_input
-        return len(self.parts) == 1 and fuses_input(rows, self.parts[0])
-
     def __call__(self, x):
-        """x: (T, in_dim), ops.q8.Q8Rows or a fused input (ops/fused_input.py) -> (T, out_dim). Parts of different types write their own
+        """x: (T, in_dim), or ops.q8.Q8Rows -> (T, out_dim). Parts of different types write their own
         columns (ops.quant_matmul_rows: one launch for a Q4_K / Q6_K pair at one row)."""
         if len(self.parts) == 1:
             y = ops.quant_matmul(x, self.parts[0])

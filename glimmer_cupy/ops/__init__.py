@@ -3,7 +3,6 @@
 from .activation import gelu_mul, scale, silu_mul, softcap
 from .attention import attention, kv_write_
 from .embed import embed, feed_tokens_
-from .fused_input import gated_input, norm_input
 from .matmul import quant_matmul, quant_matmul_rows
 from .norm import add_rms_norm_, rms_norm
 from .prepare_qkv import prepare_qkv_
@@ -12,5 +11,5 @@ from .sampling import GREEDY, DeviceSamplingParams, SamplingParams, argmax, samp
 from .speculative import sample_token
 
 __all__ = ["rms_norm", "add_rms_norm_", "rope", "silu_mul", "gelu_mul", "softcap", "scale",
-           "quant_matmul", "quant_matmul_rows", "norm_input", "gated_input", "embed", "feed_tokens_", "kv_write_", "prepare_qkv_", "attention", "argmax", "sample_rows",
+           "quant_matmul", "quant_matmul_rows", "embed", "feed_tokens_", "kv_write_", "prepare_qkv_", "attention", "argmax", "sample_rows",
            "sample_token", "SamplingParams", "DeviceSamplingParams", "GREEDY"]

@@ -15,7 +15,6 @@ from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
 from ._dispatch import host_result, is_host
-from .fused_input import FUSED_SMEM_MAX, GATED_ACTS, FusedInput, NormInput, fused_smem
 from .q8 import Q8Rows, plain
 
 # QType -> trait struct in quant_blocks.cuh
@@ -308,21 +307,14 @@ def graph_safe():
         _GRAPH_SAFE.reset(token)
 
 
-def module_exprs(trait: str) -> tuple[str, ...]:
-    """The name expressions of quant_matmul.cu's module for one quant type."""
+@cache
+def _kernel(trait: str, expr: str):
+    """One module per quant type, so a model compiles only the types it holds."""
     exprs = tuple(f"gemv_kernel<gguf::{trait}, {m}>" for m in GEMV_WIDTHS) + \
         (f"dequant_kernel<gguf::{trait}, float>", f"dequant_kernel<gguf::{trait}, unsigned short>")
     if QType[trait] in DOT_TYPES:
         exprs += tuple(f"gemv_dp4a_kernel<gguf::{trait}, {m}>" for m in DP4A_WIDTHS)
-        exprs += (f"gemv_dp4a_norm_kernel<gguf::{trait}>",) + tuple(
-            f"gemv_dp4a_gated_kernel<gguf::{trait}, {a}>" for a in GATED_ACTS.values())
-    return exprs + ("quantize_x_kernel", "to_bf16_kernel")
-
-
-@cache
-def _kernel(trait: str, expr: str):
-    """One module per quant type, so a model compiles only the types it holds."""
-    return get_kernel("quant_matmul", expr, name_expressions=module_exprs(trait))
+    return get_kernel("quant_matmul", expr, name_expressions=exprs + ("quantize_x_kernel", "to_bf16_kernel"))
 
 
 MMA_STEP = 64                       # kBK in quant_mma.cu: values of K per step
@@ -394,56 +386,13 @@ def check_codes(codes: Q8Rows, op: str, m: int, k: int, like) -> None:
     check(codes.s, op, "x.s", dtypes=(F32,), shape=(m, k // 32), like=like)
 
 
-# a one-row GEMV makes a fused input (ops/fused_input.py) itself where it can; False makes every
-# fused input with the separate ops first (the A/B of bench/results/NOTES.md)
-FUSE_INPUTS = True
-
-
-def fuses_input(rows: int, w: QuantTensor) -> bool:
-    """Whether quant_matmul makes a fused input of `rows` rows for w inside its GEMV (gemv_dp4a at
-    one row); else the input is made by the separate ops first."""
-    k = w.shape[1]
-    return (FUSE_INPUTS and rows == 1 and w.on_device and w.qtype in DOT_TYPES and k % 32 == 0
-            and fused_smem(k, True) <= FUSED_SMEM_MAX and bucket(1, w.qtype, _GRAPH_SAFE.get()) == "gemv_dp4a")
-
-
-def _gemv_fused(x, w: QuantTensor, out):
-    """y = x · Wᵀ for a fused input of one row, made in the GEMV's blocks (x_prep.cuh)."""
-    import cupy
-
-    from .norm import row_threads
-
-    n, k = w.shape
-    src = x.old if isinstance(x, NormInput) else x.gate_up
-    if out is None:
-        out = cupy.empty((1, n), dtype=cupy.float32)
-    check_out(out, "quant_matmul", (1, n), like=src)
-    t = TRAITS[w.qtype]
-    grid, block = ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK)
-    tail = (w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n))
-    if isinstance(x, NormInput):
-        _kernel(t, f"gemv_dp4a_norm_kernel<gguf::{t}>")(
-            grid, block, (out, x.residual, x.old, x.delta, x.weight, np.float32(x.eps), np.int32(row_threads(k)),
-                          *tail), shared_mem=fused_smem(k, True))
-    else:
-        _kernel(t, f"gemv_dp4a_gated_kernel<gguf::{t}, {GATED_ACTS[x.act]}>")(
-            grid, block, (out, x.gate_up, *tail), shared_mem=fused_smem(k, False))
-    return out
-
-
 def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None):
-    """x: (M, K) float32, Q8Rows (x with its int8 codes, ops/q8.py) or a fused input (a norm or
-    gated activation not yet made, ops/fused_input.py), w: QuantTensor (N, K) -> (M, N) float32.
+    """x: (M, K) float32, or Q8Rows (x with its int8 codes, ops/q8.py), w: QuantTensor (N, K) ->
+    (M, N) float32.
 
     force_bucket (benchmarks only) runs a given bucket instead of the table's choice.
     """
     n, k = w.shape
-    if isinstance(x, FusedInput):
-        if x.shape[1] != k:
-            raise fail("quant_matmul", "x", f"K = {k} wide (w's rows)", f"{x.shape[1]} wide")
-        if force_bucket in (None, "gemv_dp4a") and x.fusable() and fuses_input(x.shape[0], w):
-            return _gemv_fused(x, w, out)
-        x = x.materialize()
     codes = None
     if isinstance(x, Q8Rows):
         x, codes = x.x, x
@@ -560,8 +509,6 @@ def quant_matmul_rows(x, parts, *, out=None):
     and two parts that gemv_kq serves in a KQ_PAIRS pair of types run one launch
     (gemv_kq_pair_kernel, the same bits as a launch each); everything else a quant_matmul a part."""
     n = sum(p.shape[0] for p in parts)
-    if isinstance(x, FusedInput):
-        x = x.materialize()
     plain_x = plain(x)
     m = plain_x.shape[0]
     if is_host(plain_x):

@@ -39,12 +39,6 @@ def _launch_shape(rows: int, d: int, vec: int) -> tuple[tuple[int], tuple[int, i
     return ((rows + ty - 1) // ty,), (tx, ty)
 
 
-def row_threads(d: int) -> int:
-    """The threads a row of d values (16-byte packs) gets: the order of its sum of squares, which a
-    GEMV making the norm itself follows (cuda_src/x_prep.cuh)."""
-    return _launch_shape(1, d, 4)[1][0]
-
-
 def _vec(d: int, *arrays) -> int:
     return 4 if d % 4 == 0 and aligned(*arrays) else 1
 
