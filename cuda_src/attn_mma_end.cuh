@@ -119,16 +119,9 @@ __device__ __forceinline__ void merge_rolled(float* so, int floats, int active, 
             cp_async16(smem_u32(sv + x * 4), src + (s0 + x / P) * step + 4 * (x % P), 16);
         cp_commit();
     };
-    // the (max, sum) loads first: the weights wait for them, the staged rows only after the weights
-    // (ATTN_MERGE_STAGE_FIRST: the staged rows' copies issued first, as before, for the A/B)
-#ifdef ATTN_MERGE_STAGE_FIRST
     stage(0, min(per, active));
-#endif
     float2 ml[K];
     attn::load_split_ml(active, r, e.rows, lane, e.part_ml, ml);
-#ifndef ATTN_MERGE_STAGE_FIRST
-    stage(0, min(per, active));
-#endif
     float mx, total, wt[K], o[C];
     attn::global_split_weights(ml, active, lane, mx, wt, total);
 #pragma unroll

@@ -454,17 +454,6 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
 // has none. Ends on a cluster barrier; returns the count (the same in every block; more than
 // kTopkList: the list overflowed and holds only the first kTopkList). pub.n must be 0 on entry
 // and no block may touch rank 0's list since the cluster's last barrier.
-// gather_list's item w of a warp (base: its first thread; need: its needy threads): float4
-// j = t + r kThreads of the row's aligned middle for the (w / per)-th needy thread t and
-// r = w % per, or -1 past the items or the middle
-__device__ __forceinline__ int gather_float4(unsigned need, int base, int w, int per, int items, int nv) {
-    if (w >= items) return -1;
-    const int which = w / per;
-    for (int i = 0; i < which; ++i) need &= need - 1;
-    const int j = base + __ffs(need) - 1 + (w - which * per) * kThreads;
-    return j < nv ? j : -1;
-}
-
 template <int C>
 __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, int hi, float tau, float tmax,
                                            SampleSmem& sm) {
@@ -486,17 +475,13 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
         }
     };
     // The ids of each thread whose max reaches tau (for_chunk's: one float4 every kThreads, and a
-    // single id at each end) are read again by its whole warp: the float4s of all of a warp's
-    // needy threads are spread over the lanes together and asked for at once, so a warp waits one
-    // memory trip for its needy threads, not one or two each (a 151936 row at C = 1 is 37 float4s
-    // a thread; with ~60 entries a block, a warp holds 1-4 needy threads, read one after another
-    // before: the gather took 7.2 us of a verification item, bench/results/NOTES.md).
+    // single id at each end) are read again by its whole warp, the float4s spread over the lanes,
+    // so that they are in flight at once rather than four at a time in one thread (a 151936 row at
+    // C = 1 is 37 float4s a thread; one such thread held its block's barrier ~8 us).
     // At C = 8 (a thread has ~5 float4s of a 151936 row) each thread reads its own again: the
     // warp's loop spills in sample_rows_c8 under its 64 registers.
-    // TOPK_GATHER_SERIAL: a warp's needy threads one after another (the loop before), for the A/B
     if (C == 8) {
         if (tmax >= tau) for_chunk(x, lo, hi, add);
-#ifdef TOPK_GATHER_SERIAL
     } else if (unsigned need = __ballot_sync(0xffffffffu, tmax >= tau)) {
         const int lane = threadIdx.x & 31;
         const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
@@ -516,45 +501,6 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
                 for (int c = 0; c < 4; ++c) add(a + 4 * j + c, l[c]);
             }
         } while (need);
-#else
-    } else if (const unsigned need = __ballot_sync(0xffffffffu, tmax >= tau)) {
-        const int lane = threadIdx.x & 31, base = threadIdx.x & ~31;
-        const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
-        const int a = min(hi, lo + ((4 - mis) & 3));
-        const int nv = (hi - a) >> 2;
-        const int b = a + 4 * nv;
-        const float4* __restrict__ v = reinterpret_cast<const float4*>(x + a);
-        const int cnt = __popc(need);
-        // the ends: lane r takes needy thread r's single ids (at most 3 at each end)
-        if (lane < cnt) {
-            unsigned m = need;
-            for (int i = 0; i < lane; ++i) m &= m - 1;
-            const int t = base + __ffs(m) - 1;
-            if (t < a - lo) add(lo + t, x[lo + t]);
-            if (t < hi - b) add(b + t, x[b + t]);
-        }
-        // item w: float4 r = w % per of needy thread w / per (j = t + r kThreads). A lane first
-        // asks L1 for all of its items' lines, then reads them: one memory trip for the warp's
-        // needy threads together (holding the float4s in registers instead spills the
-        // verification kernels under their 64)
-        const int per = (nv + kThreads - 1) / kThreads;
-        const int items = cnt * per;
-        for (int w = lane; w < items; w += 32) {
-            const int j = gather_float4(need, base, w, per, items, nv);
-            if (j >= 0) prefetch_l1(v + j);
-        }
-        for (int w = lane; w < items; w += 32) {
-            const int j = gather_float4(need, base, w, per, items, nv);
-            if (j >= 0) {
-                const float4 q = v[j];
-                const int i = a + 4 * j;
-                add(i, q.x);
-                add(i + 1, q.y);
-                add(i + 2, q.z);
-                add(i + 3, q.w);
-            }
-        }
-#endif
     }
     TOPK_CLOCK(6);
     if (C == 1) __syncthreads();
