@@ -114,12 +114,6 @@ __device__ __forceinline__ bool last_block(int* counter, int active) {
     return mine;
 }
 
-// One warp merges output row r over the `active` splits' partials, in split order, read from L2
-// (ld.cg), and writes the normalised output and its codes. The loads are a chain of L2 trips after
-// every other block's end, so they are issued as early as they can be: every split's (max, sum)
-// (lane s: splits s, s + 32, ...) together with the first B splits' columns, and each next B
-// splits' columns before the current ones are summed (B C = 32 floats a lane in flight). The sums
-// are the same, in the same order, as one split after another.
 constexpr int kSplitGroups = 8;                     // kSplitGroups * 32 >= MAX_SPLITS (ops/attention.py)
 
 // Lane s's (max, sum) of row r's global partials s, s + 32, ... (past `active`: none), from L2
@@ -150,6 +144,12 @@ __device__ __forceinline__ void global_split_weights(const float2 (&ml)[kSplitGr
     }
 }
 
+// One warp merges output row r over the `active` splits' partials, in split order, read from L2
+// (ld.cg), and writes the normalised output and its codes. The loads are a chain of L2 trips after
+// every other block's end, so they are issued as early as they can be: every split's (max, sum)
+// (lane s: splits s, s + 32, ...) together with the first B splits' columns, and each next B
+// splits' columns before the current ones are summed (B C = 32 floats a lane in flight). The sums
+// are the same, in the same order, as one split after another.
 template <int C>
 __device__ __forceinline__ void merge_splits(int active, long long r, int rows, int lane, float* __restrict__ out,
                                              const float* __restrict__ part_acc, const float* __restrict__ part_ml,
