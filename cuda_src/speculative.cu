@@ -102,14 +102,30 @@ struct EndWeights {
 // Returns false in every block alike when the list overflowed (the caller runs the long path);
 // otherwise rank 0 writes out[0] (position a's token) if the position accepts or draws, and *key
 // (its stop key, left as it is on acceptance), and the other blocks return at once.
+//
+// At C = 1 the row's stop word is read again (stop, loaded before the bound, read after it): a
+// position whose row ended meanwhile, while its chunk was read, leaves the gather, the weights and
+// the decision out, as a position claimed after the end leaves out all of its work (a hint: any
+// value is safe). VERIFY_NO_LATE_SKIP builds it without, for the A/B.
 template <int C>
 __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo, int hi, int k, float t, float top_p,
                                          float min_p, float tmax, const RowDist& rd, SampleSmem& sm, long long dl,
                                          bool drafted, int fl, const float* __restrict__ qa, u64 seed, u32 pa, int a,
-                                         int* out, int* key) {
+                                         int* out, int* key, const int* stop) {
     TopkWork& w = sm.fast;
+#ifndef VERIFY_NO_LATE_SKIP
+    const int word = C == 1 && threadIdx.x == 0 ? __ldcg(stop) : 0;      // in flight during the bound
+#endif
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
     STAMP_AT(3);
+#ifndef VERIFY_NO_LATE_SKIP
+    if (C == 1) {
+        __shared__ int ended;
+        if (threadIdx.x == 0) ended = rowmath::stop_at(word) < a;
+        __syncthreads();
+        if (ended) return true;             // (ended is next written after the item's end barriers)
+    }
+#endif
     const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
     STAMP_AT(4);
     if (n > (u32)kTopkList) return false;   // the same count in every block
@@ -410,7 +426,8 @@ __device__ __forceinline__ void verify_item(
             }
         } else if (short_k && verify_list<C>(x(), lo, hi, tk0, t, top_p[row], min_p[row], tmax, rd, ssm,
                                              dl, drafted, fl, has_q ? q + ((long long)row * n + a) * vocab : nullptr,
-                                             seed[row], (u32)position[row] + (u32)a, a, out() + a, &end.key)) {
+                                             seed[row], (u32)position[row] + (u32)a, a, out() + a, &end.key,
+                                             n_accepted + row)) {
             // the list held every kept id: the position is decided
         } else if (!ended_before<C>(n_accepted + row, a, sm)) {
             // the long path, and a short-k row whose list overflowed (every block alike: the list's
