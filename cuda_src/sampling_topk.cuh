@@ -623,14 +623,15 @@ __device__ __forceinline__ void warps_sum(T (&v)[2], T* part) {
     }
 }
 
+// Steps 2-5 by W warps: lane holds entries lane and lane + 32 of the list, their ids and their
+// weights in the draw (E if kept by every filter, else 0), by list_weights' rules.
 template <int W>
-__device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top_p, float min_p, float lmax,
-                                                u32 u24, TopkWork& w, int* dst) {
+__device__ __forceinline__ void list_weights_warps(int n, int k, float t, float top_p, float min_p, float lmax,
+                                                   TopkWork& w, int (&id)[2], u64 (&wt)[2]) {
     static_assert(W >= 1 && W <= 8 && 32 % W == 0, "W warps split 32 source lanes; 2 x 64 W u64 fit w.lw");
     constexpr int kSrc = 32 / W;            // source lanes a warp takes
     const int lane = threadIdx.x & 31, s0 = (threadIdx.x >> 5) * kSrc;
     float l[2], e[2];
-    int id[2];
     bool kept[2];
     u64 E[2];
 #pragma unroll
@@ -685,11 +686,20 @@ __device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top
         e_min = m;
     }
     TOPK_CLOCK(22);
-    // 5. min-p; 6. the draw over the weights in id order
+    // 5. min-p
     e_min = fminf(fmaxf(e_min, min_p), 1.f);
-    const u64 w0 = kept[0] && e[0] >= e_min ? E[0] : 0ull, w1 = kept[1] && e[1] >= e_min ? E[1] : 0ull;
-    const u64 target = draw_target(u24, warp_sum_u64(w0 + w1));
-    TOPK_CLOCK(23);
+    wt[0] = kept[0] && e[0] >= e_min ? E[0] : 0ull;
+    wt[1] = kept[1] && e[1] >= e_min ? E[1] : 0ull;
+}
+
+// Step 6 by W warps on list_weights_warps' entries with weights wt (any weights of them, in id
+// order): the entry whose inclusive prefix sum first exceeds target (< the sum) writes its id to
+// *dst, from warp 0. The pairwise sums use w.lw + 64 W (list_weights_warps' top-p used w.lw).
+template <int W>
+__device__ __forceinline__ void list_pick_warps(const int (&id)[2], u64 w0, u64 w1, u64 target, TopkWork& w,
+                                                int* dst) {
+    constexpr int kSrc = 32 / W;
+    const int s0 = (threadIdx.x >> 5) * kSrc;
     u64 c[2] = {0, 0};
 #pragma unroll 2
     for (int i = 0; i < kSrc; ++i) {
@@ -703,6 +713,18 @@ __device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top
     if (threadIdx.x >= 32) return;
     if (w0 && c[0] <= target && target < c[0] + w0) *dst = id[0];       // exactly one entry
     if (w1 && c[1] <= target && target < c[1] + w1) *dst = id[1];
+}
+
+template <int W>
+__device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top_p, float min_p, float lmax,
+                                                u32 u24, TopkWork& w, int* dst) {
+    int id[2];
+    u64 wt[2];
+    list_weights_warps<W>(n, k, t, top_p, min_p, lmax, w, id, wt);
+    // 6. the draw over the weights in id order
+    const u64 target = draw_target(u24, warp_sum_u64(wt[0] + wt[1]));
+    TOPK_CLOCK(23);
+    list_pick_warps<W>(id, wt[0], wt[1], target, w, dst);
 }
 
 // ---------------------------------------------------------------- sample_rows' short path

@@ -93,6 +93,62 @@ struct EndWeights {
     }
 };
 
+// verify_list's steps 2-6 on a list of at most kWarpList entries by the first kListWarps warps of
+// rank 0 (sampling_topk.cuh's list_weights_warps / list_pick_warps: shuffles and one named barrier
+// a pairwise sum in place of the block's barriers; integer sums and maxima, so the same token as
+// the block's steps). Every lane of those warps calls it. VERIFY_LIST_BLOCK keeps every list on the
+// block's steps, for the A/B.
+__device__ __forceinline__ void verify_list_warps(u32 n, int k, float t, float top_p, float min_p, const RowDist& rd,
+                                                  SampleSmem& sm, long long dl, bool drafted, int fl,
+                                                  const float* __restrict__ qa, u64 seed, u32 pa, int a, int* out,
+                                                  int* key) {
+    TopkWork& w = sm.fast;
+    int id[2];
+    u64 wt[2];
+    list_weights_warps<kListWarps>((int)n, k, t, top_p, min_p, rd.lmax, w, id, wt);
+    const u64 kept = warp_sum_u64(wt[0] + wt[1]);
+    const int d = drafted && fl == 0 ? (int)dl : -1;         // fl: a drafted id outside [0, vocab)
+    const unsigned at0 = __ballot_sync(0xffffffffu, d >= 0 && id[0] == d);
+    const unsigned at1 = __ballot_sync(0xffffffffu, d >= 0 && id[1] == d);
+    const u64 e_d0 = shfl_u64(wt[0], at0 ? __ffs(at0) - 1 : 0), e_d1 = shfl_u64(wt[1], at1 ? __ffs(at1) - 1 : 0);
+    const u64 e_d = at0 ? e_d0 : at1 ? e_d1 : 0ull;           // 0: d not listed
+    STAMP_AT(5);
+    u64 m0 = wt[0], m1 = wt[1], total = kept;
+    u32 u24;
+    int end_key;
+    if (!drafted) {                         // every draft accepted: the bonus, as sample_rows draws it
+        u24 = philox::bits24(seed, pa, philox::kSample, 0u);
+        end_key = rowmath::stop_key(a, 0);
+    } else {
+        const double q_d = !qa ? 1.0 : d >= 0 ? (double)qa[d] : 0.0;
+        if (d >= 0 && rowmath::accepts(philox::bits24(seed, pa, philox::kAccept, 0u), e_d, kept, q_d)) {
+            if (threadIdx.x == 0) *out = d;
+            return;
+        }
+        if (!qa) {                          // excluded-token correction; p itself if only d was kept
+            if (kept - e_d) {
+                m0 = id[0] == d ? 0 : wt[0];
+                m1 = id[1] == d ? 0 : wt[1];
+                total = kept - e_d;
+            }
+        } else {                            // residual correction; p itself if max(0, p - q) = 0
+            const u64 r0 = wt[0] ? rowmath::residual_weight(wt[0], qa[id[0]], kept) : 0;
+            const u64 r1 = wt[1] ? rowmath::residual_weight(wt[1], qa[id[1]], kept) : 0;
+            const u64 rs = warp_sum_u64(r0 + r1);
+            if (rs) {
+                m0 = r0;
+                m1 = r1;
+                total = rs;
+            }
+        }
+        u24 = philox::bits24(seed, pa, philox::kResidual, 0u);
+        end_key = rowmath::stop_key(a, fl | (qa && d >= 0 && q_d == 0.0 ? kZeroQDraft : 0));
+    }
+    list_pick_warps<kListWarps>(id, m0, m1, draw_target(u24, total), w, out);
+    STAMP_AT(6);
+    if (threadIdx.x == 0) *key = end_key;
+}
+
 // Steps 2-6 of a stochastic position from the short path's list (sampling_topk.cuh), after
 // row_max_groups<C>(x, lo, hi, topk_group_lanes<C>(k), ...): the list holds every id top-k keeps,
 // so E(d) is its entry's weight (0 when d is not listed: its logit is below the bound, so below
@@ -102,18 +158,43 @@ struct EndWeights {
 // Returns false in every block alike when the list overflowed (the caller runs the long path);
 // otherwise rank 0 writes out[0] (position a's token) if the position accepts or draws, and *key
 // (its stop key, left as it is on acceptance), and the other blocks return at once.
+//
+// At C = 1 the row's stop word is read again (stop, loaded before the bound, read after it): a
+// position whose row ended meanwhile, while its chunk was read, leaves the gather, the weights and
+// the decision out, as a position claimed after the end leaves out all of its work (a hint: any
+// value is safe). VERIFY_NO_LATE_SKIP builds it without, for the A/B.
 template <int C>
 __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo, int hi, int k, float t, float top_p,
                                          float min_p, float tmax, const RowDist& rd, SampleSmem& sm, long long dl,
                                          bool drafted, int fl, const float* __restrict__ qa, u64 seed, u32 pa, int a,
-                                         int* out, int* key) {
+                                         int* out, int* key, const int* stop) {
     TopkWork& w = sm.fast;
+#ifndef VERIFY_NO_LATE_SKIP
+    const int word = C == 1 && threadIdx.x == 0 ? __ldcg(stop) : 0;      // in flight during the bound
+#endif
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
     STAMP_AT(3);
+#ifndef VERIFY_NO_LATE_SKIP
+    if (C == 1) {
+        __shared__ int ended;
+        if (threadIdx.x == 0) ended = rowmath::stop_at(word) < a;
+        __syncthreads();
+        if (ended) return true;             // (ended is next written after the item's end barriers)
+    }
+#endif
     const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
     STAMP_AT(4);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
+#ifndef VERIFY_LIST_BLOCK
+    // a short list at C = 1 (the many-row case): kListWarps warps, no block barriers (at C >= 2 the
+    // warps' path spills under the 64 registers of the cluster builds)
+    if (C == 1 && n <= (u32)kWarpList) {
+        if (threadIdx.x < 32 * kListWarps)
+            verify_list_warps(n, k, t, top_p, min_p, rd, sm, dl, drafted, fl, qa, seed, pa, a, out, key);
+        return true;
+    }
+#endif
     __shared__ u64 e_d;
     if (threadIdx.x == 0) e_d = 0;
     u64 kept;
@@ -410,7 +491,8 @@ __device__ __forceinline__ void verify_item(
             }
         } else if (short_k && verify_list<C>(x(), lo, hi, tk0, t, top_p[row], min_p[row], tmax, rd, ssm,
                                              dl, drafted, fl, has_q ? q + ((long long)row * n + a) * vocab : nullptr,
-                                             seed[row], (u32)position[row] + (u32)a, a, out() + a, &end.key)) {
+                                             seed[row], (u32)position[row] + (u32)a, a, out() + a, &end.key,
+                                             n_accepted + row)) {
             // the list held every kept id: the position is decided
         } else if (!ended_before<C>(n_accepted + row, a, sm)) {
             // the long path, and a short-k row whose list overflowed (every block alike: the list's

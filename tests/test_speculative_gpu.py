@@ -246,8 +246,9 @@ def use_verify_threads(monkeypatch, threads: int | None) -> None:
 @pytest.mark.parametrize("threads", [None, 1024, 512])
 @pytest.mark.parametrize("q_full", [False, True])
 def test_short_list_positions_equal_the_long_path(monkeypatch, q_full, threads):
-    """Rows with a small top-k decide their positions from the short path's list at C = 2 and 4
-    and by the chunk passes at C = 1 and 8: the same tokens, counts and flags, including zero-q
+    """Rows with a small top-k decide their positions from the short path's list at every C (at
+    C = 1 a list of at most 64 entries by a few warps, longer ones and C >= 2 by the block), held
+    to C = 8 and to the NumPy reference: the same tokens, counts and flags, including zero-q
     and out-of-range device drafts, rows that accept everything (the bonus), and lists that
     overflow (ties at the bound: the long path after all). With each C's build by the rule, and
     with every C at 1024 and at 512 threads a block (whose list holds 512 entries)."""
