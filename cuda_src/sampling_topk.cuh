@@ -155,6 +155,20 @@ struct SampleSmem {
     };
 };
 
+// What each thread's first read keeps for the gather (verification at C = 1, where a thread reads
+// ~37 float4s of a row): its best float4 (the first holding its max), that float4's index in the
+// chunk's aligned middle, and the largest logit it read outside it (its single ids at the chunk's
+// ends included; +inf when the read met a non-finite logit). A thread whose `rest` is below the
+// bound has every id at or above it in `v`, so it lists them without reading the row again.
+struct KeptFloat4 {
+    float4 v[kThreads];
+    int j[kThreads];                        // -1: the thread read no float4
+    float rest[kThreads];
+};
+constexpr int kKeptBytes = 24 * kThreads;   // ops/speculative.py: KEPT_BYTES_PER_THREAD
+static_assert(sizeof(KeptFloat4) == kKeptBytes, "KeptFloat4's size is part of the launch's contract");
+
+
 // Lanes per group: the largest power of two (<= 32) that leaves at least 4k groups in the cluster,
 // and at most kThreads of them (g >= C): w.all and group_bound's passes hold one a thread. With
 // 4 kTopkFast <= kThreads (1024 threads) 4k groups are at most kThreads, so the loop stops at g >= C
@@ -233,7 +247,7 @@ __device__ __forceinline__ int count_above(const float4* a4, int n4, float m, in
 // and its 64 registers have no room for Max4's seven (it would spill).
 template <int C, bool kMax4 = false>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
-                                               RowDist& rd, float* tmax) {
+                                               RowDist& rd, float* tmax, KeptFloat4* keep = nullptr) {
     TOPK_CLOCK(0);
     float lmax = neg_inf(), mine = neg_inf();
     int amax = 0x7fffffff;
@@ -251,9 +265,23 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
         // non-finite logit takes its float4s again one logit at a time
         const ChunkSplit c = chunk_split(x, lo, hi);
         for_chunk_ends(x, lo, hi, c, take);
+        const float ends = mine;
+        float rest = neg_inf();             // with keep: the max of the float4s but the best
         rowmath::Max4 s4 = rowmath::max4_start();
-        for_chunk_float4s(x, c, [&](int, int j, const float4& q) { rowmath::max4_take(s4, q.x, q.y, q.z, q.w, j); });
-        if (rowmath::max4_exact(s4)) {
+        for_chunk_float4s(x, c, [&](int, int j, const float4& q) {
+            if (keep) {
+                const float t4 = fmaxf(fmaxf(q.x, q.y), fmaxf(q.z, q.w));
+                rest = fmaxf(rest, t4 > s4.m ? s4.m : t4);
+            }
+            rowmath::max4_take(s4, q.x, q.y, q.z, q.w, j);
+        });
+        const bool exact = rowmath::max4_exact(s4);
+        if (keep) {
+            keep->v[threadIdx.x] = make_float4(s4.v0, s4.v1, s4.v2, s4.v3);
+            keep->j[threadIdx.x] = s4.j;
+            keep->rest[threadIdx.x] = exact ? fmaxf(ends, rest) : pos_inf();
+        }
+        if (exact) {
             rowmath::max4_end(s4, c.a, lmax, amax);
             mine = fmaxf(mine, s4.m);
         } else {
@@ -454,9 +482,13 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
 // has none. Ends on a cluster barrier; returns the count (the same in every block; more than
 // kTopkList: the list overflowed and holds only the first kTopkList). pub.n must be 0 on entry
 // and no block may touch rank 0's list since the cluster's last barrier.
+//
+// keep (C = 1 only; row_max_groups' KeptFloat4): a thread whose every id at or above tau lies in its
+// kept float4 lists them from there, and only the others are read again (VERIFY_GATHER_REREAD: all
+// are, for the A/B).
 template <int C>
 __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, int hi, float tau, float tmax,
-                                           SampleSmem& sm) {
+                                           SampleSmem& sm, const KeptFloat4* keep = nullptr) {
     TopkWork& w = sm.fast;
     const u32 n_at = map_rank(smem_addr(&sm.pub.n), 0);
     const u32 val_at = map_rank(smem_addr(&w.lval[0]), 0);
@@ -479,28 +511,43 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
     // so that they are in flight at once rather than four at a time in one thread (a 151936 row at
     // C = 1 is 37 float4s a thread; one such thread held its block's barrier ~8 us).
     // At C = 8 (a thread has ~5 float4s of a 151936 row) each thread reads its own again: the
-    // warp's loop spills in sample_rows_c8 under its 64 registers.
+    // warp's loop spills in sample_rows_c8 under its 64 registers. With keep, most threads read
+    // nothing again (~60 ids reach the bound, spread over 1,024 threads' kept float4s).
     if (C == 8) {
         if (tmax >= tau) for_chunk(x, lo, hi, add);
-    } else if (unsigned need = __ballot_sync(0xffffffffu, tmax >= tau)) {
+    } else {
         const int lane = threadIdx.x & 31;
         const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
         const int a = min(hi, lo + ((4 - mis) & 3));
-        const int nv = (hi - a) >> 2;
-        const int b = a + 4 * nv;
-        const float4* __restrict__ v = reinterpret_cast<const float4*>(x + a);
-        do {
-            const int t = (threadIdx.x & ~31) + __ffs(need) - 1;
-            need &= need - 1;
-            if (lane == 0 && t < a - lo) add(lo + t, x[lo + t]);
-            if (lane == 1 && t < hi - b) add(b + t, x[b + t]);
-            for (int j = t + lane * kThreads; j < nv; j += 32 * kThreads) {
-                const float4 q = v[j];
-                const float l[4] = {q.x, q.y, q.z, q.w};
+        bool reread = tmax >= tau;
+#ifndef VERIFY_GATHER_REREAD
+        if (C == 1 && keep && reread && keep->rest[threadIdx.x] < tau) {
+            reread = false;
+            const float4 q = keep->v[threadIdx.x];
+            const int i = a + 4 * keep->j[threadIdx.x];
+            add(i, q.x);
+            add(i + 1, q.y);
+            add(i + 2, q.z);
+            add(i + 3, q.w);
+        }
+#endif
+        if (unsigned need = __ballot_sync(0xffffffffu, reread)) {
+            const int nv = (hi - a) >> 2;
+            const int b = a + 4 * nv;
+            const float4* __restrict__ v = reinterpret_cast<const float4*>(x + a);
+            do {
+                const int t = (threadIdx.x & ~31) + __ffs(need) - 1;
+                need &= need - 1;
+                if (lane == 0 && t < a - lo) add(lo + t, x[lo + t]);
+                if (lane == 1 && t < hi - b) add(b + t, x[b + t]);
+                for (int j = t + lane * kThreads; j < nv; j += 32 * kThreads) {
+                    const float4 q = v[j];
+                    const float l[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-                for (int c = 0; c < 4; ++c) add(a + 4 * j + c, l[c]);
-            }
-        } while (need);
+                    for (int c = 0; c < 4; ++c) add(a + 4 * j + c, l[c]);
+                }
+            } while (need);
+        }
     }
     TOPK_CLOCK(6);
     if (C == 1) __syncthreads();

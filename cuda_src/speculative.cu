@@ -167,7 +167,7 @@ template <int C>
 __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo, int hi, int k, float t, float top_p,
                                          float min_p, float tmax, const RowDist& rd, SampleSmem& sm, long long dl,
                                          bool drafted, int fl, const float* __restrict__ qa, u64 seed, u32 pa, int a,
-                                         int* out, int* key, const int* stop) {
+                                         int* out, int* key, const int* stop, const KeptFloat4* keep) {
     TopkWork& w = sm.fast;
 #ifndef VERIFY_NO_LATE_SKIP
     const int word = C == 1 && threadIdx.x == 0 ? __ldcg(stop) : 0;      // in flight during the bound
@@ -182,7 +182,7 @@ __device__ __forceinline__ bool verify_list(const float* __restrict__ x, int lo,
         if (ended) return true;             // (ended is next written after the item's end barriers)
     }
 #endif
-    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
+    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm, keep);
     STAMP_AT(4);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
@@ -447,6 +447,10 @@ __device__ __forceinline__ void verify_item(
     // the item (a, row, k) read from shared memory where used, not held in registers across the
     // passes (the kernel has 64 a thread, and g is no longer blockIdx, which costs none)
     __shared__ int item[3];
+    // at C = 1 each thread's best float4 of the first read, for the gather (gather_list), in the
+    // dynamic shared memory that the long path's cache uses (a position takes one path or the other;
+    // the launch gives C = 1 at least kKeptBytes)
+    KeptFloat4* const keep = C == 1 ? reinterpret_cast<KeptFloat4*>(dyn_cache) : nullptr;
     if (threadIdx.x == 0) {
         const int ga = g / rows, grow = g - ga * rows;
         item[0] = ga;
@@ -477,7 +481,7 @@ __device__ __forceinline__ void verify_item(
         RowDist rd;
         float tmax = neg_inf();
         STAMP_AT(1);
-        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax);
+        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax, keep);
         else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         STAMP_AT(2);
         const bool drafted = a < k;
@@ -492,7 +496,7 @@ __device__ __forceinline__ void verify_item(
         } else if (short_k && verify_list<C>(x(), lo, hi, tk0, t, top_p[row], min_p[row], tmax, rd, ssm,
                                              dl, drafted, fl, has_q ? q + ((long long)row * n + a) * vocab : nullptr,
                                              seed[row], (u32)position[row] + (u32)a, a, out() + a, &end.key,
-                                             n_accepted + row)) {
+                                             n_accepted + row, keep)) {
             // the list held every kept id: the position is decided
         } else if (!ended_before<C>(n_accepted + row, a, sm)) {
             // the long path, and a short-k row whose list overflowed (every block alike: the list's

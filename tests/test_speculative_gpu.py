@@ -286,6 +286,58 @@ def test_short_list_positions_equal_the_long_path(monkeypatch, q_full, threads):
 
 
 @gpu
+@pytest.mark.parametrize("threads", [1024, 512])
+def test_short_list_from_kept_float4s(monkeypatch, threads):
+    """At C = 1 the gather lists a thread's ids from the float4 its first read kept, and reads the
+    row again only for a thread with listed ids elsewhere. Logits placed by the kernel's own layout
+    (thread t reads float4s t, t + T, ... of the row's aligned middle; single ids at both ends): two
+    listed ids in one float4, listed ids in two float4s of one thread, ties inside a kept float4,
+    listed ids among the single ends, and rows whose whole list sits in a few threads. C = 1 must
+    give C = 8's tokens, counts and flags (its threads read their ids again), and the reference's."""
+    from glimmer_cupy.ops import speculative as spec
+    use_verify_threads(monkeypatch, threads)
+    rng = np.random.default_rng(71 + threads)
+    rows, n, vocab = 6, 7, 30011                           # odd: every position's row starts differently
+    x = rng.normal(0, 1, (rows, n + 1, vocab)).astype(np.float32)
+    for r in range(rows):
+        for a in range(n + 1):
+            start = (4 - ((r * (n + 1) + a) * vocab) % 4) % 4          # the aligned middle's first id
+            f4 = lambda j, c=0: start + 4 * j + c
+            row = x[r, a]
+            if r % 3 == 0:
+                row[[f4(5), f4(5, 2)]] = [9.0, 8.5]                     # two in one float4
+                row[[f4(7, 1), f4(7 + threads, 3)]] = [8.8, 8.7]       # one thread, two float4s
+                row[[f4(11), f4(11, 1), f4(11, 3)]] = 8.6               # ties in a kept float4
+                row[:start] = 8.9                                        # the leading singles
+                row[vocab - 2:] = [8.4, 8.3]                             # trailing singles (or a float4's)
+            elif r % 3 == 1:                                            # the whole list in three threads
+                for t in (2, 300, 301):
+                    for j in range(t, (vocab - start) // 4, threads):
+                        row[f4(j):f4(j) + 4] += 6.0
+            else:                                                       # the top near one float4's
+                row[f4(40):f4(40) + 4] = 7.0 + rng.random(4)           # neighbours, most of a list ties
+                row[f4(40 + threads):f4(40 + threads) + 4] = 7.0
+    params = [SamplingParams(float(rng.choice([0.7, 1.0])), int(rng.choice([5, 20, 50])), float(rng.choice([1.0, 0.9])),
+                             0.0, seed=500 + r) for r in range(rows)]
+    pos = rng.integers(0, 2 ** 30, rows)
+    drafts = np.argmax(x[:, :n], axis=-1).astype(np.int32)            # listed drafts: many accepted
+    drafts[1::2, 2] = rng.integers(0, vocab, rows // 2)
+    q = rng.dirichlet(np.ones(vocab) * 0.3, (rows, n)).astype(np.float32)
+    for r in range(rows):
+        for a in range(n):
+            q[r, a, drafts[r, a]] = max(q[r, a, drafts[r, a]], 0.05)
+    outs = {}
+    for c in (1, 8):
+        monkeypatch.setattr(spec, "verify_shape", lambda r, n_, v, budget, sms=0, c=c: (c, 0))
+        outs[c] = run_gpu(x, params, pos, drafts, q, None)
+    for name, g, w in zip(("n_accepted", "tokens", "flags"), outs[1], outs[8]):
+        np.testing.assert_array_equal(g, w, err_msg=name)
+    assert outs[1][0].max() > 0                             # some positions accepted from the lists
+    monkeypatch.undo()
+    compare(x, params, pos, drafts, q, None)
+
+
+@gpu
 @pytest.mark.parametrize("rows,vocab", [(1, 7), (1, 151936), (3, 262144), (9, 1000), (9, 49152), (12, 151936)])
 def test_verify_threads_builds_agree(monkeypatch, rows, vocab):
     """The cluster kernel at 512 threads a block (VERIFY_THREADS=512: half the loads in flight, a

@@ -55,6 +55,7 @@ VERIFY_BUILD_THREADS = 1024                 # VERIFY_THREADS in speculative.cu: 
 VERIFY_THREADS: int | None = None           # the cluster kernel's block size; None: verify_threads' rule
 VERIFY_FEW_IDS = 65536                      # a block's chunk up to which the 512-thread build runs
 GREEDY_IDS = 16384                          # ids per block of verify_greedy (64 KB of logits)
+KEPT_BYTES_PER_THREAD = 24                  # kKeptBytes / kThreads (sampling_topk.cuh's KeptFloat4)
 
 
 def greedy_slices(vocab: int) -> tuple[int, int]:
@@ -326,6 +327,8 @@ def _launch_clusters(name: str, c: int, cache: int, out, logits, drafts, draft_p
     threads = VERIFY_THREADS or verify_threads(vocab, c)
     kern = get_kernel("speculative", name, verify_defines(threads))
     smem = 4 * (cache + 4)
+    if c == 1:                  # the dynamic region also holds each thread's kept float4 (short lists)
+        smem = max(smem, KEPT_BYTES_PER_THREAD * threads)
     if kern.fn.max_dynamic_shared_size_bytes < smem:
         kern.fn.max_dynamic_shared_size_bytes = smem        # above the default 48 KB
         kern.fn.preferred_shared_memory_carveout = 100
