@@ -86,12 +86,10 @@ __device__ __forceinline__ void for_chunk_ends(const float* __restrict__ x, int 
     if (t < hi - c.b) f(c.b + t, x[c.b + t]);
 }
 
-// f4(i, j, q) for float4 j (ids i = a + 4j ..) of the aligned middle, four loads in flight per thread.
-template <class F4>
-__device__ __forceinline__ void for_chunk_float4s(const float* __restrict__ x, const ChunkSplit& c, F4&& f4) {
-    constexpr int U = 4;
-    const float4* __restrict__ v = reinterpret_cast<const float4*>(x + c.a);
-    int j = threadIdx.x;
+// f4(i, j, q) for float4 j (ids i = a + 4j ..) of the aligned middle, from a thread's float4 j on,
+// U loads in flight, while U remain; returns the first float4 not taken.
+template <int U, class F4>
+__device__ __forceinline__ int float4_batches(const float4* __restrict__ v, const ChunkSplit& c, int j, F4&& f4) {
     for (; j + (U - 1) * kThreads < c.nv; j += U * kThreads) {
         float4 q[U];
 #pragma unroll
@@ -99,6 +97,16 @@ __device__ __forceinline__ void for_chunk_float4s(const float* __restrict__ x, c
 #pragma unroll
         for (int u = 0; u < U; ++u) f4(c.a + 4 * (j + u * kThreads), j + u * kThreads, q[u]);
     }
+    return j;
+}
+
+// f4(i, j, q) for every float4 of the aligned middle: U loads in flight per thread (four by default),
+// then four, then one at a time.
+template <int U = 4, class F4>
+__device__ __forceinline__ void for_chunk_float4s(const float* __restrict__ x, const ChunkSplit& c, F4&& f4) {
+    const float4* __restrict__ v = reinterpret_cast<const float4*>(x + c.a);
+    int j = float4_batches<U>(v, c, (int)threadIdx.x, f4);
+    if constexpr (U > 4) j = float4_batches<4>(v, c, j, f4);
     for (; j < c.nv; j += kThreads) f4(c.a + 4 * j, j, v[j]);
 }
 
@@ -166,6 +174,11 @@ struct KeptFloat4 {
     float rest[kThreads];
 };
 constexpr int kKeptBytes = 24 * kThreads;   // ops/speculative.py: KEPT_BYTES_PER_THREAD
+#ifdef VERIFY_GATHER_REREAD
+constexpr bool kKeepFloat4 = false;         // for the A/B: nothing kept, every listing thread reads again
+#else
+constexpr bool kKeepFloat4 = true;
+#endif
 static_assert(sizeof(KeptFloat4) == kKeptBytes, "KeptFloat4's size is part of the launch's contract");
 
 
@@ -244,7 +257,8 @@ __device__ __forceinline__ int count_above(const float4* a4, int n4, float m, in
 //
 // kMax4: the aligned middle is taken through rowmath::Max4 (speculative.cu's verification, where a
 // block reads a whole row in ~9 rounds of loads); sample_rows' reads are one or two rounds a thread
-// and its 64 registers have no room for Max4's seven (it would spill).
+// and its 64 registers have no room for Max4's seven (it would spill). With kMax4 at C = 1, keep
+// (required there) receives each thread's KeptFloat4 for gather_list.
 template <int C, bool kMax4 = false>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
                                                RowDist& rd, float* tmax, KeptFloat4* keep = nullptr) {
@@ -265,18 +279,21 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
         // non-finite logit takes its float4s again one logit at a time
         const ChunkSplit c = chunk_split(x, lo, hi);
         for_chunk_ends(x, lo, hi, c, take);
+        constexpr bool keeps = C == 1 && kKeepFloat4;
         const float ends = mine;
-        float rest = neg_inf();             // with keep: the max of the float4s but the best
+        float rest = neg_inf();             // kept: the max of the float4s but the best
         rowmath::Max4 s4 = rowmath::max4_start();
-        for_chunk_float4s(x, c, [&](int, int j, const float4& q) {
-            if (keep) {
+        // eight loads in flight as the loop without `rest` had them (ptxas unrolled it twice),
+        // which it no longer does by itself
+        for_chunk_float4s<keeps ? 8 : 4>(x, c, [&](int, int j, const float4& q) {
+            if constexpr (keeps) {
                 const float t4 = fmaxf(fmaxf(q.x, q.y), fmaxf(q.z, q.w));
                 rest = fmaxf(rest, t4 > s4.m ? s4.m : t4);
             }
             rowmath::max4_take(s4, q.x, q.y, q.z, q.w, j);
         });
         const bool exact = rowmath::max4_exact(s4);
-        if (keep) {
+        if constexpr (keeps) {
             keep->v[threadIdx.x] = make_float4(s4.v0, s4.v1, s4.v2, s4.v3);
             keep->j[threadIdx.x] = s4.j;
             keep->rest[threadIdx.x] = exact ? fmaxf(ends, rest) : pos_inf();
@@ -520,8 +537,7 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
         const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
         const int a = min(hi, lo + ((4 - mis) & 3));
         bool reread = tmax >= tau;
-#ifndef VERIFY_GATHER_REREAD
-        if (C == 1 && keep && reread && keep->rest[threadIdx.x] < tau) {
+        if (C == 1 && kKeepFloat4 && keep && reread && keep->rest[threadIdx.x] < tau) {
             reread = false;
             const float4 q = keep->v[threadIdx.x];
             const int i = a + 4 * keep->j[threadIdx.x];
@@ -530,7 +546,6 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
             add(i + 2, q.z);
             add(i + 3, q.w);
         }
-#endif
         if (unsigned need = __ballot_sync(0xffffffffu, reread)) {
             const int nv = (hi - a) >> 2;
             const int b = a + 4 * nv;
