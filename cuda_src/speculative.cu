@@ -465,9 +465,13 @@ __device__ __forceinline__ void verify_item(
     const auto out = [&]() { return tokens + (long long)(int)row * (n + 1); };   // made where used
     int lo, hi;
     chunk4<C>(vocab, lo, hi);
+    __shared__ ReadWatch watch;             // C = 1, short lists: the row's end seen during the read
     if (threadIdx.x == 0) {
         end.drawn = 0;
         end.key = -1;
+        watch.stop = n_accepted + row;
+        watch.a = a;
+        watch.ended = 0;
     }
     if (!ended_before<C>(n_accepted + row, a, sm)) {        // its barriers order the writes above
         const auto x = [&]() { return logits + ((long long)(int)row * (n + 1) + (int)a) * vocab; };
@@ -481,14 +485,16 @@ __device__ __forceinline__ void verify_item(
         RowDist rd;
         float tmax = neg_inf();
         STAMP_AT(1);
-        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax, keep);
+        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax, keep, &watch);
         else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         STAMP_AT(2);
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
         int fl;
         const bool accept_greedy = rowmath::greedy_accepts(drafted, dl, vocab, rd.amax, &fl);
-        if (rd.bad || greedy) {
+        if (C == 1 && short_k && watch.ended) {
+            // the row ended while the chunk was read (the read stopped there): nothing to decide
+        } else if (rd.bad || greedy) {
             if (leader) {
                 out()[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
                 if (rd.bad || !accept_greedy) end.key = rowmath::stop_key(a, rd.bad ? kNonFinite : fl);
