@@ -88,9 +88,10 @@ __device__ __forceinline__ void for_chunk_ends(const float* __restrict__ x, int 
 
 // f4(i, j, q) for float4 j (ids i = a + 4j ..) of the aligned middle, from a thread's float4 j on,
 // U loads in flight, while U remain; returns the first float4 not taken.
-template <int U, class F4>
-__device__ __forceinline__ int float4_batches(const float4* __restrict__ v, const ChunkSplit& c, int j, F4&& f4) {
-    for (; j + (U - 1) * kThreads < c.nv; j += U * kThreads) {
+template <int U, class F4, class Stop>
+__device__ __forceinline__ int float4_batches(const float4* __restrict__ v, const ChunkSplit& c, int j, F4&& f4,
+                                              Stop&& stop) {
+    for (; j + (U - 1) * kThreads < c.nv && !stop(); j += U * kThreads) {
         float4 q[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) q[u] = v[j + u * kThreads];
@@ -101,13 +102,20 @@ __device__ __forceinline__ int float4_batches(const float4* __restrict__ v, cons
 }
 
 // f4(i, j, q) for every float4 of the aligned middle: U loads in flight per thread (four by default),
-// then four, then one at a time.
+// then four, then one at a time. stop() is asked before each batch of U: true leaves the rest out.
+template <int U = 4, class F4, class Stop>
+__device__ __forceinline__ void for_chunk_float4s(const float* __restrict__ x, const ChunkSplit& c, F4&& f4,
+                                                  Stop&& stop) {
+    const float4* __restrict__ v = reinterpret_cast<const float4*>(x + c.a);
+    int j = float4_batches<U>(v, c, (int)threadIdx.x, f4, stop);
+    if (stop()) return;
+    if constexpr (U > 4) j = float4_batches<4>(v, c, j, f4, stop);
+    for (; j < c.nv; j += kThreads) f4(c.a + 4 * j, j, v[j]);
+}
+
 template <int U = 4, class F4>
 __device__ __forceinline__ void for_chunk_float4s(const float* __restrict__ x, const ChunkSplit& c, F4&& f4) {
-    const float4* __restrict__ v = reinterpret_cast<const float4*>(x + c.a);
-    int j = float4_batches<U>(v, c, (int)threadIdx.x, f4);
-    if constexpr (U > 4) j = float4_batches<4>(v, c, j, f4);
-    for (; j < c.nv; j += kThreads) f4(c.a + 4 * j, j, v[j]);
+    for_chunk_float4s<U>(x, c, f4, [] { return false; });
 }
 
 // f(i, x[i]) for every id of [lo, hi): 16-byte loads for the aligned middle, four in flight per
@@ -174,6 +182,16 @@ struct KeptFloat4 {
     float rest[kThreads];
 };
 constexpr int kKeptBytes = 24 * kThreads;   // ops/speculative.py: KEPT_BYTES_PER_THREAD
+// A verification position's watch on its row while it reads (C = 1): thread 0 loads the row's stop
+// word with each batch of loads and sets `ended` when the row ended before position a; every thread
+// tests `ended` before its next batch and leaves the rest of its chunk out. Set before the read's
+// first barrier, read after its last (VERIFY_NO_READ_WATCH: no watch, for the A/B).
+struct ReadWatch {
+    const int* stop;
+    int a;
+    int ended;
+};
+
 #ifdef VERIFY_GATHER_REREAD
 constexpr bool kKeepFloat4 = false;         // for the A/B: nothing kept, every listing thread reads again
 #else
@@ -260,7 +278,8 @@ __device__ __forceinline__ int count_above(const float4* a4, int n4, float m, in
 // (required there) receives each thread's KeptFloat4 for gather_list.
 template <int C, bool kMax4 = false>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
-                                               RowDist& rd, float* tmax, KeptFloat4* keep = nullptr) {
+                                               RowDist& rd, float* tmax, KeptFloat4* keep = nullptr,
+                                               ReadWatch* watch = nullptr) {
     TOPK_CLOCK(0);
     float lmax = neg_inf(), mine = neg_inf();
     int amax = 0x7fffffff;
@@ -284,13 +303,27 @@ __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int 
         rowmath::Max4 s4 = rowmath::max4_start();
         // eight loads in flight as the loop without `rest` had them (ptxas unrolled it twice),
         // which it no longer does by itself
+        // with a watch (C = 1): thread 0's stop word of the batch before, tested with this one's loads
+        int word = 0x7fffffff;
+        const auto stop = [&]() {
+#ifndef VERIFY_NO_READ_WATCH
+            if constexpr (keeps) {
+                if (threadIdx.x == 0) {
+                    if (rowmath::stop_at(word) < watch->a) watch->ended = 1;
+                    word = __ldcg(watch->stop);
+                }
+                return *(volatile int*)&watch->ended != 0;
+            }
+#endif
+            return false;
+        };
         for_chunk_float4s<keeps ? 8 : 4>(x, c, [&](int, int j, const float4& q) {
             if constexpr (keeps) {
                 const float t4 = fmaxf(fmaxf(q.x, q.y), fmaxf(q.z, q.w));
                 rest = fmaxf(rest, t4 > s4.m ? s4.m : t4);
             }
             rowmath::max4_take(s4, q.x, q.y, q.z, q.w, j);
-        });
+        }, stop);
         const bool exact = rowmath::max4_exact(s4);
         if constexpr (keeps) {
             keep->v[threadIdx.x] = make_float4(s4.v0, s4.v1, s4.v2, s4.v3);

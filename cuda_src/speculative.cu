@@ -98,6 +98,13 @@ struct EndWeights {
 // a pairwise sum in place of the block's barriers; integer sums and maxima, so the same token as
 // the block's steps). Every lane of those warps calls it. VERIFY_LIST_BLOCK keeps every list on the
 // block's steps, for the A/B.
+// A load the compiler may not move into the branch that uses it (issued where written).
+__device__ __forceinline__ float ld_early(const float* p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ void verify_list_warps(u32 n, int k, float t, float top_p, float min_p, const RowDist& rd,
                                                   SampleSmem& sm, long long dl, bool drafted, int fl,
                                                   const float* __restrict__ qa, u64 seed, u32 pa, int a, int* out,
@@ -120,11 +127,21 @@ __device__ __forceinline__ void verify_list_warps(u32 n, int k, float t, float t
         u24 = philox::bits24(seed, pa, philox::kSample, 0u);
         end_key = rowmath::stop_key(a, 0);
     } else {
+        // q at d and at the listed ids in one trip, before the test (the residual's loads, after
+        // a rejection, were a second trip to DRAM; VERIFY_LATE_Q: the order before, for the A/B)
+#ifndef VERIFY_LATE_Q
+        const float q0 = qa && wt[0] ? ld_early(qa + id[0]) : 0.f;
+        const float q1 = qa && wt[1] ? ld_early(qa + id[1]) : 0.f;
+#endif
         const double q_d = !qa ? 1.0 : d >= 0 ? (double)qa[d] : 0.0;
         if (d >= 0 && rowmath::accepts(philox::bits24(seed, pa, philox::kAccept, 0u), e_d, kept, q_d)) {
             if (threadIdx.x == 0) *out = d;
             return;
         }
+#ifdef VERIFY_LATE_Q
+        const float q0 = qa && wt[0] ? qa[id[0]] : 0.f;
+        const float q1 = qa && wt[1] ? qa[id[1]] : 0.f;
+#endif
         if (!qa) {                          // excluded-token correction; p itself if only d was kept
             if (kept - e_d) {
                 m0 = id[0] == d ? 0 : wt[0];
@@ -132,8 +149,8 @@ __device__ __forceinline__ void verify_list_warps(u32 n, int k, float t, float t
                 total = kept - e_d;
             }
         } else {                            // residual correction; p itself if max(0, p - q) = 0
-            const u64 r0 = wt[0] ? rowmath::residual_weight(wt[0], qa[id[0]], kept) : 0;
-            const u64 r1 = wt[1] ? rowmath::residual_weight(wt[1], qa[id[1]], kept) : 0;
+            const u64 r0 = wt[0] ? rowmath::residual_weight(wt[0], q0, kept) : 0;
+            const u64 r1 = wt[1] ? rowmath::residual_weight(wt[1], q1, kept) : 0;
             const u64 rs = warp_sum_u64(r0 + r1);
             if (rs) {
                 m0 = r0;
@@ -465,9 +482,13 @@ __device__ __forceinline__ void verify_item(
     const auto out = [&]() { return tokens + (long long)(int)row * (n + 1); };   // made where used
     int lo, hi;
     chunk4<C>(vocab, lo, hi);
+    __shared__ ReadWatch watch;             // C = 1, short lists: the row's end seen during the read
     if (threadIdx.x == 0) {
         end.drawn = 0;
         end.key = -1;
+        watch.stop = n_accepted + row;
+        watch.a = a;
+        watch.ended = 0;
     }
     if (!ended_before<C>(n_accepted + row, a, sm)) {        // its barriers order the writes above
         const auto x = [&]() { return logits + ((long long)(int)row * (n + 1) + (int)a) * vocab; };
@@ -481,14 +502,16 @@ __device__ __forceinline__ void verify_item(
         RowDist rd;
         float tmax = neg_inf();
         STAMP_AT(1);
-        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax, keep);
+        if (short_k) row_max_groups<C, true>(x(), lo, hi, topk_group_lanes<C>(tk0), ssm, rd, &tmax, keep, &watch);
         else max_pass<C>(x(), lo, hi, cached ? cache : nullptr, sm, rd);
         STAMP_AT(2);
         const bool drafted = a < k;
         const long long dl = drafted ? (long long)drafts[(long long)row * n + a] : -1;
         int fl;
         const bool accept_greedy = rowmath::greedy_accepts(drafted, dl, vocab, rd.amax, &fl);
-        if (rd.bad || greedy) {
+        if (C == 1 && short_k && watch.ended) {
+            // the row ended while the chunk was read (the read stopped there): nothing to decide
+        } else if (rd.bad || greedy) {
             if (leader) {
                 out()[a] = accept_greedy && !rd.bad ? (int)dl : rd.amax;
                 if (rd.bad || !accept_greedy) end.key = rowmath::stop_key(a, rd.bad ? kNonFinite : fl);
