@@ -189,7 +189,6 @@ constexpr bool kKeepFloat4 = true;
 #endif
 static_assert(sizeof(KeptFloat4) == kKeptBytes, "KeptFloat4's size is part of the launch's contract");
 
-
 // Lanes per group: the largest power of two (<= 32) that leaves at least 4k groups in the cluster,
 // and at most kThreads of them (g >= C): w.all and group_bound's passes hold one a thread. With
 // 4 kTopkFast <= kThreads (1024 threads) 4k groups are at most kThreads, so the loop stops at g >= C
