@@ -85,7 +85,8 @@ __device__ __forceinline__ void sample_rows_body(
 
     RowDist rd;
     float tmax;
-    row_max_groups<C>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd, &tmax);     // 1.
+    ThreadBest one;
+    row_max_groups<C>(x, lo, hi, short_k ? topk_group_lanes<C>(k) : 0, sm, rd, &tmax, nullptr, nullptr, &one);   // 1.
     if (rd.bad || !(t > 0.f)) {             // the same decision in every block of the cluster
         if (leader) {
             tokens[row] = rd.amax;
@@ -94,7 +95,7 @@ __device__ __forceinline__ void sample_rows_body(
         if (C > 1) cluster_sync();          // the others may still read this block's TopkPub
         return;
     }
-    if (short_k && topk_short_path<C>(x, lo, hi, k, t, tp, mp, tmax, rd, sm, tokens + row, flags + row))
+    if (short_k && topk_short_path<C>(x, lo, hi, k, t, tp, mp, tmax, one, rd, sm, tokens + row, flags + row))
         return;                                                                      // 2.-6. on a short list
     row_filter<C>(x, lo, hi, vocab, t, k, tp, mp, sm.slow, rd);                     // 2.-5.
     u64 run;                                // kept mass of the chunks before this block's

@@ -192,6 +192,14 @@ struct ReadWatch {
     int ended;
 };
 
+// A thread's own best of the first read (sample_rows): its lowest argmax and its second largest
+// logit. A thread whose second largest is below the bound has one id at or above it, its argmax,
+// and lists it without reading its ids again (gather_list).
+struct ThreadBest {
+    float sec;
+    int id;
+};
+
 #ifdef VERIFY_GATHER_REREAD
 constexpr bool kKeepFloat4 = false;         // for the A/B: nothing kept, every listing thread reads again
 #else
@@ -275,23 +283,30 @@ __device__ __forceinline__ int count_above(const float4* a4, int n4, float m, in
 // kMax4: the aligned middle is taken through rowmath::Max4 (speculative.cu's verification, where a
 // block reads a whole row in ~9 rounds of loads); sample_rows' reads are one or two rounds a thread
 // and its 64 registers have no room for Max4's seven (it would spill). With kMax4 at C = 1, keep
-// (required there) receives each thread's KeptFloat4 for gather_list.
+// (required there) receives each thread's KeptFloat4 for gather_list; without kMax4, one (if
+// given) receives the thread's lowest argmax and second largest logit.
 template <int C, bool kMax4 = false>
 __device__ __forceinline__ void row_max_groups(const float* __restrict__ x, int lo, int hi, int g, SampleSmem& sm,
                                                RowDist& rd, float* tmax, KeptFloat4* keep = nullptr,
-                                               ReadWatch* watch = nullptr) {
+                                               ReadWatch* watch = nullptr, ThreadBest* one = nullptr) {
     TOPK_CLOCK(0);
     float lmax = neg_inf(), mine = neg_inf();
     int amax = 0x7fffffff;
     int bad = 0;
+    float sec = neg_inf();                  // !kMax4: the thread's second largest logit
     const auto take = [&](int i, float l) {
         bad |= (l != l) | (l == pos_inf());
         const float m = l != l ? neg_inf() : l;
         take_better(lmax, amax, m, i);
+        if (!kMax4) sec = fmaxf(sec, fminf(mine, m));
         mine = fmaxf(mine, m);
     };
     if (!kMax4) {
         for_chunk(x, lo, hi, take);
+        if (one) {
+            one->sec = sec;
+            one->id = amax;
+        }
     } else {
         // Max4's m is also the thread's max when every logit is finite; a thread that met a
         // non-finite logit takes its float4s again one logit at a time
@@ -535,9 +550,13 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
 // keep (C = 1 only; row_max_groups' KeptFloat4): a thread whose every id at or above tau lies in its
 // kept float4 lists them from there, and only the others are read again (VERIFY_GATHER_REREAD: all
 // are, for the A/B).
+//
+// one (sample_rows; ThreadBest of row_max_groups): a thread whose second largest is below tau lists
+// its argmax alone and reads nothing again (SAMPLE_GATHER_REREAD: it reads, for the A/B).
 template <int C>
 __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, int hi, float tau, float tmax,
-                                           SampleSmem& sm, const KeptFloat4* keep = nullptr) {
+                                           SampleSmem& sm, const KeptFloat4* keep = nullptr,
+                                           const ThreadBest* one = nullptr) {
     TopkWork& w = sm.fast;
     const u32 n_at = map_rank(smem_addr(&sm.pub.n), 0);
     const u32 val_at = map_rank(smem_addr(&w.lval[0]), 0);
@@ -560,15 +579,21 @@ __device__ __forceinline__ u32 gather_list(const float* __restrict__ x, int lo, 
     // so that they are in flight at once rather than four at a time in one thread (a 151936 row at
     // C = 1 is 37 float4s a thread; one such thread held its block's barrier ~8 us).
     // At C = 8 (a thread has ~5 float4s of a 151936 row) each thread reads its own again: the
-    // warp's loop spills in sample_rows_c8 under its 64 registers. With keep, most threads read
-    // nothing again (~60 ids reach the bound, spread over 1,024 threads' kept float4s).
+    // warp's loop spills in sample_rows_c8 under its 64 registers. With keep or one, most threads
+    // read nothing again (~60 ids reach the bound, rarely two of them in one thread's share).
+    bool reread = tmax >= tau;
+#ifndef SAMPLE_GATHER_REREAD
+    if (one && reread && one->sec < tau) {
+        reread = false;
+        add(one->id, tmax);
+    }
+#endif
     if (C == 8) {
-        if (tmax >= tau) for_chunk(x, lo, hi, add);
+        if (reread) for_chunk(x, lo, hi, add);
     } else {
         const int lane = threadIdx.x & 31;
         const int mis = (int)(((size_t)(x + lo) >> 2) & 3u);
         const int a = min(hi, lo + ((4 - mis) & 3));
-        bool reread = tmax >= tau;
         if (C == 1 && kKeepFloat4 && keep && reread && keep->rest[threadIdx.x] < tau) {
             reread = false;
             const float4 q = keep->v[threadIdx.x];
@@ -829,12 +854,12 @@ __device__ __forceinline__ void list_draw_warps(int n, int k, float t, float top
 // of Smem it reads. Otherwise rank 0 writes tokens[row] and flags[row] and the others are done.
 template <int C>
 __device__ __forceinline__ bool topk_short_path(const float* __restrict__ x, int lo, int hi, int k, float t,
-                                                float top_p, float min_p, float tmax, const RowDist& rd,
-                                                SampleSmem& sm, int* token, int* flag) {
+                                                float top_p, float min_p, float tmax, const ThreadBest& one,
+                                                const RowDist& rd, SampleSmem& sm, int* token, int* flag) {
     TopkWork& w = sm.fast;
     const float tau = group_bound(C * (kThreads / topk_group_lanes<C>(k)), k, w);
     TOPK_CLOCK(5);
-    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm);
+    const u32 n = gather_list<C>(x, lo, hi, tau, tmax, sm, nullptr, &one);
     if (n > (u32)kTopkList) return false;   // the same count in every block
     if (C > 1 && cluster_rank() != 0) return true;
     if (n <= (u32)kWarpList) {              // a short list: a few warps, no block barriers
