@@ -36,11 +36,6 @@ def overlapped(on: bool = True):
         _OVERLAP.reset(token)
 
 
-def overlapping() -> bool:
-    """Whether the caller is inside overlapped(True): a static step, which CUDA graphs replay."""
-    return _OVERLAP.get()
-
-
 class KernelLaunchError(GlimmerError):
     """The driver refused a launch (its error name in the message)."""
 

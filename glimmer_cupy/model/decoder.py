@@ -15,12 +15,6 @@ from .linear import array_module
 from .step import StepBatch
 from .weights import ModelWeights
 
-# Bytes of the next matmul's weights asked into L2 from a side stream while the short kernels before
-# it run (ops/prefetch.py; static steps on the GPU only), by the window they run in: prepare_qkv and
-# attention before the o projection, a norm before gate/up and before the next layer's q/k/v (or
-# the head), the gated activation before down.
-L2_PREFETCH = {"attention": 16 << 20, "norm": 6 << 20, "act": 6 << 20}
-
 
 class Decoder:
     """forward(step, kv) -> logits for the step's logit rows; kv[layer] = (k_pool, v_pool).
@@ -40,9 +34,7 @@ class Decoder:
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
         for i, lw in enumerate(w.layers):
             k_pool, v_pool = kv[i]
-            qkv = lw.qkv(h)
-            ops.prefetch_l2(lw.wo.parts, L2_PREFETCH["attention"])
-            q = ops.prepare_qkv_(qkv, k_pool, v_pool, step.cells, step.positions, cfg.n_heads,   # (T, Hq, D)
+            q = ops.prepare_qkv_(lw.qkv(h), k_pool, v_pool, step.cells, step.positions, cfg.n_heads,   # (T, Hq, D)
                                  cfg.n_kv_heads, lw.q_norm if cfg.qk_norm else None,
                                  lw.k_norm if cfg.qk_norm else None, cfg.rms_eps, cfg.layer_rope_base(i),
                                  cfg.rope_neox, cfg.rope_dim)
@@ -50,20 +42,16 @@ class Decoder:
                               step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible,
                               q8=True)
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
-            ops.prefetch_l2(lw.gate_up.parts, L2_PREFETCH["norm"])
             if cfg.post_norms:
                 o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)
             h = ops.add_rms_norm_(x, o, lw.ffn_norm, cfg.rms_eps, q8=True)       # x += o
             gu = lw.gate_up(h)                                                   # (T, 2 ffn)
-            ops.prefetch_l2(lw.down.parts, L2_PREFETCH["act"])
             act = ops.gelu_mul(gu, q8=True) if cfg.activation == "gelu" else ops.silu_mul(gu, q8=True)
             d = lw.down(act)
-            ops.prefetch_l2(w.layers[i + 1].qkv.parts if i + 1 < len(w.layers) else w.head.parts, L2_PREFETCH["norm"])
             if cfg.post_norms:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
             h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers))   # x += d
-        ops.prefetch_join()
         if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
             return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
         logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32

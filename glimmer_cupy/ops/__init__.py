@@ -5,12 +5,11 @@ from .attention import attention, kv_write_
 from .embed import embed, feed_tokens_
 from .matmul import quant_matmul, quant_matmul_rows
 from .norm import add_rms_norm_, rms_norm
-from .prefetch import prefetch_join, prefetch_l2
 from .prepare_qkv import prepare_qkv_
 from .rope import rope
 from .sampling import GREEDY, DeviceSamplingParams, SamplingParams, argmax, sample_rows
 from .speculative import sample_token
 
 __all__ = ["rms_norm", "add_rms_norm_", "rope", "silu_mul", "gelu_mul", "softcap", "scale",
-           "quant_matmul", "quant_matmul_rows", "embed", "feed_tokens_", "kv_write_", "prepare_qkv_", "prefetch_l2", "prefetch_join", "attention", "argmax", "sample_rows",
+           "quant_matmul", "quant_matmul_rows", "embed", "feed_tokens_", "kv_write_", "prepare_qkv_", "attention", "argmax", "sample_rows",
            "sample_token", "SamplingParams", "DeviceSamplingParams", "GREEDY"]
