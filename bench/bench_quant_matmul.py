@@ -155,12 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kq-rows", type=int, default=None, choices=(1, 2, 4), metavar="R",
                     help="gemv_kq at M = 1 with R rows of W a warp on every matrix, heads included, instead of "
                          "ops/matmul.py's KQ_ROWS / KQ_M1_ROWS (the launch-bound kernel serves 2 rows only)")
-    ap.add_argument("--dq-tiles", type=int, default=None, choices=(1, 2), metavar="MT",
-                    help="mma_dq with MT m-tiles of W a warp on every matrix instead of ops/matmul.py's "
-                         "MMA_DQ_HALF_BELOW rule")
     args = ap.parse_args(argv)
-    if args.dq_tiles is not None:
-        matmul.MMA_DQ_HALF_BELOW = 1 << 30 if args.dq_tiles == 1 else 0
     if args.kq_rows is not None:
         matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
         matmul.KQ_M1_ROWS = {}
@@ -171,7 +166,7 @@ def main(argv=None) -> int:
     flops = cublas_fp16_flops()
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
                     kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
-                    kq_rows_m1=args.kq_rows, mma_dq_half_below=matmul.MMA_DQ_HALF_BELOW)
+                    kq_rows_m1=args.kq_rows)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:

@@ -1,8 +1,8 @@
 // mma_dq.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K, on bf16 tensor cores, W decoded in registers.
 //
-// mma_dq_kernel<NT, KS, MT>  x: (M, K) float32, M <= 8 NT; W: N rows of Q4_K blocks (144 bytes a
-//                            256-value super-block, rows 16-byte aligned); y: (M, N) float32.
-//   grid = (ceil(N / (128 MT)), KS), clusters of (1, KS, 1), block = (256,), dynamic shared memory
+// mma_dq_kernel<NT, KS>  x: (M, K) float32, M <= 8 NT; W: N rows of Q4_K blocks (144 bytes a 256-value
+//                        super-block, rows 16-byte aligned); y: (M, N) float32.
+//   grid = (ceil(N / 256), KS), clusters of (1, KS, 1), block = (256,), dynamic shared memory
 //   kChunk * NT * kStage bytes.
 //
 // Why bf16 and not int8: the int8 kernel (mma_kq.cu) scales every 32-value sub-block's int32 sums
@@ -25,9 +25,7 @@
 // (super-block, h, i, n-tile, lane) one uint4 = b0, b1 of k-step u = 0, then of u = 1, so a lane's
 // B fragments for two k-steps are one conflict-free 16-byte load.
 //
-// A block is 8 warps, each MT m-tiles (16 MT rows of W), so the x it stages serves 128 MT rows.
-// MT = 1 is for matrices too small to launch two blocks an SM at MT = 2 (4096 rows: 128 blocks of
-// 8 warps): the same rows then have twice the warps, each with half the chain of loads. K is
+// A block is 8 warps, each two m-tiles (32 rows of W), so the x it stages serves 256 rows. K is
 // split over the KS blocks of a cluster; each adds the others' partial sums from their shared
 // memory in rank order (deterministic: a graph replay gives the bits of an eager call). Weights
 // stream once, past L1; the lines of the super-block after next are asked into L2 while this one
@@ -42,8 +40,7 @@ namespace dq {
 
 typedef unsigned int u32;
 constexpr int kWarps = 8;
-template <int MT>
-constexpr int rows_of = 16 * MT * kWarps; // rows of W per block
+constexpr int kRows = 32 * kWarps;        // rows of W per block
 constexpr int kChunk = 2;                 // super-blocks of x staged at once
 constexpr int kStageB = 8 * 32 * 16;      // B fragments of one super-block and n-tile
 constexpr int kStage = kStageB + 32 * 8;  // and the min fragments: 4352 bytes
@@ -84,7 +81,7 @@ __device__ __forceinline__ void stage_x(unsigned char* stage, const float* __res
 }  // namespace dq
 
 // two blocks an SM up to 16 rows of x; three or four n-tiles need more than 128 registers
-template <int NT, int KS, int MT = 2>
+template <int NT, int KS>
 __global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * dq::kWarps, NT <= 2 ? 2 : 1)
 mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned char* __restrict__ w, int m, int n,
               int k, long long row_bytes) {
@@ -94,26 +91,24 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
     const int g = lane >> 2, t = lane & 3;
     const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
     const int sb_begin = min(nsb, (int)blockIdx.y * per), sb_end = min(nsb, sb_begin + per);
-    constexpr int kRows = rows_of<MT>;
-    const int row_base = blockIdx.x * kRows + 16 * MT * warp;
+    const int row_base = blockIdx.x * kRows + 32 * warp;
 
-    const unsigned char* rows[MT][2];         // [m-tile][rr]: rows g and g + 8 of the tile
+    const unsigned char* rows[2][2];          // [m-tile][rr]: rows g and g + 8 of the tile
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr)
             rows[mt][rr] = w + (long long)min(row_base + 16 * mt + 8 * rr + g, n - 1) * row_bytes;
-    // the L2 requests: lane l covers row l of the warp's 16 MT (MT = 1: lanes l and l + 16 both),
-    // the 144 bytes' first and last lines
-    const unsigned char* pf_row = w + (long long)min(row_base + lane % (16 * MT), n - 1) * row_bytes;
+    // the L2 requests: lane l covers row l of the warp's 32, the 144 bytes' first and last lines
+    const unsigned char* pf_row = w + (long long)min(row_base + lane, n - 1) * row_bytes;
 
-    float acc[MT][NT][4];
+    float acc[2][NT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
 
-    RowBytes cur[MT][2];
+    RowBytes cur[2][2];
     if (sb_begin < sb_end) {
 #pragma unroll
         for (int a = 1; a <= kAhead; ++a)
@@ -122,7 +117,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
                 prefetch_l2(pf_row + (sb_begin + a) * kBlockBytes + kBlockBytes - 1);
             }
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) load_row(cur[mt][rr], rows[mt][rr] + sb_begin * kBlockBytes, t);
     }
@@ -140,9 +135,9 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
                 prefetch_l2(pf_row + (sb + kAhead + 1) * kBlockBytes + kBlockBytes - 1);
             }
             const unsigned char* stage = smem + sbl * NT * kStage;
-            RowScales sc[MT][2];
+            RowScales sc[2][2];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int rr = 0; rr < 2; ++rr) row_scales(sc[mt][rr], cur[mt][rr].hdr, t);
             // the mins: -M[row][slot] * sum(x)[slot][col], slot = the lane's (sub-block, half)
@@ -150,7 +145,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
             for (int nt = 0; nt < NT; ++nt) {
                 const uint2 bm = reinterpret_cast<const uint2*>(stage + nt * kStage + kStageB)[lane];
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
+                for (int mt = 0; mt < 2; ++mt)
                     mma_bf16(acc[mt][nt], sc[mt][0].mn[0], sc[mt][1].mn[0], sc[mt][0].mn[1], sc[mt][1].mn[1], bm.x, bm.y);
             }
 #pragma unroll
@@ -162,7 +157,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
                     for (int nt = 0; nt < NT; ++nt)
                         b[nt] = reinterpret_cast<const uint4*>(stage + nt * kStage)[(4 * h + i) * 32 + lane];
 #pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
+                    for (int mt = 0; mt < 2; ++mt) {
                         const u32 w0 = (&cur[mt][0].q[h].x)[i], w1 = (&cur[mt][1].q[h].x)[i];
                         u32 le0, lo0, he0, ho0, le1, lo1, he1, ho1;
                         decode_word(w0, sc[mt][0], 2 * h, le0, lo0, he0, ho0);
@@ -176,7 +171,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
                 }
             if (sb + 1 < sb_end) {
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
+                for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                     for (int rr = 0; rr < 2; ++rr) load_row(cur[mt][rr], rows[mt][rr] + (sb + 1) * kBlockBytes, t);
             }
@@ -186,7 +181,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
     // C fragment: acc[mt][nt] = (row g, cols 2t, 2t + 1), (row g + 8, the same cols); col = row of x
     if (KS == 1) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -200,12 +195,12 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
     float* part = reinterpret_cast<float*>(smem);         // [kRows][kCols], over the stage buffer
     __syncthreads();                                      // every warp is done reading the stage
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                part[(16 * MT * warp + 16 * mt + g + 8 * (e >> 1)) * kCols + 8 * nt + 2 * t + (e & 1)] = acc[mt][nt][e];
+                part[(32 * warp + 16 * mt + g + 8 * (e >> 1)) * kCols + 8 * nt + 2 * t + (e & 1)] = acc[mt][nt][e];
     cluster_sync();
     // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
     const int rank = (int)cluster_rank();
@@ -227,9 +222,8 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_DQ(NT, KS, MT) \
-    template __global__ void mma_dq_kernel<NT, KS, MT>(float*, const float*, const unsigned char*, int, int, int, long long);
-#define MMA_DQ_KS(NT, MT) MMA_DQ(NT, 1, MT) MMA_DQ(NT, 2, MT) MMA_DQ(NT, 4, MT) MMA_DQ(NT, 8, MT)
-MMA_DQ_KS(1, 2) MMA_DQ_KS(2, 2) MMA_DQ_KS(3, 2) MMA_DQ_KS(4, 2)
-MMA_DQ_KS(1, 1) MMA_DQ_KS(2, 1) MMA_DQ_KS(3, 1) MMA_DQ_KS(4, 1)
+#define MMA_DQ(NT, KS) \
+    template __global__ void mma_dq_kernel<NT, KS>(float*, const float*, const unsigned char*, int, int, int, long long);
+#define MMA_DQ_KS(NT) MMA_DQ(NT, 1) MMA_DQ(NT, 2) MMA_DQ(NT, 4) MMA_DQ(NT, 8)
+MMA_DQ_KS(1) MMA_DQ_KS(2) MMA_DQ_KS(3) MMA_DQ_KS(4)
 #endif

@@ -96,8 +96,7 @@ MMA_KQ_TARGET_WARPS = 132 * 16      # slice K until about two blocks per SM of a
 #     it loses on three shapes (four n-tiles need 157 registers: one block an SM), so it takes 9..16.
 MMA_DQ_TYPES = frozenset({QType.Q4_K})
 MMA_DQ_ROWS = 32                    # the widest M of mma_dq (four n-tiles of 8 rows of x)
-MMA_DQ_WARP_ROWS = (16, 32)         # rows of W a warp at MT = 1, 2 (mma_dq.cu; a block is 8 warps)
-MMA_DQ_HALF_BELOW = 2 * 132         # MT = 1 where MT = 2 would launch fewer blocks (two an H200 SM)
+MMA_DQ_BLOCK_ROWS = 256             # kRows in mma_dq.cu: rows of W per block
 MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes per n-tile
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
@@ -172,33 +171,25 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
     return nt, bits
 
 
-def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int, int]:
-    """(n-tiles of x, K splits, m-tiles a warp) for mma_dq: splits double (a cluster of at most 8
-    blocks along K) while a block holds more than MMA_DQ_SB_PER_BLOCK super-blocks or the launch has
-    fewer blocks than MMA_DQ_MIN_BLOCKS, as long as each split keeps a super-block; a warp takes
-    one m-tile instead of two where two would launch fewer than MMA_DQ_HALF_BELOW blocks."""
+def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
+    """(n-tiles of x, K splits) for mma_dq: splits double (a cluster of at most 8 blocks along K)
+    while a block holds more than MMA_DQ_SB_PER_BLOCK super-blocks or the launch has fewer blocks
+    than MMA_DQ_MIN_BLOCKS, as long as each split keeps a super-block."""
     nt = -(-m // 8)
+    groups = -(-n // MMA_DQ_BLOCK_ROWS)
     nsb = k // 256
-
-    def splits(groups: int) -> int:
-        ks = 1
-        while (ks < MMA_DQ_MAX_SPLITS and 2 * ks <= nsb
-               and (-(-nsb // ks) > MMA_DQ_SB_PER_BLOCK or groups * ks < MMA_DQ_MIN_BLOCKS)):
-            ks *= 2
-        return ks
-
-    groups = -(-n // (8 * MMA_DQ_WARP_ROWS[1]))
-    ks = splits(groups)
-    if groups * ks >= MMA_DQ_HALF_BELOW:
-        return nt, ks, 2
-    return nt, splits(-(-n // (8 * MMA_DQ_WARP_ROWS[0]))), 1
+    ks = 1
+    while (ks < MMA_DQ_MAX_SPLITS and 2 * ks <= nsb
+           and (-(-nsb // ks) > MMA_DQ_SB_PER_BLOCK or groups * ks < MMA_DQ_MIN_BLOCKS)):
+        ks *= 2
+    return nt, ks
 
 
 @cache
-def _mma_dq_kernel(nt: int, ks: int, mt: int):
-    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}, {mt}>",
-                      name_expressions=tuple(f"mma_dq_kernel<{i}, {j}, {h}>" for i in range(1, MMA_DQ_ROWS // 8 + 1)
-                                             for j in (1, 2, 4, 8) for h in (1, 2)))
+def _mma_dq_kernel(nt: int, ks: int):
+    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>",
+                      name_expressions=tuple(f"mma_dq_kernel<{i}, {j}>" for i in range(1, MMA_DQ_ROWS // 8 + 1)
+                                             for j in (1, 2, 4, 8)))
 
 
 MMA_WG_PROBES = (1, 2, 3, 7)               # measurement-only instances (bench/ab_mma_wg.py --probes)
@@ -472,8 +463,8 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")
-        nt, ks, mt = mma_dq_config(m, n, k)
-        _mma_dq_kernel(nt, ks, mt)((-(-n // (8 * MMA_DQ_WARP_ROWS[mt - 1])), ks), (256,),
+        nt, ks = mma_dq_config(m, n, k)
+        _mma_dq_kernel(nt, ks)((-(-n // MMA_DQ_BLOCK_ROWS), ks), (256,),
                                (out, x, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes),
                                shared_mem=MMA_DQ_STAGE * nt)
         return out
