@@ -93,11 +93,6 @@ struct EndWeights {
     }
 };
 
-// verify_list's steps 2-6 on a list of at most kWarpList entries by the first kListWarps warps of
-// rank 0 (sampling_topk.cuh's list_weights_warps / list_pick_warps: shuffles and one named barrier
-// a pairwise sum in place of the block's barriers; integer sums and maxima, so the same token as
-// the block's steps). Every lane of those warps calls it. VERIFY_LIST_BLOCK keeps every list on the
-// block's steps, for the A/B.
 // A load the compiler may not move into the branch that uses it (issued where written).
 __device__ __forceinline__ float ld_early(const float* p) {
     float v;
@@ -105,6 +100,11 @@ __device__ __forceinline__ float ld_early(const float* p) {
     return v;
 }
 
+// verify_list's steps 2-6 on a list of at most kWarpList entries by the first kListWarps warps of
+// rank 0 (sampling_topk.cuh's list_weights_warps / list_pick_warps: shuffles and one named barrier
+// a pairwise sum in place of the block's barriers; integer sums and maxima, so the same token as
+// the block's steps). Every lane of those warps calls it. VERIFY_LIST_BLOCK keeps every list on the
+// block's steps, for the A/B.
 __device__ __forceinline__ void verify_list_warps(u32 n, int k, float t, float top_p, float min_p, const RowDist& rd,
                                                   SampleSmem& sm, long long dl, bool drafted, int fl,
                                                   const float* __restrict__ qa, u64 seed, u32 pa, int a, int* out,
