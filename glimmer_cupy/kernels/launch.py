@@ -24,6 +24,8 @@ from ..errors import GlimmerError
 
 _OVERLAP = contextvars.ContextVar("glimmer_pdl", default=False)
 PROGRAMMATIC_STREAM_SERIALIZATION = 6      # CUlaunchAttributeID in cuda.h
+CLUSTER_DIMENSION = 4                      # CUlaunchAttributeID in cuda.h
+NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute in cuda.h
 
 
 @contextlib.contextmanager
@@ -133,3 +135,44 @@ class Kernel:
         if self.pdl and _OVERLAP.get():
             return launch_pdl(self.fn, self.name, grid, block, args, shared_mem)
         return self.fn(grid, block, args, shared_mem=shared_mem)
+
+
+# Cluster launches. CuPy can set neither a cluster shape at launch nor the attribute that allows more
+# than 8 blocks a cluster, so both go through the driver as the PDL launch does. A kernel compiled
+# with __cluster_dims__ needs neither; one whose cluster shape is chosen per launch (or is wider
+# than 8, which __cluster_dims__ cannot ask for) is launched here.
+def allow_large_clusters(fn) -> None:
+    """Let fn (a cupy Function) run clusters of up to 16 blocks (the H200's non-portable limit)."""
+    lib = _driver()
+    rc = lib.cuFuncSetAttribute(ctypes.c_void_p(function_ptr(fn)), NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    if rc:
+        raise KernelLaunchError(f"cuFuncSetAttribute(non-portable cluster size) failed ({rc})")
+
+
+def launch_cluster(kern: "Kernel", grid, block, args, shared_mem: int, cluster) -> None:
+    """kern on the current stream with clusters of shape `cluster` (x, y, z blocks), and with
+    programmatic dependent launch where kern would take it (inside overlapped())."""
+    import cupy
+
+    attrs = (_Attr * 2)()
+    attrs[0].id = CLUSTER_DIMENSION
+    dims = (ctypes.c_uint * 3)(*_dims(cluster))
+    ctypes.memmove(ctypes.addressof(attrs[0]) + _Attr.value.offset, dims, ctypes.sizeof(dims))
+    n = 1
+    if kern.pdl and _OVERLAP.get():
+        attrs[1] = _pdl_attr()
+        n = 2
+    cfg = _Config()
+    cfg.grid[:] = _dims(grid)
+    cfg.block[:] = _dims(block)
+    cfg.shared_mem = shared_mem
+    cfg.stream = cupy.cuda.get_current_stream().ptr
+    cfg.attrs = ctypes.cast(attrs, ctypes.POINTER(_Attr))
+    cfg.n_attrs = n
+    values = [_c_arg(a) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    rc = _driver().cuLaunchKernelEx(ctypes.byref(cfg), kern.ptr, params, None)
+    if rc:
+        err = ctypes.c_char_p()
+        _driver().cuGetErrorName(rc, ctypes.byref(err))
+        raise KernelLaunchError(f"cluster launch of {kern.name} failed: {(err.value or b'?').decode()} ({rc})")

@@ -24,6 +24,7 @@ from functools import cache
 import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
+from ..kernels.launch import allow_large_clusters, launch_cluster
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
@@ -235,7 +236,7 @@ def _stream_kernel(d: int, stages: int):
     kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", name_expressions=_STREAM_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
-    _allow_large_clusters(kern.fn)
+    allow_large_clusters(kern.fn)
     return kern
 
 
@@ -283,60 +284,8 @@ def _mma_kernel(d: int, mw: int, stages: int):
     kern.fn.max_dynamic_shared_size_bytes = mma_smem(d, mw, stages)      # above the default 48 KB
     kern.fn.preferred_shared_memory_carveout = 100                        # two ~110 KB blocks need all of it
     if mw == 1:
-        _allow_large_clusters(kern.fn)
+        allow_large_clusters(kern.fn)
     return kern
-
-
-# Cluster launches. CuPy can set neither a cluster shape nor the attribute that allows more than 8
-# blocks a cluster, so both go through the driver, beside kernels/launch.py's PDL launch (whose
-# structures this reuses; the natural home of _launch_cluster is that module, as a `cluster=`
-# argument of Kernel.__call__).
-CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14      # CUfunction_attribute in cuda.h
-CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4                     # CUlaunchAttributeID in cuda.h
-
-
-def _allow_large_clusters(fn) -> None:
-    import ctypes
-
-    from ..kernels import launch
-    lib = launch._driver()
-    rc = lib.cuFuncSetAttribute(ctypes.c_void_p(fn.kernel.ptr), CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-                                1)
-    if rc:
-        raise launch.KernelLaunchError(f"cuFuncSetAttribute(non-portable cluster size) failed ({rc})")
-
-
-def _launch_cluster(kern, grid, block, args, shared_mem: int, cluster: int) -> None:
-    """kern on the current stream with clusters of `cluster` blocks along x, and with programmatic
-    dependent launch where kern would take it (inside overlapped())."""
-    import ctypes
-
-    import cupy
-
-    from ..kernels import launch
-    attrs = (launch._Attr * 2)()
-    attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    dims = (ctypes.c_uint * 3)(cluster, 1, 1)
-    ctypes.memmove(ctypes.addressof(attrs[0]) + launch._Attr.value.offset, dims, ctypes.sizeof(dims))
-    n = 1
-    if kern.pdl and launch._OVERLAP.get():
-        attrs[1] = launch._pdl_attr()
-        n = 2
-    cfg = launch._Config()
-    cfg.grid[:] = launch._dims(grid)
-    cfg.block[:] = launch._dims(block)
-    cfg.shared_mem = shared_mem
-    cfg.stream = cupy.cuda.get_current_stream().ptr
-    cfg.attrs = ctypes.cast(attrs, ctypes.POINTER(launch._Attr))
-    cfg.n_attrs = n
-    values = [launch._c_arg(a) for a in args]
-    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-    lib = launch._driver()
-    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), kern.fn.kernel.ptr, params, None)
-    if rc:
-        err = ctypes.c_char_p()
-        lib.cuGetErrorName(rc, ctypes.byref(err))
-        raise launch.KernelLaunchError(f"cluster launch of {kern.name} failed: {(err.value or b'?').decode()} ({rc})")
 
 
 def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int, sms: int = 132,
@@ -600,7 +549,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
             tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
             np.int32(window), *early, np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs)
     if cluster > 1:
-        _launch_cluster(fn, grid, block, args, smem, cluster)
+        launch_cluster(fn, grid, block, args, smem, (cluster, 1, 1))
     else:
         fn(grid, block, args, shared_mem=smem)
     return with_codes(out, codes)
