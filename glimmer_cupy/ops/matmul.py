@@ -175,14 +175,14 @@ def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
     """(n-tiles of x, K splits) for mma_dq: splits double (a cluster of at most 16 blocks along K)
     while the launch stays within one wave of two blocks an SM (MMA_DQ_WAVE) and each split keeps a
     super-block. Measured on the H200 (M = 16, PDL graph, bench/ab_mma_dq_splits.py,
-    bench/results/ab_mma_dq_splits_*.json; µs at 1 / 2 / 4 / 8 / 16 splits, * the rule's pick):
-      24576x4096    45.1 / *36.9 / 40.9 / 39.7 / 48.0      12288x4096  41.8 / 25.7 / *19.9 / 23.8 / 25.6
-      4096x12288   119.6 / 63.6 / 33.9 / 27.0 / *25.6      4096x4096   40.5 / 22.8 / 12.6 / 10.5 / *11.1
-      151936x4096 *187.3 / 186.5 / 197.9 / 204.2 / 286.3   6144x1024   10.1 / 7.2 / *4.8 / 7.1 / 13.0
-      1024x3072     28.8 / 16.6 / 9.0 / *6.4 / 4.7 (16 splits of 12 super-blocks: four empty)
+    bench/results/ab_mma_dq_splits_7046730.json; µs at 1 / 2 / 4 / 8 / 16 splits, * the rule's pick):
+      24576x4096    44.7 / *36.6 / 40.6 / 39.6 / 48.0      12288x4096  41.4 / 25.5 / *19.7 / 23.5 / 25.5
+      4096x12288   119.3 / 63.4 / 33.6 / 26.7 / *25.3      4096x4096   40.3 / 22.8 / 12.6 / 10.4 / *11.1
+      151936x4096 *184.3 / 182.4 / 194.4 / 204.1 / 286.1   6144x1024   10.1 / 7.2 / *4.8 / 7.0 / 13.0
+      1024x3072     28.7 / 16.6 / 9.0 / *6.4 / 4.7 (16 splits of 12 super-blocks: four empty)
     The rule before (split until a block has at most 4 super-blocks and 132 blocks are launched)
     took 4, 4, 8, 8, 4, 4 and 8: a second, partial wave of short blocks loses to one wave of longer
-    ones (24576x4096 -4.0 µs, 4096x12288 -1.4, the head -10; 4096x4096 +0.6)."""
+    ones (24576x4096 -4.0 µs, 4096x12288 -1.4, the head -10.1; 4096x4096 +0.7)."""
     nt = -(-m // 8)
     groups = -(-n // MMA_DQ_BLOCK_ROWS)
     nsb = k // 256
