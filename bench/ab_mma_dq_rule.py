@@ -29,6 +29,18 @@ def previous_rule(m: int, n: int, k: int) -> tuple[int, int]:
     return -(-m // 8), ks
 
 
+def capped(m: int, n: int, k: int) -> tuple[int, int]:
+    """The one-wave rule with clusters of at most 8 (no 16-block cluster)."""
+    saved, matmul.MMA_DQ_MAX_SPLITS = matmul.MMA_DQ_MAX_SPLITS, 8
+    try:
+        return RULE(m, n, k)
+    finally:
+        matmul.MMA_DQ_MAX_SPLITS = saved
+
+
+RULE = matmul.mma_dq_config
+
+
 def main() -> int:
     from glimmer_cupy.model.model import load_model
     from glimmer_cupy.weights.fetch import resolve_model
@@ -41,19 +53,19 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=2, help="(rule, previous rule) pairs")
+    ap.add_argument("--rounds", type=int, default=2, help="(rule, rule capped at 8, previous rule) rounds")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
     targets = [(m, resolve_model(m)) for m in args.model]
     targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]
     results = {"meta": run_meta(), "batch": args.batch, "models": {}}
-    rule = matmul.mma_dq_config
+    rule = RULE
     try:
         for label, path in targets:
             model = load_model(path)
             got = []
             for _ in range(args.rounds):
-                for name, fn in (("one wave", rule), ("previous", previous_rule)):
+                for name, fn in (("one wave", rule), ("<= 8", capped), ("previous", previous_rule)):
                     matmul.mma_dq_config = fn
                     us = bench_decode(model, label, prompt_tokens=args.prompt, gen_tokens=args.gen, runs=args.runs,
                                       batch=args.batch).gpu_step_us
