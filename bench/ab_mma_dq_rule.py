@@ -1,8 +1,10 @@
-"""mma_dq's K-split rule (ops/matmul.py: mma_dq_config, one wave at two blocks an SM) against the rule
-before it (at most 4 super-blocks a block, at least 132 blocks, clusters of at most 8), in a model's
-own decode step of several sequences at once (batch 9..16 runs the matmuls at M = batch, Q4_K on
-mma_dq): the decode benchmark's GPU step, alternating the two rules in one process so the
-machine's drift shows beside the effect.
+"""mma_dq's K-split rule (ops/matmul.py: mma_dq_config) against the one-wave rule (split K while
+the launch stays within one wave of two blocks an SM, clusters of at most 8), which times faster
+alone on 24576x4096 (bench/ab_mma_dq_splits.py), in a model's own decode step of several sequences
+at once (batch 9..16 runs the matmuls at M = batch, Q4_K on mma_dq): the decode benchmark's GPU
+step, alternating the rules in one process so the machine's drift shows beside the effect.
+(The run at 887ae15, bench/results/ab_mma_dq_rule_887ae15.json, had the one-wave rule as the
+library's, "previous" the rule that is the library's again, and a third arm with clusters of 16.)
 
     PYTHONPATH=$PWD python3 bench/ab_mma_dq_rule.py --synthetic qwen3-8b [--batch 16] [--out FILE]
 """
@@ -20,25 +22,15 @@ import glimmer_cupy.ops.matmul as matmul  # noqa: E402
 from glimmer_cupy.benchmarks.decode import bench_decode  # noqa: E402
 from glimmer_cupy.benchmarks.timing import run_meta  # noqa: E402
 
+WAVE = 2 * 132                      # blocks of one wave at two an SM on an H200
 
-def previous_rule(m: int, n: int, k: int) -> tuple[int, int]:
-    """mma_dq_config before the one-wave rule."""
+
+def one_wave(m: int, n: int, k: int) -> tuple[int, int]:
+    """Splits double while the launch stays within one wave and each split keeps a super-block."""
     groups, nsb, ks = -(-n // matmul.MMA_DQ_BLOCK_ROWS), k // 256, 1
-    while ks < 8 and 2 * ks <= nsb and (-(-nsb // ks) > 4 or groups * ks < 132):
+    while ks < 8 and 2 * ks <= nsb and groups * 2 * ks <= WAVE:
         ks *= 2
     return -(-m // 8), ks
-
-
-def capped(m: int, n: int, k: int) -> tuple[int, int]:
-    """The one-wave rule with clusters of at most 8 (no 16-block cluster)."""
-    saved, matmul.MMA_DQ_MAX_SPLITS = matmul.MMA_DQ_MAX_SPLITS, 8
-    try:
-        return RULE(m, n, k)
-    finally:
-        matmul.MMA_DQ_MAX_SPLITS = saved
-
-
-RULE = matmul.mma_dq_config
 
 
 def main() -> int:
@@ -53,19 +45,19 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=2, help="(rule, rule capped at 8, previous rule) rounds")
+    ap.add_argument("--rounds", type=int, default=2, help="(rule, one-wave rule) pairs")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
     targets = [(m, resolve_model(m)) for m in args.model]
     targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]
     results = {"meta": run_meta(), "batch": args.batch, "models": {}}
-    rule = RULE
+    rule = matmul.mma_dq_config
     try:
         for label, path in targets:
             model = load_model(path)
             got = []
             for _ in range(args.rounds):
-                for name, fn in (("one wave", rule), ("<= 8", capped), ("previous", previous_rule)):
+                for name, fn in (("rule", rule), ("one wave", one_wave)):
                     matmul.mma_dq_config = fn
                     us = bench_decode(model, label, prompt_tokens=args.prompt, gen_tokens=args.gen, runs=args.runs,
                                       batch=args.batch).gpu_step_us

@@ -35,13 +35,15 @@ def main(argv=None) -> int:
     import cupy
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ms", default="16")
-    ap.add_argument("--splits", default="2,4,8,16")
+    ap.add_argument("--splits", default="1,2,4,8", help="comma-separated, each 1, 2, 4 or 8")
     ap.add_argument("--launches", type=int, default=50)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     ms = [int(v) for v in a.ms.split(",")]
     splits = [int(v) for v in a.splits.split(",")]
+    if not set(splits) <= {1, 2, 4, 8}:
+        ap.error(f"--splits: each of 1, 2, 4, 8 (mma_dq_kernel's clusters), got {a.splits}")
     rule = matmul.mma_dq_config
     rng = np.random.default_rng(7)
     rows = []

@@ -4,7 +4,6 @@
 //                        super-block, rows 16-byte aligned); y: (M, N) float32.
 //   grid = (ceil(N / 256), KS), clusters of (1, KS, 1), block = (256,), dynamic shared memory
 //   kChunk * NT * kStage bytes.
-// mma_dq_wide_kernel<NT>  the same at KS = 16, the cluster shape given at launch.
 //
 // Why bf16 and not int8: the int8 kernel (mma_kq.cu) scales every 32-value sub-block's int32 sums
 // into float, per row and per row of x, and that epilogue, not the memory, is what bounded it at
@@ -81,10 +80,11 @@ __device__ __forceinline__ void stage_x(unsigned char* stage, const float* __res
 
 }  // namespace dq
 
+// two blocks an SM up to 16 rows of x; three or four n-tiles need more than 128 registers
 template <int NT, int KS>
-__device__ __forceinline__ void mma_dq_body(float* __restrict__ y, const float* __restrict__ x,
-                                            const unsigned char* __restrict__ w, int m, int n, int k,
-                                            long long row_bytes) {
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * dq::kWarps, NT <= 2 ? 2 : 1)
+mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned char* __restrict__ w, int m, int n,
+              int k, long long row_bytes) {
     using namespace dq;
     extern __shared__ __align__(16) unsigned char smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -221,30 +221,9 @@ __device__ __forceinline__ void mma_dq_body(float* __restrict__ y, const float* 
     cluster_sync();                                       // no block leaves while another reads it
 }
 
-// two blocks an SM up to 16 rows of x; three or four n-tiles need more than 128 registers
-template <int NT, int KS>
-__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * dq::kWarps, NT <= 2 ? 2 : 1)
-mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned char* __restrict__ w, int m, int n,
-              int k, long long row_bytes) {
-    mma_dq_body<NT, KS>(y, x, w, m, n, k, row_bytes);
-}
-
-// K split 16 ways: a cluster wider than __cluster_dims__ may ask for (the H200 allows 16 blocks when
-// the kernel is marked non-portable), so its shape (1, 16, 1) is given at launch
-// (kernels/launch.py: launch_cluster).
-template <int NT>
-__global__ void __launch_bounds__(32 * dq::kWarps, NT <= 2 ? 2 : 1)
-mma_dq_wide_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned char* __restrict__ w, int m,
-                   int n, int k, long long row_bytes) {
-    mma_dq_body<NT, 16>(y, x, w, m, n, k, row_bytes);
-}
-
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_DQ(NT, KS) \
     template __global__ void mma_dq_kernel<NT, KS>(float*, const float*, const unsigned char*, int, int, int, long long);
 #define MMA_DQ_KS(NT) MMA_DQ(NT, 1) MMA_DQ(NT, 2) MMA_DQ(NT, 4) MMA_DQ(NT, 8)
 MMA_DQ_KS(1) MMA_DQ_KS(2) MMA_DQ_KS(3) MMA_DQ_KS(4)
-#define MMA_DQ_WIDE(NT) \
-    template __global__ void mma_dq_wide_kernel<NT>(float*, const float*, const unsigned char*, int, int, int, long long);
-MMA_DQ_WIDE(1) MMA_DQ_WIDE(2) MMA_DQ_WIDE(3) MMA_DQ_WIDE(4)
 #endif

@@ -58,15 +58,14 @@ NOT_DATA = re.compile(r"^\s*(pdl_release\(\);|STAMP\(\d+\);)\s*(//.*)?$", re.M)
 # kernels that do work before they wait, and (regexes) what must not come before the wait: any
 # write, and any read of another kernel's output
 KQ_EARLY = (r"\by\[", r"load_x", r"partial", r"__syncthreads", r"atomic", r"\bx[qds]\b")
-# the first super-block of W into registers, the next ones asked into L2; x is staged after
-DQ_EARLY = (r"\by\[", r"stage_x", r"(?<![.\w])x\s*\[", r"\bx\s*\+", r"part\[", r"__syncthreads", r"cluster_",
-            r"smem\b")
 EARLY_FETCH = {
     "gemv_kq_kernel": KQ_EARLY,
     "gemv_kq_occ_kernel": KQ_EARLY,
     "gemv_kq_pair_kernel": KQ_EARLY,
-    "mma_dq_kernel": DQ_EARLY,
-    "mma_dq_wide_kernel": DQ_EARLY,
+    # the first super-block of W into registers, the next ones asked into L2; x is staged after
+    "mma_dq_kernel": (r"\by\[", r"stage_x", r"(?<![.\w])x\s*\[", r"\bx\s*\+", r"part\[", r"__syncthreads",
+                      r"cluster_", r"smem\b"),
+    # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched

@@ -113,21 +113,21 @@ def test_kq_config_fills_the_chip_within_a_row():
     assert kq_config(8, 4096, 4096)[0] == 4 and kq_config(16, 4096, 4096)[0] == 2
 
 
-def test_mma_dq_config_splits_within_one_wave():
-    """K splits keep the launch within one wave of two blocks an SM (or stay at one), every split
-    has a super-block, and one more doubling would break one of those or the cluster cap (16 blocks
-    at up to two n-tiles, 8 above: a 16-block cluster of one block an SM may find no GPC with room)."""
-    from glimmer_cupy.ops.matmul import MMA_DQ_BLOCK_ROWS, MMA_DQ_WAVE, mma_dq_config
+def test_mma_dq_config_splits_short_blocks_onto_the_chip():
+    """K splits double, up to a cluster of 8, while a block holds more than MMA_DQ_SB_PER_BLOCK
+    super-blocks or fewer than MMA_DQ_MIN_BLOCKS blocks are launched, and each split keeps a
+    super-block; one more doubling would break one of those."""
+    from glimmer_cupy.ops.matmul import MMA_DQ_BLOCK_ROWS, MMA_DQ_MIN_BLOCKS, MMA_DQ_SB_PER_BLOCK, mma_dq_config
     for m in (9, 16, 24, 32):
         for n in (256, 1000, 4096, 6144, 12288, 24576, 151936):
             for k in (256, 1024, 3072, 4096, 8448, 12288):
                 nt, ks = mma_dq_config(m, n, k)
-                blocks, nsb, cap = -(-n // MMA_DQ_BLOCK_ROWS) * ks, k // 256, 16 if nt <= 2 else 8
+                groups, nsb = -(-n // MMA_DQ_BLOCK_ROWS), k // 256
                 what = (m, n, k, ks)
-                assert nt == -(-m // 8) and ks in (1, 2, 4, 8, 16) and ks <= cap, what
-                assert ks == 1 or (blocks <= MMA_DQ_WAVE and ks <= nsb), what
-                assert ks == cap or 2 * ks > nsb or 2 * blocks > MMA_DQ_WAVE, what
-    assert mma_dq_config(16, 24576, 4096) == (2, 2) and mma_dq_config(16, 4096, 12288) == (2, 16)
+                assert nt == -(-m // 8) and ks in (1, 2, 4, 8) and ks <= max(1, nsb), what
+                done = -(-nsb // ks) <= MMA_DQ_SB_PER_BLOCK and groups * ks >= MMA_DQ_MIN_BLOCKS
+                assert ks == 8 or 2 * ks > nsb or done, what
+    assert mma_dq_config(16, 24576, 4096) == (2, 4) and mma_dq_config(16, 4096, 12288) == (2, 8)
 
 
 def test_kq_occupancy_serves_layers_at_m1_only():
@@ -194,10 +194,9 @@ def test_mma_kq_matches_the_reference_and_the_gemv(qtype, n, k):
                                  (1000, 8448)])
 def test_mma_dq_matches_the_reference(n, k):
     """The bf16 tensor-core bucket (forced) on Q4_K: every n-tile count of x (M 1..32, rows of x
-    past a tile's edge), K split over clusters of 1..16 blocks (the shapes pick them: 4096x12288 and
-    1000x8448 take 16, the wide kernel; some splits empty where K has fewer super-blocks than splits,
-    as 8448's 33 in splits of 3), rows of W past a block's 256; the same bits on a second call (the
-    cluster sums in rank order)."""
+    past a tile's edge), K split over clusters of 1..8 blocks (the shapes pick them, some splits
+    empty where K has fewer super-blocks than splits, as 8448's 33 in 8 splits of 5), rows of W
+    past a block's 256; the same bits on a second call (the cluster sums in rank order)."""
     import cupy
 
     from glimmer_cupy.ops.matmul import mma_dq_config

@@ -11,7 +11,6 @@ import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
 from ..kernels.cublas import gemm_bf16_nt
-from ..kernels.launch import allow_large_clusters, launch_cluster
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
@@ -99,8 +98,9 @@ MMA_DQ_TYPES = frozenset({QType.Q4_K})
 MMA_DQ_ROWS = 32                    # the widest M of mma_dq (four n-tiles of 8 rows of x)
 MMA_DQ_BLOCK_ROWS = 256             # kRows in mma_dq.cu: rows of W per block
 MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes per n-tile
-MMA_DQ_MAX_SPLITS = 16              # cluster size along K (16: mma_dq_wide_kernel, non-portable)
-MMA_DQ_WAVE = 2 * 132               # split K while the blocks stay within one wave at two an SM
+MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
+MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
+MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
 MMA_WG_TYPES = frozenset({QType.Q4_K})
 MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and of W per block
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
@@ -172,39 +172,30 @@ def mma_kq_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
 
 
 def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
-    """(n-tiles of x, K splits) for mma_dq: splits double (a cluster of at most 16 blocks along K)
-    while the launch stays within one wave of two blocks an SM (MMA_DQ_WAVE) and each split keeps a
-    super-block. Measured on the H200 (M = 16, PDL graph, bench/ab_mma_dq_splits.py,
-    bench/results/ab_mma_dq_splits_7046730.json; µs at 1 / 2 / 4 / 8 / 16 splits, * the rule's pick):
-      24576x4096    44.7 / *36.6 / 40.6 / 39.6 / 48.0      12288x4096  41.4 / 25.5 / *19.7 / 23.5 / 25.5
-      4096x12288   119.3 / 63.4 / 33.6 / 26.7 / *25.3      4096x4096   40.3 / 22.8 / 12.6 / 10.4 / *11.1
-      151936x4096 *184.3 / 182.4 / 194.4 / 204.1 / 286.1   6144x1024   10.1 / 7.2 / *4.8 / 7.0 / 13.0
-      1024x3072     28.7 / 16.6 / 9.0 / *6.4 / 4.7 (16 splits of 12 super-blocks: four empty)
-    The rule before (split until a block has at most 4 super-blocks and 132 blocks are launched)
-    took 4, 4, 8, 8, 4, 4 and 8: a second, partial wave of short blocks loses to one wave of longer
-    ones (24576x4096 -4.0 µs, 4096x12288 -1.4, the head -10.1; 4096x4096 +0.7)."""
+    """(n-tiles of x, K splits) for mma_dq: splits double (a cluster of at most 8 blocks along K)
+    while a block holds more than MMA_DQ_SB_PER_BLOCK super-blocks or the launch has fewer blocks
+    than MMA_DQ_MIN_BLOCKS, as long as each split keeps a super-block.
+    Alone, other splits time faster on some shapes (bench/ab_mma_dq_splits.py, M = 16, PDL graph,
+    bench/results/ab_mma_dq_splits_7046730.json: 24576x4096 36.6 us at 2 splits against 40.6 at
+    this rule's 4; clusters of 16 blocks 25.3 against 26.7 on 4096x12288), but in the model's own
+    step they do not: Qwen3-8B decoding 16 sequences took 6,006-6,016 us a step with 24576x4096 at
+    2 splits against 5,652-5,657 with this rule (bench/ab_mma_dq_rule.py,
+    bench/results/ab_mma_dq_rule_887ae15.json), so the rule stays."""
     nt = -(-m // 8)
     groups = -(-n // MMA_DQ_BLOCK_ROWS)
     nsb = k // 256
-    most = MMA_DQ_MAX_SPLITS if nt <= 2 else 8     # 16 blocks of one an SM may find no GPC with room
     ks = 1
-    while ks < most and 2 * ks <= nsb and groups * 2 * ks <= MMA_DQ_WAVE:
+    while (ks < MMA_DQ_MAX_SPLITS and 2 * ks <= nsb
+           and (-(-nsb // ks) > MMA_DQ_SB_PER_BLOCK or groups * ks < MMA_DQ_MIN_BLOCKS)):
         ks *= 2
     return nt, ks
 
 
-def _mma_dq_name(nt: int, ks: int) -> str:
-    return f"mma_dq_wide_kernel<{nt}>" if ks == 16 else f"mma_dq_kernel<{nt}, {ks}>"
-
-
 @cache
 def _mma_dq_kernel(nt: int, ks: int):
-    kern = get_kernel("mma_dq", _mma_dq_name(nt, ks),
-                      name_expressions=tuple(_mma_dq_name(i, j) for i in range(1, MMA_DQ_ROWS // 8 + 1)
-                                             for j in (1, 2, 4, 8, 16)))
-    if ks == 16:
-        allow_large_clusters(kern.fn)
-    return kern
+    return get_kernel("mma_dq", f"mma_dq_kernel<{nt}, {ks}>",
+                      name_expressions=tuple(f"mma_dq_kernel<{i}, {j}>" for i in range(1, MMA_DQ_ROWS // 8 + 1)
+                                             for j in (1, 2, 4, 8)))
 
 
 MMA_WG_PROBES = (1, 2, 3, 7)               # measurement-only instances (bench/ab_mma_wg.py --probes)
@@ -479,11 +470,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")
         nt, ks = mma_dq_config(m, n, k)
-        grid, args = (-(-n // MMA_DQ_BLOCK_ROWS), ks), (out, x, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes)
-        if ks == 16:                # a cluster wider than __cluster_dims__ may ask for: its shape at launch
-            launch_cluster(_mma_dq_kernel(nt, ks), grid, (256,), args, MMA_DQ_STAGE * nt, (1, ks, 1))
-        else:
-            _mma_dq_kernel(nt, ks)(grid, (256,), args, shared_mem=MMA_DQ_STAGE * nt)
+        _mma_dq_kernel(nt, ks)((-(-n // MMA_DQ_BLOCK_ROWS), ks), (256,),
+                               (out, x, w.data, np.int32(m), np.int32(n), np.int32(k), row_bytes),
+                               shared_mem=MMA_DQ_STAGE * nt)
         return out
     x16 = cupy.empty((m, k), dtype=cupy.uint16)
     n8 = m * k // 8
