@@ -2,7 +2,8 @@
 the launch stays within one wave of two blocks an SM, clusters of at most 8), which times faster
 alone on 24576x4096 (bench/ab_mma_dq_splits.py), in a model's own decode step of several sequences
 at once (batch 9..16 runs the matmuls at M = batch, Q4_K on mma_dq): the decode benchmark's GPU
-step, alternating the rules in one process so the machine's drift shows beside the effect.
+step, alternating the rules in one process so the machine's drift shows beside the effect; also
+the rule with at most 2 super-blocks a block (more, shorter blocks).
 (The run at 887ae15, bench/results/ab_mma_dq_rule_887ae15.json, had the one-wave rule as the
 library's, "previous" the rule that is the library's again, and a third arm with clusters of 16.)
 
@@ -33,6 +34,19 @@ def one_wave(m: int, n: int, k: int) -> tuple[int, int]:
     return -(-m // 8), ks
 
 
+def short_blocks(m: int, n: int, k: int) -> tuple[int, int]:
+    """The rule with at most 2 super-blocks a block instead of 4 (more, shorter blocks)."""
+    saved, matmul.MMA_DQ_SB_PER_BLOCK = matmul.MMA_DQ_SB_PER_BLOCK, 2
+    try:
+        return RULE(m, n, k)
+    finally:
+        matmul.MMA_DQ_SB_PER_BLOCK = saved
+
+
+RULE = matmul.mma_dq_config
+ARMS = {"rule": RULE, "one wave": one_wave, "short blocks": short_blocks}
+
+
 def main() -> int:
     from glimmer_cupy.model.model import load_model
     from glimmer_cupy.weights.fetch import resolve_model
@@ -45,20 +59,24 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=2, help="(rule, one-wave rule) pairs")
+    ap.add_argument("--arms", default="rule,one wave", help=f"comma-separated, of: {', '.join(ARMS)}")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the arms")
     ap.add_argument("--out", help="write the results as JSON")
     args = ap.parse_args()
+    arms = [a.strip() for a in args.arms.split(",")]
+    if not set(arms) <= set(ARMS):
+        ap.error(f"--arms: each of {', '.join(ARMS)}, got {args.arms}")
     targets = [(m, resolve_model(m)) for m in args.model]
     targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]
     results = {"meta": run_meta(), "batch": args.batch, "models": {}}
-    rule = matmul.mma_dq_config
+    rule = RULE
     try:
         for label, path in targets:
             model = load_model(path)
             got = []
             for _ in range(args.rounds):
-                for name, fn in (("rule", rule), ("one wave", one_wave)):
-                    matmul.mma_dq_config = fn
+                for name in arms:
+                    matmul.mma_dq_config = ARMS[name]
                     us = bench_decode(model, label, prompt_tokens=args.prompt, gen_tokens=args.gen, runs=args.runs,
                                       batch=args.batch).gpu_step_us
                     got.append({"rule": name, "gpu_step_us": us})
