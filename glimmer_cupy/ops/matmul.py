@@ -179,8 +179,8 @@ def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
     bench/results/ab_mma_dq_splits_7046730.json: 24576x4096 36.6 us at 2 splits against 40.6 at
     this rule's 4; clusters of 16 blocks 25.3 against 26.7 on 4096x12288), but in the model's own
     step they do not: Qwen3-8B decoding 16 sequences took 6,006-6,016 us a step with 24576x4096 at
-    2 splits against 5,652-5,657 with this rule (bench/ab_mma_dq_rule.py,
-    bench/results/ab_mma_dq_rule_887ae15.json), so the rule stays."""
+    2 splits against 5,652-5,657 with this rule, and 5,780-5,782 at 8 splits (bench/ab_mma_dq_rule.py,
+    bench/results/ab_mma_dq_rule_887ae15.json, ab_mma_dq_rule_short_1708d8c.json), so the rule stays."""
     nt = -(-m // 8)
     groups = -(-n // MMA_DQ_BLOCK_ROWS)
     nsb = k // 256
