@@ -6,6 +6,8 @@ process so the machine's drift shows beside the effect. The arms:
   ws up      twice the warps a row set where the rule allows it (Qwen3-8B: gate/up 1 -> 2)
   ws down    half the warps a row set where the rule has more than one (q|k, o, down: 4 -> 2)
   occ off    the plain kernel where KQ_OCCUPANCY picks the launch-bound one (Q4_K at M = 1)
+  occ layers the launch-bound kernel on every matrix of at most 256M weights (the rule at ff7da93:
+             every layer of Qwen3-8B, no head)
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_model.py --synthetic qwen3-8b [--arms rule,ws up] [--out FILE]
 """
@@ -35,8 +37,9 @@ def ws_scaled(factor: float):
     return config
 
 
-ARMS = {"rule": (RULE, None), "ws up": (ws_scaled(2), None), "ws down": (ws_scaled(0.5), None),
-        "occ off": (RULE, {})}
+# name -> (kq_config, KQ_OCCUPANCY or None for the library's, KQ_OCC_WEIGHTS or None)
+ARMS = {"rule": (RULE, None, None), "ws up": (ws_scaled(2), None, None), "ws down": (ws_scaled(0.5), None, None),
+        "occ off": (RULE, {}, None), "occ layers": (RULE, None, 1 << 28)}
 
 
 def main() -> int:
@@ -59,22 +62,23 @@ def main() -> int:
     targets = [(m, resolve_model(m)) for m in args.model]
     targets += [(f"synthetic {name}", cached_synthetic_gguf(name)) for name in args.synthetic]
     results = {"meta": run_meta(), "models": {}}
-    occupancy = matmul.KQ_OCCUPANCY
+    occupancy, edge = matmul.KQ_OCCUPANCY, matmul.KQ_OCC_WEIGHTS
     try:
         for label, path in targets:
             model = load_model(path)
             got = []
             for _ in range(args.rounds):
                 for name in arms:
-                    config, occ = ARMS[name]
+                    config, occ, weights = ARMS[name]
                     matmul.kq_config = config
                     matmul.KQ_OCCUPANCY = occupancy if occ is None else occ
+                    matmul.KQ_OCC_WEIGHTS = edge if weights is None else weights
                     us = bench_decode(model, label, gen_tokens=args.gen, runs=args.runs).gpu_step_us
                     got.append({"arm": name, "gpu_step_us": us})
                     print(f"{label:24s} {name:8s} GPU step {us:8.1f} us", flush=True)
             results["models"][label] = {"layers": model.cfg.n_layers, "runs": got}
     finally:
-        matmul.kq_config, matmul.KQ_OCCUPANCY = RULE, occupancy
+        matmul.kq_config, matmul.KQ_OCCUPANCY, matmul.KQ_OCC_WEIGHTS = RULE, occupancy, edge
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     return 0

@@ -161,6 +161,7 @@ def main(argv=None) -> int:
         matmul.KQ_M1_ROWS = {}
     if args.kq_occupancy is not None:
         matmul.KQ_OCCUPANCY = {(q, m): args.kq_occupancy for q in KQ_TYPES for m in (1, 2)} if args.kq_occupancy else {}
+        matmul.KQ_OCC_WEIGHTS = 1 << 62                     # every matrix, heads included
     rng = np.random.default_rng(0)
     copy_bw = copy_bandwidth()
     flops = cublas_fp16_flops()

@@ -130,12 +130,14 @@ def test_mma_dq_config_splits_short_blocks_onto_the_chip():
     assert mma_dq_config(16, 24576, 4096) == (2, 4) and mma_dq_config(16, 4096, 12288) == (2, 8)
 
 
-def test_kq_occupancy_serves_layers_at_m1_only():
+def test_kq_occupancy_serves_small_layers_at_m1_only():
     from glimmer_cupy.ops.matmul import kq_occupancy
-    assert kq_occupancy(QType.Q4_K, 1, 24576, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 4096, 2) == 5
-    assert kq_occupancy(QType.Q6_K, 1, 4096, 2) == 0          # Q6_K takes 4 rows a warp at M = 1 instead
-    assert kq_occupancy(QType.Q4_K, 1, 151936, 2) == 0          # a head keeps the plain kernel
-    assert kq_occupancy(QType.Q6_K, 2, 4096, 2) == 0 and kq_occupancy(QType.Q6_K, 1, 4096, 4) == 0
+    assert kq_occupancy(QType.Q4_K, 1, 6144, 1024, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 1024, 3072, 2) == 5
+    assert kq_occupancy(QType.Q4_K, 1, 4096, 4096, 2) == 0         # Qwen3-8B's matrices: the plain kernel
+    assert kq_occupancy(QType.Q4_K, 1, 24576, 4096, 2) == 0
+    assert kq_occupancy(QType.Q6_K, 1, 4096, 1024, 2) == 0          # Q6_K takes 4 rows a warp at M = 1 instead
+    assert kq_occupancy(QType.Q4_K, 1, 151936, 1024, 2) == 0        # a head keeps the plain kernel
+    assert kq_occupancy(QType.Q6_K, 2, 1024, 1024, 2) == 0 and kq_occupancy(QType.Q4_K, 1, 1024, 1024, 4) == 0
 
 
 @gpu

@@ -119,14 +119,18 @@ KQ_ROWS = ((6, 2), (8, 4), (16, 2))
 KQ_WARPS = 4                        # kWarps in gemv_kq.cu
 KQ_SPLITS = (1, 2, 4)               # warps that share a set of rows, splitting its super-blocks
 KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of warps is launched
-# (type, M) -> B: the 2-row gemv_kq of a matrix of at most KQ_HEAD_EDGE rows runs
-# gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu). Measured on the H200 (a16079f,
+# (type, M) -> B: the 2-row gemv_kq of a matrix of at most KQ_OCC_WEIGHTS weights runs
+# gemv_kq_occ_kernel, compiled for B blocks per SM (gemv_kq.cu). Measured on the H200 alone (a16079f,
 # bench_quant_matmul --pdl --kq-occupancy 0/4/5/6, bench/results/quant_matmul_occ_a16079f.md), µs at
 # M = 1 for 4096x4096, 24576x4096, 4096x12288 and the 151936x4096 head: Q4_K 4.7 / 18.2 / 10.9 /
-# 91.0 plain, 4.9 / 17.5 / 9.9 / 99.2 at B = 5. So the layer shapes take it and the head keeps the
-# plain kernel; at M = 2 no bound helped. (Q6_K took B = 5 too, until 4 rows a warp beat it.)
+# 91.0 plain, 4.9 / 17.5 / 9.9 / 99.2 at B = 5; at M = 2 no bound helped. (Q6_K took B = 5 too,
+# until 4 rows a warp beat it.) In the models' own steps (bench/ab_gemv_kq_model.py,
+# bench/results/ab_gemv_kq_model_*_ff7da93.json, GPU step µs, alternated) the bound loses on
+# Qwen3-8B's matrices and wins on 0.6B's: 8B 2182.5-2187.6 with it, 2150.4-2166.8 without; 0.6B
+# 642.0-643.6 with it, 656.3-659.8 without. So it serves matrices of up to 0.6B's sizes (gate/up
+# 6144x1024, 6.3M weights) and not 8B's (4096x4096, 16.8M, and up) nor heads.
 KQ_OCCUPANCY = {(QType.Q4_K, 1): 5}
-KQ_HEAD_EDGE = 65536                # matrices of more rows are heads (vocabulary-wide): no bound
+KQ_OCC_WEIGHTS = 8 << 20
 # type -> rows per warp at M = 1 on every matrix: a warp's x codes serve all its rows, and on Q6_K
 # L1 traffic, not DRAM, is what binds (ncu on the head, bench/results/NOTES.md: L1/TEX 94% at 69%
 # of DRAM with 2 rows). Measured on the H200 (PDL graph, one session each, bench_quant_matmul
@@ -144,9 +148,9 @@ def kq_rows(m: int, qtype: QType | None = None) -> int:
     return next(r for edge, r in KQ_ROWS if m <= edge)
 
 
-def kq_occupancy(qtype: QType, m: int, n: int, rows: int) -> int:
-    """B of the gemv_kq_occ_kernel that serves this matrix and M, or 0 for the plain kernel."""
-    return KQ_OCCUPANCY.get((qtype, m), 0) if rows == 2 and n <= KQ_HEAD_EDGE else 0
+def kq_occupancy(qtype: QType, m: int, n: int, k: int, rows: int) -> int:
+    """B of the gemv_kq_occ_kernel that serves this (n, k) matrix and M, or 0 for the plain kernel."""
+    return KQ_OCCUPANCY.get((qtype, m), 0) if rows == 2 and n * k <= KQ_OCC_WEIGHTS else 0
 
 
 def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
@@ -449,7 +453,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
-            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, rows))(
+            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
