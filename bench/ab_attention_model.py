@@ -1,0 +1,44 @@
+"""Decode attention's launch choices (ops/attention.py: stream_splits, STREAM_DEPTH), tuned alone,
+against neighbours of them in a model's own decode step (glimmer_cupy/benchmarks/model_ab.py).
+
+Arms:
+  rule        the library's choices
+  depth 2     two K/V stages a warp instead of three (head dims 64 and 128; alone at batch 1, 2 stages
+              timed 0.4-0.6 us faster at 8k and 32k, the same at 128k: bench/results/NOTES.md, the
+              twenty-sixth session)
+  splits x2   twice the splits of a decode step (at most MAX_SPLITS)
+  splits /2   half of them (at least one)
+
+    PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
+
+attention = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
+
+RULE = attention.stream_splits
+
+
+def splits_scaled(factor: float):
+    def splits(units: int, max_len: int, sms: int = 132) -> int:
+        return max(1, min(attention.MAX_SPLITS, int(RULE(units, max_len, sms) * factor)))
+    return splits
+
+
+ARMS = {
+    "rule": {},
+    "depth 2": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2}},
+    "splits x2": {(attention, "stream_splits"): splits_scaled(2)},
+    "splits /2": {(attention, "stream_splits"): splits_scaled(0.5)},
+}
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, ARMS))
