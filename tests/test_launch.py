@@ -141,6 +141,54 @@ def test_launch_config_layout_matches_cuda_h():
     assert attr.id == 6 and int.from_bytes(bytes(attr)[8:12], "little") == 1
 
 
+class _FakeDriver:
+    """cuLaunchKernelEx that records what it was given (and can refuse), for the launch paths on
+    the CPU."""
+
+    def __init__(self, rc: int = 0):
+        self.rc, self.seen = rc, []
+
+    def cuLaunchKernelEx(self, cfg_ref, ptr, params, extra):
+        cfg = ctypes.cast(cfg_ref, ctypes.POINTER(launch._Config)).contents
+        attrs = [cfg.attrs[i] for i in range(cfg.n_attrs)]
+        first = ctypes.cast(params[0], ctypes.POINTER(ctypes.c_int32)).contents.value if len(params) else None
+        self.seen.append(dict(grid=tuple(cfg.grid), block=tuple(cfg.block), smem=cfg.shared_mem, stream=cfg.stream,
+                              ids=[a.id for a in attrs], values=[bytes(a)[8:20] for a in attrs], ptr=ptr, first=first))
+        return self.rc
+
+    def cuGetErrorName(self, rc, out):
+        out._obj.value = b"CUDA_ERROR_CLUSTER_TOO_BIG"
+        return 0
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_pdl_and_cluster_launches_fill_the_driver_config(monkeypatch, overlap):
+    drv = _FakeDriver()
+    monkeypatch.setattr(launch, "_driver", lambda: drv)
+    monkeypatch.setattr(launch, "_current_stream", lambda: 0x1234)
+    fn = SimpleNamespace(ptr=0xABC)
+    launch.launch_pdl(fn, "k", (3,), (128,), (np.int32(7),), shared_mem=96)
+    with launch.overlapped(overlap):
+        launch.launch_cluster(launch.Kernel(fn, "c", True), (4, 2), (256,), (np.int32(9),), 64, (1, 2, 1))
+    pdl = dict(grid=(3, 1, 1), block=(128, 1, 1), smem=96, stream=0x1234, ids=[6],
+               values=[(1).to_bytes(4, "little") + bytes(8)], ptr=0xABC, first=7)
+    dims = b"".join(v.to_bytes(4, "little") for v in (1, 2, 1))
+    cluster = dict(grid=(4, 2, 1), block=(256, 1, 1), smem=64, stream=0x1234, ids=[4, 6] if overlap else [4],
+                   values=[dims] + ([pdl["values"][0]] if overlap else []), ptr=0xABC, first=9)
+    assert drv.seen == [pdl, cluster]
+
+
+def test_a_refused_launch_names_the_kernel_and_the_error(monkeypatch):
+    monkeypatch.setattr(launch, "_driver", lambda: _FakeDriver(rc=801))
+    monkeypatch.setattr(launch, "_current_stream", lambda: 0)
+    kern = launch.Kernel(SimpleNamespace(ptr=1), "mma_dq_kernel<2, 4>", True)
+    with pytest.raises(launch.KernelLaunchError, match=r"cluster launch of mma_dq_kernel<2, 4> failed: "
+                                                       r"CUDA_ERROR_CLUSTER_TOO_BIG \(801\)"):
+        launch.launch_cluster(kern, (1,), (32,), (), 0, (2, 1, 1))
+    with pytest.raises(launch.KernelLaunchError, match=r"^launch of k failed"):
+        launch.launch_pdl(SimpleNamespace(ptr=1), "k", (1,), (32,), ())
+
+
 def test_calls_take_pdl_only_inside_overlapped_and_for_ready_kernels(monkeypatch):
     calls = []
     fn = lambda grid, block, args, shared_mem=0: calls.append(("plain", grid, shared_mem))  # noqa: E731

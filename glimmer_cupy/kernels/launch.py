@@ -95,26 +95,35 @@ def function_ptr(fn) -> int:
     return fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr
 
 
-def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
-    """fn (a cupy Function) on the current stream with programmatic stream serialization."""
+def _current_stream() -> int:
     import cupy
+    return cupy.cuda.get_current_stream().ptr
 
+
+def _launch_ex(ptr: int, what: str, grid, block, args, shared_mem: int, attrs: list) -> None:
+    """The CUfunction `ptr` on the current stream through cuLaunchKernelEx with launch attributes
+    `attrs` (_Attr values); a refusal raises KernelLaunchError naming `what`."""
     cfg = _Config()
     cfg.grid[:] = _dims(grid)
     cfg.block[:] = _dims(block)
     cfg.shared_mem = shared_mem
-    cfg.stream = cupy.cuda.get_current_stream().ptr
-    attr = _pdl_attr()
-    cfg.attrs = ctypes.pointer(attr)
-    cfg.n_attrs = 1
+    cfg.stream = _current_stream()
+    array = (_Attr * len(attrs))(*attrs)
+    cfg.attrs = ctypes.cast(array, ctypes.POINTER(_Attr))
+    cfg.n_attrs = len(attrs)
     values = [_c_arg(a) for a in args]
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
     lib = _driver()
-    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), function_ptr(fn), params, None)
+    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ptr, params, None)
     if rc:
         err = ctypes.c_char_p()
         lib.cuGetErrorName(rc, ctypes.byref(err))
-        raise KernelLaunchError(f"launch of {name} failed: {(err.value or b'?').decode()} ({rc})")
+        raise KernelLaunchError(f"{what} failed: {(err.value or b'?').decode()} ({rc})")
+
+
+def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
+    """fn (a cupy Function) on the current stream with programmatic stream serialization."""
+    _launch_ex(function_ptr(fn), f"launch of {name}", grid, block, args, shared_mem, [_pdl_attr()])
 
 
 class Kernel:
@@ -152,27 +161,9 @@ def allow_large_clusters(fn) -> None:
 def launch_cluster(kern: "Kernel", grid, block, args, shared_mem: int, cluster) -> None:
     """kern on the current stream with clusters of shape `cluster` (x, y, z blocks), and with
     programmatic dependent launch where kern would take it (inside overlapped())."""
-    import cupy
-
-    attrs = (_Attr * 2)()
-    attrs[0].id = CLUSTER_DIMENSION
+    attr = _Attr()
+    attr.id = CLUSTER_DIMENSION
     dims = (ctypes.c_uint * 3)(*_dims(cluster))
-    ctypes.memmove(ctypes.addressof(attrs[0]) + _Attr.value.offset, dims, ctypes.sizeof(dims))
-    n = 1
-    if kern.pdl and _OVERLAP.get():
-        attrs[1] = _pdl_attr()
-        n = 2
-    cfg = _Config()
-    cfg.grid[:] = _dims(grid)
-    cfg.block[:] = _dims(block)
-    cfg.shared_mem = shared_mem
-    cfg.stream = cupy.cuda.get_current_stream().ptr
-    cfg.attrs = ctypes.cast(attrs, ctypes.POINTER(_Attr))
-    cfg.n_attrs = n
-    values = [_c_arg(a) for a in args]
-    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
-    rc = _driver().cuLaunchKernelEx(ctypes.byref(cfg), kern.ptr, params, None)
-    if rc:
-        err = ctypes.c_char_p()
-        _driver().cuGetErrorName(rc, ctypes.byref(err))
-        raise KernelLaunchError(f"cluster launch of {kern.name} failed: {(err.value or b'?').decode()} ({rc})")
+    ctypes.memmove(ctypes.addressof(attr) + _Attr.value.offset, dims, ctypes.sizeof(dims))
+    attrs = [attr, _pdl_attr()] if kern.pdl and _OVERLAP.get() else [attr]
+    _launch_ex(kern.ptr, f"cluster launch of {kern.name}", grid, block, args, shared_mem, attrs)
