@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from glimmer_cupy.benchmarks.timing import run_meta  # noqa: E402
+from glimmer_cupy.benchmarks.timing import graph_time_us, run_meta  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel  # noqa: E402
 from glimmer_cupy.kernels.launch import launch_pdl  # noqa: E402
 
@@ -31,16 +31,16 @@ MODES = {"plain": (0, False), "pdl": (0, True), "pdl-early": (1, True), "counter
 NAMES = tuple(f"dep_link<{m}>" for m in range(4))
 
 
-def chain_us(mode: str, grid: int, n: int, links: int, reps: int) -> tuple[float, float]:
-    """Median and minimum over reps of a graph's time per link, µs; checks the chain's last vector."""
+def chain_us(mode: str, grid: int, n: int, links: int, reps: int) -> float:
+    """Median over reps of a graph's time per link, µs (timing.graph_time_us, the whole chain one
+    captured call); then checks the chain's last vector and the counters of the last replay."""
     import cupy
     m, pdl = MODES[mode]
     kern = get_kernel("dep_probe", f"dep_link<{m}>", name_expressions=NAMES)
     bufs = [cupy.full(n, 1.0, np.float32), cupy.zeros(n, np.float32)]
     counters = cupy.zeros(links * (grid if m == 3 else 1), np.uint32)
-    stream = cupy.cuda.Stream(non_blocking=True)
 
-    def run():
+    def run(_):
         counters.fill(0)
         for i in range(links):
             args = (bufs[(i + 1) % 2], bufs[i % 2], np.int32(n), counters, np.int32(i), np.uint32(grid))
@@ -49,29 +49,13 @@ def chain_us(mode: str, grid: int, n: int, links: int, reps: int) -> tuple[float
             else:
                 kern((grid,), (128,), args)
 
-    cupy.cuda.Device().synchronize()
-    with stream:
-        run()
-        stream.synchronize()
-        stream.begin_capture()
-        run()
-        graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        got = cupy.asnumpy(bufs[links % 2])
-        if not np.array_equal(np.floor(got), (np.arange(n) % 8).astype(np.float32)):   # the integer parts
-            raise SystemExit(f"{mode} grid {grid}: the chain's last vector is wrong")
-        if m >= 2 and not (cupy.asnumpy(counters) == (grid if m == 2 else 1)).all():
-            raise SystemExit(f"{mode} grid {grid}: not every launch's blocks signalled")
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        times = []
-        for _ in range(reps):
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / links)
-    return float(np.median(times)), float(np.min(times))
+    us = graph_time_us(run, 1, 1, reps) / links
+    got = cupy.asnumpy(bufs[links % 2])
+    if not np.array_equal(np.floor(got), (np.arange(n) % 8).astype(np.float32)):   # the integer parts
+        raise SystemExit(f"{mode} grid {grid}: the chain's last vector is wrong")
+    if m >= 2 and not (cupy.asnumpy(counters) == (grid if m == 2 else 1)).all():
+        raise SystemExit(f"{mode} grid {grid}: not every launch's blocks signalled")
+    return us
 
 
 def main(argv=None) -> int:
@@ -84,15 +68,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     grids = [int(g) for g in a.grids.split(",")]
     rows = []
-    print(f"# µs a launch in a graph of {a.links} dependent launches (median / min of {a.reps}), "
+    print(f"# µs a launch in a graph of {a.links} dependent launches (median of {a.reps}), "
           f"vector of {a.n} floats", flush=True)
-    print(f"{'grid':>6} " + " ".join(f"{m:>16}" for m in MODES), flush=True)
+    print(f"{'grid':>6} " + " ".join(f"{m:>10}" for m in MODES), flush=True)
     for g in grids:
         row = dict(grid=g)
         for mode in MODES:
             row[mode] = chain_us(mode, g, a.n, a.links, a.reps)
         rows.append(row)
-        print(f"{g:>6} " + " ".join(f"{row[m][0]:>9.2f} / {row[m][1]:<4.2f}" for m in MODES), flush=True)
+        print(f"{g:>6} " + " ".join(f"{row[m]:>10.2f}" for m in MODES), flush=True)
     if a.out:
         a.out.write_text(json.dumps(dict(meta=run_meta(), n=a.n, links=a.links, rows=rows), indent=1))
     return 0
