@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.benchmarks.model_ab import applied  # noqa: E402
 from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
@@ -27,6 +28,12 @@ from glimmer_cupy.ops.matmul import TRAITS, quantize_x  # noqa: E402
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
+
+
+def forced(ks: int | None) -> dict:
+    """The arm (model_ab.applied) that makes mma_dq split K ks ways; None: the rule's."""
+    return {} if ks is None else {(matmul, "mma_dq_config"): lambda m, n, k: (-(-m // 8), ks)}
+
 
 SHAPES = ((4096, 4096), (12288, 4096), (4096, 12288), (24576, 4096), (151936, 4096), (6144, 1024), (1024, 3072))
 
@@ -61,22 +68,15 @@ def main(argv=None) -> int:
             outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
 
             def timed(ks):
-                matmul.mma_dq_config = rule if ks is None else (lambda mm, nn, kk, ks=ks: (-(-mm // 8), ks))
-                try:
-                    with overlapped(True):
-                        return time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket="mma_dq"),
-                                       sets, a.launches, a.reps)[0]
-                finally:
-                    matmul.mma_dq_config = rule
+                with applied(forced(ks)), overlapped(True):
+                    return time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket="mma_dq"),
+                                   sets, a.launches, a.reps)[0]
 
             want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_dq")
             row = dict(n=n, k=k, m=m, rule_splits=rule(m, n, k)[1], m1_us=m1, rule_us=[timed(None)], split_us={})
             for ks in splits:
-                matmul.mma_dq_config = lambda mm, nn, kk, ks=ks: (-(-mm // 8), ks)
-                try:
+                with applied(forced(ks)):
                     got = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_dq")
-                finally:
-                    matmul.mma_dq_config = rule
                 err = float(cupy.abs(got - want).max() / cupy.abs(want).max())
                 row["split_us"][ks] = (timed(ks), err)
             row["rule_us"].append(timed(None))
