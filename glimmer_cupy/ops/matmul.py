@@ -130,7 +130,7 @@ KQ_TARGET_WARPS = 132 * 64          # split until about a full H200's worth of w
 # 642.0-643.6 with it, 656.3-659.8 without. So it serves matrices of up to 0.6B's sizes (gate/up
 # 6144x1024, 6.3M weights) and not 8B's (4096x4096, 16.8M, and up) nor heads.
 KQ_OCCUPANCY = {(QType.Q4_K, 1): 5}
-KQ_OCC_WEIGHTS = 8 << 20
+KQ_OCC_WEIGHTS = 8 << 20            # weights: 0.6B's matrices (6.3M at most) take the bound, 8B's not
 # type -> rows per warp at M = 1 on every matrix: a warp's x codes serve all its rows, and on Q6_K
 # L1 traffic, not DRAM, is what binds (ncu on the head, bench/results/NOTES.md: L1/TEX 94% at 69%
 # of DRAM with 2 rows). Measured on the H200 (PDL graph, one session each, bench_quant_matmul
@@ -183,7 +183,7 @@ def mma_dq_config(m: int, n: int, k: int) -> tuple[int, int]:
     bench/results/ab_mma_dq_splits_7046730.json: 24576x4096 36.6 us at 2 splits against 40.6 at
     this rule's 4; clusters of 16 blocks 25.3 against 26.7 on 4096x12288), but in the model's own
     step they do not: Qwen3-8B decoding 16 sequences took 6,006-6,016 us a step with 24576x4096 at
-    2 splits against 5,652-5,657 with this rule, and 5,780-5,782 at 8 splits (bench/ab_mma_dq_rule.py,
+    2 splits and 5,780-5,782 at 8, against 5,635-5,657 with this rule (two calls; bench/ab_mma_dq_rule.py,
     bench/results/ab_mma_dq_rule_887ae15.json, ab_mma_dq_rule_short_1708d8c.json), so the rule stays."""
     nt = -(-m // 8)
     groups = -(-n // MMA_DQ_BLOCK_ROWS)
