@@ -1,4 +1,4 @@
-"""Decode attention's launch choices (ops/attention.py: stream_splits, STREAM_DEPTH), tuned alone,
+"""Decode attention's launch choices (ops/attention.py: stream_splits, STREAM_DEPTH, STREAM_MIN_SPLIT), tuned alone,
 against neighbours of them in a model's own decode step (glimmer_cupy/benchmarks/model_ab.py).
 
 Arms:
@@ -8,6 +8,8 @@ Arms:
               twenty-sixth session)
   splits x2   twice the splits of a decode step (at most MAX_SPLITS)
   splits /2   half of them (at least one)
+  min split N a split no shorter than N tiles of 16 positions (STREAM_MIN_SPLIT; the rule: 1), so a
+              token that sees fewer positions than its graph's table width is cut into fewer splits
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -38,6 +40,7 @@ ARMS = {
     "depth 2": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2}},
     "splits x2": {(attention, "stream_splits"): splits_scaled(2)},
     "splits /2": {(attention, "stream_splits"): splits_scaled(0.5)},
+    **{f"min split {n}": {(attention, "STREAM_MIN_SPLIT"): n} for n in (4, 8, 16)},
 }
 
 if __name__ == "__main__":

@@ -213,6 +213,10 @@ _STREAM_EXPRS = tuple(f"attn_stream_kernel<{d}, {st}>" for d, st in STREAM_VARIA
 # The depth of a decode step: the deepest that keeps two blocks an SM (3 at head dim 64 and 128);
 # head dim 256 fits one block of 2 stages (1 a SM either way at 2 or 3).
 STREAM_DEPTH = {64: 3, 128: 3, 256: 2}
+# The fewest 16-position tiles a split of a decode step takes (ATTN_MIN_SPLIT_TILES): the split count
+# of a graph is set for its table's width, and the kernel cuts the positions a token actually sees
+# into at most that many splits, none shorter than this.
+STREAM_MIN_SPLIT = 1
 
 
 def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
@@ -232,8 +236,9 @@ def stream_cluster_cap(d: int, stages: int) -> int:
 
 
 @cache
-def _stream_kernel(d: int, stages: int):
-    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", name_expressions=_STREAM_EXPRS)
+def _stream_kernel(d: int, stages: int, min_split: int = 1):
+    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>",
+                      defines={"ATTN_MIN_SPLIT_TILES": min_split}, name_expressions=_STREAM_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
     allow_large_clusters(kern.fn)
@@ -485,7 +490,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
                        stages)
         cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
                                f"head_dim {d}, {stages} stages")
-        fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
+        fn, block = _stream_kernel(d, stages, STREAM_MIN_SPLIT), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
