@@ -10,6 +10,9 @@ Arms:
   splits /2   half of them (at least one)
   min split N a split no shorter than N tiles of 16 positions (STREAM_MIN_SPLIT; the rule: 1), so a
               token that sees fewer positions than its graph's table width is cut into fewer splits
+  splits <= N the rule's splits, at most N (so a cluster of at most N blocks)
+  no cluster  the rule's splits merged through global memory (stream_cluster_cap 1)
+  cluster <= 8 at most 8 blocks a cluster; more splits merge through global memory
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -27,11 +30,18 @@ from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 attention = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
 
 RULE = attention.stream_splits
+CLUSTER_CAP = attention.stream_cluster_cap
 
 
 def splits_scaled(factor: float):
     def splits(units: int, max_len: int, sms: int = 132) -> int:
         return max(1, min(attention.MAX_SPLITS, int(RULE(units, max_len, sms) * factor)))
+    return splits
+
+
+def splits_capped(most: int):
+    def splits(units: int, max_len: int, sms: int = 132) -> int:
+        return min(most, RULE(units, max_len, sms))
     return splits
 
 
@@ -41,6 +51,9 @@ ARMS = {
     "splits x2": {(attention, "stream_splits"): splits_scaled(2)},
     "splits /2": {(attention, "stream_splits"): splits_scaled(0.5)},
     **{f"min split {n}": {(attention, "STREAM_MIN_SPLIT"): n} for n in (4, 8, 16)},
+    **{f"splits <= {n}": {(attention, "stream_splits"): splits_capped(n)} for n in (4, 8)},
+    "no cluster": {(attention, "stream_cluster_cap"): lambda d, stages: 1},
+    "cluster <= 8": {(attention, "stream_cluster_cap"): lambda d, stages: min(8, CLUSTER_CAP(d, stages))},
 }
 
 if __name__ == "__main__":
