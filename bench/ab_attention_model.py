@@ -51,7 +51,7 @@ ARMS = {
     "splits x2": {(attention, "stream_splits"): splits_scaled(2)},
     "splits /2": {(attention, "stream_splits"): splits_scaled(0.5)},
     **{f"min split {n}": {(attention, "STREAM_MIN_SPLIT"): n} for n in (4, 8, 16)},
-    **{f"splits <= {n}": {(attention, "stream_splits"): splits_capped(n)} for n in (4, 8)},
+    **{f"splits <= {n}": {(attention, "stream_splits"): splits_capped(n)} for n in (4, 8, 16)},
     "no cluster": {(attention, "stream_cluster_cap"): lambda d, stages: 1},
     "cluster <= 8": {(attention, "stream_cluster_cap"): lambda d, stages: min(8, CLUSTER_CAP(d, stages))},
 }
