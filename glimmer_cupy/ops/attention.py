@@ -219,31 +219,36 @@ STREAM_DEPTH = {64: 3, 128: 3, 256: 2}
 STREAM_MIN_SPLIT = 1
 
 
-# Below 16 units, at most one split per STREAM_SPLIT_SPAN positions of the table's width, but up to
-# STREAM_FEW_SPLITS whatever the width (a portable cluster, merged in distributed shared memory).
+# Below 16 units and up to a width of STREAM_CAPPED_WIDTH, at most one split per STREAM_SPLIT_SPAN
+# positions of the table's width, but up to STREAM_FEW_SPLITS whatever the width (a portable
+# cluster, merged in distributed shared memory).
 STREAM_SPLIT_SPAN = 512
 STREAM_FEW_SPLITS = 8
+STREAM_CAPPED_WIDTH = 8192
 
 
 def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
     """Splits per (token, kv head, head chunk) of a decode step on attn_stream_kernel. units: tokens
     x kv heads x head chunks; max_len: the table's width in a graph.
 
-    Below 16 units: one wave of two blocks an SM (n_splits), capped at max(STREAM_FEW_SPLITS,
-    max_len // STREAM_SPLIT_SPAN): 8 splits up to a width of 4096, 16 at 8192, 32 at 16384, the
-    wave's 33 from 32768. Measured in synthetic Qwen3-8B's decode step (bench/ab_attention_model.py,
+    Below 16 units: one wave of two blocks an SM (n_splits), up to a width of 8192 capped at
+    max(STREAM_FEW_SPLITS, max_len // STREAM_SPLIT_SPAN): 8 splits up to a width of 4096, 16 at
+    8192 (Qwen3-8B heads; the wave's 33 from 16384). Measured in synthetic Qwen3-8B's decode step (bench/ab_attention_model.py,
     bench/results/NOTES.md, the thirty-first session), GPU step µs at the wave's split count / 16 /
     8: width 1024 2150-2168 (16) / - / 2120-2134; 2048 2297 (32) / 2227-2241 / 2212-2226; 4096 (a
     2100-position sequence) 2335 (33) / 2283-2288 / 2247-2260; 8192 2489-2494 (33) / 2447-2452 /
-    2458-2462; 16384 2581 (33) / 2611 / 2660; 32768 3399-3417 (33) / 3692 / 4177. So a split of few
+    2458-2462; 16384 2581 (33) / 2611 / 2660, and 2610-2613 at 32 against 2583 at 33; 32768
+    3399-3417 (33) / 3692 / 4177. So a split of few
     positions and a 16-block cluster both cost the step more than the wave's parallelism gains until
     a token sees some thousands of positions.
 
     From 16 units one block an SM (batch 8: 2 splits 17.2 / 79.2 / 287.8 us at 1k / 8k / 32k
     against the two-a-SM wave's 4 splits' 25.0 / 94.0 / 340.2; batch 32 and 64 take 1)."""
     if units < 16:
-        cap = max(STREAM_FEW_SPLITS, max_len // STREAM_SPLIT_SPAN)
-        return min(n_splits(units, max_len, sms, MMA_TILE), cap)
+        wave = n_splits(units, max_len, sms, MMA_TILE)
+        if max_len > STREAM_CAPPED_WIDTH:
+            return wave
+        return min(wave, max(STREAM_FEW_SPLITS, max_len // STREAM_SPLIT_SPAN))
     return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
 
 
