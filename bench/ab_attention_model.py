@@ -1,5 +1,5 @@
-"""Decode attention's launch choices (ops/attention.py: stream_splits, STREAM_DEPTH, STREAM_MIN_SPLIT), tuned alone,
-against neighbours of them in a model's own decode step (glimmer_cupy/benchmarks/model_ab.py).
+"""Decode attention's launch choices (ops/attention.py: stream_splits, STREAM_DEPTH) against
+neighbours of them in a model's own decode step (glimmer_cupy/benchmarks/model_ab.py).
 
 Arms:
   rule        the library's choices
@@ -9,8 +9,6 @@ Arms:
               twenty-sixth session)
   splits x2   twice the splits of a decode step (at most MAX_SPLITS)
   splits /2   half of them (at least one)
-  min split N a split no shorter than N tiles of 16 positions (STREAM_MIN_SPLIT; the rule: 1), so a
-              token that sees fewer positions than its graph's table width is cut into fewer splits
   splits <= N the rule's splits, at most N (so a cluster of at most N blocks)
   no cluster  the rule's splits merged through global memory (stream_cluster_cap 1)
   cluster <= 8 at most 8 blocks a cluster; more splits merge through global memory
@@ -52,7 +50,6 @@ ARMS = {
     "depth 2": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2}},
     "splits x2": {(attention, "stream_splits"): splits_scaled(2)},
     "splits /2": {(attention, "stream_splits"): splits_scaled(0.5)},
-    **{f"min split {n}": {(attention, "STREAM_MIN_SPLIT"): n} for n in (4, 8, 16)},
     **{f"splits <= {n}": {(attention, "stream_splits"): splits_capped(n)} for n in (4, 8, 16)},
     "no cluster": {(attention, "stream_cluster_cap"): lambda d, stages: 1},
     "cluster <= 8": {(attention, "stream_cluster_cap"): lambda d, stages: min(8, CLUSTER_CAP(d, stages))},

@@ -48,13 +48,6 @@ constexpr int kSplitTile = 64;
 #else
 constexpr int kSplitTile = kPos;
 #endif
-// the fewest tiles of kSplitTile a split takes (ops/attention.py: STREAM_MIN_SPLIT): the grid's
-// split count is a ceiling set for the table's width, and a token that sees fewer positions is cut
-// into fewer, longer splits rather than one tile a split
-#ifndef ATTN_MIN_SPLIT_TILES
-#define ATTN_MIN_SPLIT_TILES 1
-#endif
-constexpr int kMinSplitTiles = ATTN_MIN_SPLIT_TILES;
 
 // a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
 struct Span {
@@ -109,7 +102,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         attn::visible_range(len, pos, masked, window, sp.lo, sp.hi);
         if (sp.hi <= sp.lo) sp.lo = sp.hi = 0;
         const int tiles = (sp.hi - sp.lo + kSplitTile - 1) / kSplitTile;
-        sp.per = max(kMinSplitTiles, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
+        sp.per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
         sp.active = max(1, (tiles + sp.per - 1) / sp.per);
         const bool idle = (int)blockIdx.x >= sp.active;
         sp.p_begin = min(sp.hi, sp.lo + (int)blockIdx.x * sp.per * kSplitTile);

@@ -702,6 +702,31 @@ def test_stream_variants_rule_cpu():
     assert listed == set(STREAM_VARIANTS)
 
 
+@pytest.mark.parametrize("units", [1, 2, 3, 5, 8, 15, 16, 64])
+@pytest.mark.parametrize("width", [16, 300, 1024, 2048, 4096, 8192, 8193, 16384, 131072])
+def test_stream_splits_rule_cpu(units, width):
+    """The decode split rule: never more splits than the wave (n_splits) nor than the width's tiles;
+    below 16 units and up to a width of 8192, at most max(a power of two of about 64 blocks, one
+    split per 512 positions); wider, the wave itself. At 8 kv heads (Qwen3): 8 splits up to 4096,
+    16 at 8192, 33 beyond; at 3 (SmolLM2) 16 from a width of 1024."""
+    from glimmer_cupy.ops.attention import MMA_TILE, stream_splits
+    got = stream_splits(units, width)
+    assert 1 <= got <= -(-width // MMA_TILE)
+    if units >= 16:
+        return
+    wave = n_splits(units, width, 132, MMA_TILE)
+    assert got <= wave
+    if width > 8192:
+        assert got == wave
+    else:
+        few = max(p for p in (1, 2, 4, 8, 16, 32, 64) if p * units <= 64)
+        assert got == min(wave, max(few, width // 512))
+    expect = {(8, 1024): 8, (8, 4096): 8, (8, 8192): 16, (8, 16384): 33, (8, 131072): 33, (3, 1024): 16,
+              (3, 8192): 16}
+    if (units, width) in expect:
+        assert got == expect[(units, width)]
+
+
 @gpu
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("length", [1, 64, 65, 600, 1000])

@@ -213,17 +213,13 @@ _STREAM_EXPRS = tuple(f"attn_stream_kernel<{d}, {st}>" for d, st in STREAM_VARIA
 # The depth of a decode step: the deepest that keeps two blocks an SM (3 at head dim 64 and 128);
 # head dim 256 fits one block of 2 stages (1 a SM either way at 2 or 3).
 STREAM_DEPTH = {64: 3, 128: 3, 256: 2}
-# The fewest 16-position tiles a split of a decode step takes (ATTN_MIN_SPLIT_TILES): the split count
-# of a graph is set for its table's width, and the kernel cuts the positions a token actually sees
-# into at most that many splits, none shorter than this.
-STREAM_MIN_SPLIT = 1
 
 
-# Below 16 units and up to a width of STREAM_CAPPED_WIDTH, at most one split per STREAM_SPLIT_SPAN
-# positions of the table's width, but up to STREAM_FEW_SPLITS whatever the width (a portable
-# cluster, merged in distributed shared memory).
+# Below 16 units and up to a width of STREAM_CAPPED_WIDTH: at most one split per STREAM_SPLIT_SPAN
+# positions of the table's width, or as many as make STREAM_FEW_BLOCKS blocks (a power of two, so at
+# 8 kv heads 8 splits: one portable cluster each, merged in distributed shared memory).
 STREAM_SPLIT_SPAN = 512
-STREAM_FEW_SPLITS = 8
+STREAM_FEW_BLOCKS = 64
 STREAM_CAPPED_WIDTH = 8192
 
 
@@ -231,16 +227,23 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
     """Splits per (token, kv head, head chunk) of a decode step on attn_stream_kernel. units: tokens
     x kv heads x head chunks; max_len: the table's width in a graph.
 
-    Below 16 units: one wave of two blocks an SM (n_splits), up to a width of 8192 capped at
-    max(STREAM_FEW_SPLITS, max_len // STREAM_SPLIT_SPAN): 8 splits up to a width of 4096, 16 at
-    8192 (Qwen3-8B heads; the wave's 33 from 16384). Measured in synthetic Qwen3-8B's decode step (bench/ab_attention_model.py,
-    bench/results/NOTES.md, the thirty-first session), GPU step µs at the wave's split count / 16 /
-    8: width 1024 2150-2168 (16) / - / 2120-2134; 2048 2297 (32) / 2227-2241 / 2212-2226; 4096 (a
-    2100-position sequence) 2335 (33) / 2283-2288 / 2247-2260; 8192 2489-2494 (33) / 2447-2452 /
-    2458-2462; 16384 2581 (33) / 2611 / 2660, and 2610-2613 at 32 against 2583 at 33; 32768
-    3399-3417 (33) / 3692 / 4177. So a split of few
-    positions and a 16-block cluster both cost the step more than the wave's parallelism gains until
-    a token sees some thousands of positions.
+    Below 16 units: one wave of two blocks an SM (n_splits), up to a width of STREAM_CAPPED_WIDTH
+    capped at max(the power of two at or below STREAM_FEW_BLOCKS // units, max_len //
+    STREAM_SPLIT_SPAN). For Qwen3's 8 kv heads: 8 splits up to a width of 4096, 16 at 8192, the
+    wave's 33 from 16384; SmolLM2's 3: 16. Measured in the models' decode step
+    (bench/ab_attention_model.py; bench/results/NOTES.md, the thirty-first session), synthetic
+    Qwen3-8B, GPU step µs at the wave's split count / 16 / 8 splits:
+
+        width 1024   2150-2168 (16) / -         / 2120-2134
+        width 2048   2297 (32)      / 2227-2241 / 2212-2226
+        width 4096   2335 (33)      / 2283-2288 / 2247-2260   (a 2100-position sequence)
+        width 8192   2489-2494 (33) / 2447-2452 / 2458-2462
+        width 16384  2581 (33)      / 2611      / 2660        (32 splits: 2610-2613)
+        width 32768  3399-3417 (33) / 3692      / 4177
+
+    A split of few positions and a 16-block cluster both cost the step more than the wave's
+    parallelism gains until a token sees some thousands of positions. SmolLM2 (3 kv heads) at width
+    1024: 16 splits 519.5-522.6 µs a step, 8 splits 528.3-529.6.
 
     From 16 units one block an SM (batch 8: 2 splits 17.2 / 79.2 / 287.8 us at 1k / 8k / 32k
     against the two-a-SM wave's 4 splits' 25.0 / 94.0 / 340.2; batch 32 and 64 take 1)."""
@@ -248,7 +251,8 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
         wave = n_splits(units, max_len, sms, MMA_TILE)
         if max_len > STREAM_CAPPED_WIDTH:
             return wave
-        return min(wave, max(STREAM_FEW_SPLITS, max_len // STREAM_SPLIT_SPAN))
+        few = 1 << max(0, (STREAM_FEW_BLOCKS // units).bit_length() - 1)
+        return min(wave, max(few, max_len // STREAM_SPLIT_SPAN))
     return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
 
 
@@ -258,9 +262,8 @@ def stream_cluster_cap(d: int, stages: int) -> int:
 
 
 @cache
-def _stream_kernel(d: int, stages: int, min_split: int = 1):
-    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>",
-                      defines={"ATTN_MIN_SPLIT_TILES": min_split}, name_expressions=_STREAM_EXPRS)
+def _stream_kernel(d: int, stages: int):
+    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", name_expressions=_STREAM_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
     allow_large_clusters(kern.fn)
@@ -512,7 +515,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
                        stages)
         cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
                                f"head_dim {d}, {stages} stages")
-        fn, block = _stream_kernel(d, stages, STREAM_MIN_SPLIT), (32 * STREAM_WARPS,)
+        fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
