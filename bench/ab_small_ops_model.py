@@ -1,12 +1,14 @@
-"""The short kernels' launch shapes (ops/norm.py, ops/activation.py, ops/prepare_qkv.py), chosen
-alone or by reasoning, against neighbours of them in a model's own decode step
-(glimmer_cupy/benchmarks/model_ab.py).
+"""The short kernels' launch shapes (ops/norm.py, ops/activation.py, ops/prepare_qkv.py,
+ops/sampling.py), chosen alone or by reasoning, against neighbours of them in a model's own decode
+step (glimmer_cupy/benchmarks/model_ab.py).
 
 Arms:
   rule            the library's shapes
   norm 2 packs    RMSNorm rows with two packs a thread (half the threads: 512 at Qwen3-8B's 4096)
   act 128         the gated activation in blocks of 128 threads instead of 256
   prepare 4 warps prepare_qkv with 4 warps a token instead of 8
+  sample cN       every row sampled by a cluster of N 1024-thread blocks (the rule: 8 up to 16 rows;
+                  its edges were set from the SM count, never measured in a step)
 
     PYTHONPATH=$PWD python3 bench/ab_small_ops_model.py --synthetic qwen3-8b [--arms ...] [--out FILE]
 """
@@ -25,6 +27,7 @@ from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 norm = importlib.import_module("glimmer_cupy.ops.norm")
 activation = importlib.import_module("glimmer_cupy.ops.activation")
 prepare_qkv = importlib.import_module("glimmer_cupy.ops.prepare_qkv")
+sampling = importlib.import_module("glimmer_cupy.ops.sampling")
 SHAPE = norm._launch_shape
 
 
@@ -40,6 +43,7 @@ ARMS = {
     "norm 2 packs": {(norm, "_launch_shape"): two_packs},
     "act 128": {(activation, "_THREADS"): 128},
     "prepare 4 warps": {(prepare_qkv, "WARPS"): 4},
+    **{f"sample c{c}": {(sampling, "CLUSTER"): ((None, c),)} for c in (1, 2, 4)},
 }
 
 if __name__ == "__main__":
