@@ -12,6 +12,7 @@ Arms:
   splits <= N the rule's splits, at most N (so a cluster of at most N blocks)
   no cluster  the rule's splits merged through global memory (stream_cluster_cap 1)
   cluster <= 8 at most 8 blocks a cluster; more splits merge through global memory
+  no early    no K/V rows copied before pdl_wait (mma_early False)
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -53,6 +54,7 @@ ARMS = {
     **{f"splits <= {n}": {(attention, "stream_splits"): splits_capped(n)} for n in (4, 8, 16)},
     "no cluster": {(attention, "stream_cluster_cap"): lambda d, stages: 1},
     "cluster <= 8": {(attention, "stream_cluster_cap"): lambda d, stages: min(8, CLUSTER_CAP(d, stages))},
+    "no early": {(attention, "mma_early"): lambda d: False},
 }
 
 if __name__ == "__main__":
