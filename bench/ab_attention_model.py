@@ -3,7 +3,7 @@ neighbours of them in a model's own decode step (glimmer_cupy/benchmarks/model_a
 
 Arms:
   rule        the library's choices
-  old rule    below 16 units the wave's split count whatever the width (STREAM_SPLIT_SPAN 1)
+  old rule    below 16 units the wave's split count whatever the width (no width capped)
   depth 2     two K/V stages a warp instead of three (head dims 64 and 128; alone at batch 1, 2 stages
               timed 0.4-0.6 us faster at 8k and 32k, the same at 128k: bench/results/NOTES.md, the
               twenty-sixth session)
@@ -47,7 +47,7 @@ def splits_capped(most: int):
 
 ARMS = {
     "rule": {},
-    "old rule": {(attention, "STREAM_SPLIT_SPAN"): 1},
+    "old rule": {(attention, "STREAM_CAPPED_WIDTH"): 0},
     "depth 2": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2}},
     "splits x2": {(attention, "stream_splits"): splits_scaled(2)},
     "splits /2": {(attention, "stream_splits"): splits_scaled(0.5)},

@@ -11,7 +11,6 @@ import pytest
 from glimmer_cupy.benchmarks import model_ab
 
 
-
 class KNOB:                              # stands for a module: attributes an arm replaces
     depth = 3
     rule = len
