@@ -12,7 +12,10 @@ Arms:
   splits <= N the rule's splits, at most N (so a cluster of at most N blocks)
   no cluster  the rule's splits merged through global memory (stream_cluster_cap 1)
   cluster <= 8 at most 8 blocks a cluster; more splits merge through global memory
-  no early    no K/V rows copied before pdl_wait (mma_early False)
+  early       old K/V rows copied before pdl_wait by the stream kernel at every head dim (the rule
+              before the thirty-second session; stream_early True)
+  no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
+  depth 2 early  both of depth 2 and early
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -54,7 +57,10 @@ ARMS = {
     **{f"splits <= {n}": {(attention, "stream_splits"): splits_capped(n)} for n in (4, 8, 16)},
     "no cluster": {(attention, "stream_cluster_cap"): lambda d, stages: 1},
     "cluster <= 8": {(attention, "stream_cluster_cap"): lambda d, stages: min(8, CLUSTER_CAP(d, stages))},
-    "no early": {(attention, "mma_early"): lambda d: False},
+    "early": {(attention, "stream_early"): lambda d: True},
+    "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
+    "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
+                      (attention, "stream_early"): lambda d: True},
 }
 
 if __name__ == "__main__":

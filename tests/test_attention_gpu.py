@@ -915,6 +915,13 @@ def test_mma_cluster_rule_cpu():
     assert mma_early(64) and mma_early(128) and mma_early(256)
 
 
+def test_stream_early_rule_cpu():
+    """The stream kernel copies old K/V rows before its wait only at head dim 256 (64 and 128 were
+    timed faster without the early copies in the models' decode steps)."""
+    from glimmer_cupy.ops.attention import stream_early
+    assert [stream_early(d) for d in (64, 128, 256)] == [False, False, True]
+
+
 # Gemma 3 270M's attention as its decode runs it: head dim 256, 4 query heads on 1 KV head, a
 # sliding-window layer (window 512, rope base 1e4) and a global one (1e6), q/k norms, NeoX rope, q8
 # codes for the o-projection; a captured step's cell table is wider than the sequence (at least 256

@@ -128,8 +128,21 @@ SHORTCUT_DIMS = (64, 128, 256)
 
 
 def mma_early(d: int) -> bool:
-    """Whether decode with head dim d copies its old K/V rows before pdl_wait by default."""
+    """Whether attn_mma_kernel with head dim d copies its old K/V rows before pdl_wait by default."""
     return d in SHORTCUT_DIMS
+
+
+# The stream kernel (decode, one token a block) copies old K/V rows before pdl_wait only at these
+# head dims. Timed in the models' own decode steps (bench/ab_attention_model.py, arms "rule" and
+# "no early" alternated, bench/results/NOTES.md, the thirty-second session), the early copies cost
+# SmolLM2 (64) ~7 us a step and Qwen3-0.6B (128) ~9, and changed nothing beyond the noise at 8B
+# (128); Gemma 3's 256 was not timed and keeps them.
+STREAM_EARLY_DIMS = (256,)
+
+
+def stream_early(d: int) -> bool:
+    """Whether attn_stream_kernel with head dim d copies its old K/V rows before pdl_wait by default."""
+    return d in STREAM_EARLY_DIMS
 
 
 def mma_cluster_cap(d: int, mw: int, stages: int) -> int:
@@ -468,7 +481,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     one of CLUSTER_SIZES, at least the split count (mma_cluster's rule otherwise); 1 merges the
     splits through global memory.
     force_early (benchmarks and tests, "mma" and "stream" only): whether K/V rows below the step's lowest new
-    position are copied before pdl_wait (mma_early's rule otherwise; no effect outside overlapped()).
+    position are copied before pdl_wait (stream_early's or mma_early's rule otherwise; no effect outside
+    overlapped()).
     """
     if kernel not in KERNELS:
         raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))
@@ -551,7 +565,9 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, grid, block, smem = _kernel(f"attn_kernel<{d}, {heads}>"), (splits, hkv * chunks, t), (32 * WARPS,), 0
         cluster = 1
     # the tensor-core kernels' `early` argument: copy old K/V rows before pdl_wait
-    early = () if kernel == "simt" else (np.int32(mma_early(d) if force_early is None else bool(force_early)),)
+    if force_early is None:
+        force_early = stream_early(d) if stream else mma_early(d)
+    early = () if kernel == "simt" else (np.int32(bool(force_early)),)
     if not 1 <= splits <= 65535:
         raise fail(op, "force_splits", "1..65535", splits)
     if splits > 1 and cluster == 1:                  # partials through global memory
