@@ -322,15 +322,20 @@ def test_host_path_checks_shape():
 
 
 @gpu
+@pytest.mark.parametrize("q6k_rows", [None, 2, 1], ids=lambda r: f"q6k_rows{r or ''}")
 @pytest.mark.parametrize("types", [(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)], ids=lambda t: f"{t[0].name}+{t[1].name}")
 @pytest.mark.parametrize("na,nb,k", [(5120, 1024, 4096), (2560, 512, 1024), (77, 300, 768), (1024, 3, 12288)])
-def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k):
+def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
     """quant_matmul_rows over two parts of different K-quant types at one row (one
     gemv_kq_pair_kernel launch) gives each part's columns exactly as its own quant_matmul does:
-    the Qwen3-8B q|k beside a Q6_K v, small and odd row counts, a row count smaller than a block."""
+    the Qwen3-8B q|k beside a Q6_K v, small and odd row counts, a row count smaller than a block;
+    with the pair's Q6_K part at the rows per warp of KQ_PAIR_ROWS too (a row's sums do not depend
+    on how many rows a warp holds)."""
     import cupy
 
+    import glimmer_cupy.ops.matmul as matmul
     from glimmer_cupy.ops.matmul import quantize_x
+    monkeypatch.setattr(matmul, "KQ_PAIR_ROWS", {QType.Q6_K: q6k_rows} if q6k_rows else {})
     from glimmer_cupy.ops.q8 import Q8Rows
     rng = np.random.default_rng(na + nb + k)
     a = QuantTensor("a", types[0], (na, k), random_blocks(types[0], na, k, rng, 0.05)).to_device()

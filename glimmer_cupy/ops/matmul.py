@@ -153,10 +153,10 @@ def kq_occupancy(qtype: QType, m: int, n: int, k: int, rows: int) -> int:
     return KQ_OCCUPANCY.get((qtype, m), 0) if rows == 2 and n * k <= KQ_OCC_WEIGHTS else 0
 
 
-def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
+def kq_config(m: int, n: int, k: int, qtype: QType | None = None, rows: int | None = None) -> tuple[int, int]:
     """(rows per warp set, warps per set) for gemv_kq: the fewest warps per set that fill the chip,
-    never more than a row has groups of four super-blocks."""
-    rows = kq_rows(m, qtype)
+    never more than a row has groups of four super-blocks. rows: kq_rows's unless given."""
+    rows = rows or kq_rows(m, qtype)
     sets = -(-n // rows)
     most = max(1, -(-(k // 256) // 4))           # groups of four super-blocks in a row
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
@@ -501,11 +501,16 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
 # (type A, type B) of the matrix pairs one gemv_kq_pair_kernel launch serves (gemv_kq.cu), with the
 # rows per warp each type takes at M = 1 (kq_rows)
 KQ_PAIRS = frozenset({(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)})
+# type -> rows per warp of its part inside a pair launch (kq_rows's when absent). One kernel holds
+# both parts' code, so it takes the larger part's register count for both: Q6_K at 4 rows needs 128
+# (four blocks an SM) where Q4_K at 2 rows needs 55 (nine).
+KQ_PAIR_ROWS: dict[QType, int] = {}
 
 
 def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     """The pair kernel's instance and the blocks of A and of B, at M = 1."""
-    (ra, wsa), (rb, wsb) = kq_config(1, n_a, k, a.qtype), kq_config(1, n_b, k, b.qtype)
+    (ra, wsa), (rb, wsb) = (kq_config(1, n_a, k, a.qtype, KQ_PAIR_ROWS.get(a.qtype)),
+                            kq_config(1, n_b, k, b.qtype, KQ_PAIR_ROWS.get(b.qtype)))
     name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
     exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
