@@ -11,9 +11,9 @@ Arms:
   q6k rows 2    Q6_K at 2 rows a warp at M = 1 (KQ_M1_ROWS empty), as Q4_K
   q4k rows 4    Q4_K at 4 rows a warp at M = 1, as Q6_K
   no pair       q|k and a v of another type as two launches (KQ_PAIRS empty), not one gemv_kq_pair_kernel
-  pair q6k rows 2 / 1   the pair launch with its Q6_K part at 2 / 1 rows a warp (KQ_PAIR_ROWS): the
-                kernel then needs 72 / 55 registers instead of 128 (nvcc -Xptxas -v), so its Q4_K
-                blocks are not held to four an SM
+  pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
+                part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
+                -v), so at 4 its Q4_K blocks are held to four an SM (the rule before df5463c: 4)
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_model.py --synthetic qwen3-8b [--arms "rule,ws up"] [--out FILE]
 """
@@ -33,8 +33,8 @@ RULE = matmul.kq_config
 
 
 def ws_scaled(factor: float):
-    def config(m: int, n: int, k: int, qtype=None, rows=None) -> tuple[int, int]:
-        rows, ws = RULE(m, n, k, qtype, rows)
+    def config(m: int, n: int, k: int, qtype=None) -> tuple[int, int]:
+        rows, ws = RULE(m, n, k, qtype)
         if m == 1:
             ws = min(max(matmul.KQ_SPLITS), max(1, int(ws * factor)))
         return rows, ws
@@ -50,8 +50,7 @@ ARMS = {
     "q6k rows 2": {(matmul, "KQ_M1_ROWS"): {}},
     "q4k rows 4": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 4}},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
-    "pair q6k rows 2": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: 2}},
-    "pair q6k rows 1": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: 1}},
+    **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
 }
 
 if __name__ == "__main__":

@@ -117,8 +117,9 @@ __global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARG
 
 // Two matrices that read the same x at M = 1 and have different types (Q4_K_M's q|k in Q4_K beside
 // a v in Q6_K), in one launch: blocks below blocks_a compute A's rows into y[0, na), the others B's
-// into y[na, na + nb), each as gemv_kq_kernel<QA or QB, 1, R, WS> does (the same bits). One kernel
-// boundary less than a GEMV each. grid = (blocks_a + blocks_b,)
+// into y[na, na + nb), each as gemv_kq_kernel<QA or QB, 1, R, WS> does (the same bits at the same WS,
+// whatever R). One kernel boundary less than a GEMV each; one register count for both bodies, so a
+// large pair gives its Q6_K part fewer rows a warp (ops/matmul.py: KQ_PAIR_ROWS). grid = (blocks_a + blocks_b,)
 template <class QA, int RA, int WSA, class QB, int RB, int WSB>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kq_pair_kernel(
     float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd, const float* __restrict__ xs,

@@ -100,6 +100,15 @@ def test_bucket_table_covers_every_m():
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
 
 
+def test_kq_pair_config_cpu():
+    """A pair launch keeps each part's own warps a row set; a large pair (Qwen3-8B's q|k beside a Q6_K
+    v) runs its Q6_K part at one row a warp, a small one (0.6B's) at kq_rows's four."""
+    from glimmer_cupy.ops.matmul import kq_pair_config
+    assert kq_pair_config(QType.Q4_K, QType.Q6_K, 5120, 1024, 4096) == ((2, 4), (1, 4))
+    assert kq_pair_config(QType.Q6_K, QType.Q4_K, 1024, 5120, 4096) == ((1, 4), (2, 4))
+    assert kq_pair_config(QType.Q4_K, QType.Q6_K, 3072, 1024, 1024) == ((2, 1), (4, 1))
+
+
 def test_kq_config_fills_the_chip_within_a_row():
     from glimmer_cupy.ops.matmul import kq_config
     assert kq_config(1, 4096, 4096) == (2, 4)          # 2048 row sets: four warps each
@@ -322,20 +331,20 @@ def test_host_path_checks_shape():
 
 
 @gpu
-@pytest.mark.parametrize("q6k_rows", [None, 2, 1], ids=lambda r: f"q6k_rows{r or ''}")
+@pytest.mark.parametrize("q6k_rows", [4, 2, 1], ids=lambda r: f"q6k_rows{r}")
 @pytest.mark.parametrize("types", [(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)], ids=lambda t: f"{t[0].name}+{t[1].name}")
 @pytest.mark.parametrize("na,nb,k", [(5120, 1024, 4096), (2560, 512, 1024), (77, 300, 768), (1024, 3, 12288)])
 def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
     """quant_matmul_rows over two parts of different K-quant types at one row (one
     gemv_kq_pair_kernel launch) gives each part's columns exactly as its own quant_matmul does:
     the Qwen3-8B q|k beside a Q6_K v, small and odd row counts, a row count smaller than a block;
-    with the pair's Q6_K part at the rows per warp of KQ_PAIR_ROWS too (a row's sums do not depend
-    on how many rows a warp holds)."""
+    the large pairs (above KQ_OCC_WEIGHTS) with their Q6_K part at each of KQ_PAIR_ROWS's choices
+    (a row's sums depend on the warps a row set, which the pair keeps, not on the rows a warp)."""
     import cupy
 
     import glimmer_cupy.ops.matmul as matmul
     from glimmer_cupy.ops.matmul import quantize_x
-    monkeypatch.setattr(matmul, "KQ_PAIR_ROWS", {QType.Q6_K: q6k_rows} if q6k_rows else {})
+    monkeypatch.setattr(matmul, "KQ_PAIR_ROWS", {QType.Q6_K: q6k_rows})
     from glimmer_cupy.ops.q8 import Q8Rows
     rng = np.random.default_rng(na + nb + k)
     a = QuantTensor("a", types[0], (na, k), random_blocks(types[0], na, k, rng, 0.05)).to_device()

@@ -153,10 +153,10 @@ def kq_occupancy(qtype: QType, m: int, n: int, k: int, rows: int) -> int:
     return KQ_OCCUPANCY.get((qtype, m), 0) if rows == 2 and n * k <= KQ_OCC_WEIGHTS else 0
 
 
-def kq_config(m: int, n: int, k: int, qtype: QType | None = None, rows: int | None = None) -> tuple[int, int]:
+def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
     """(rows per warp set, warps per set) for gemv_kq: the fewest warps per set that fill the chip,
-    never more than a row has groups of four super-blocks. rows: kq_rows's unless given."""
-    rows = rows or kq_rows(m, qtype)
+    never more than a row has groups of four super-blocks."""
+    rows = kq_rows(m, qtype)
     sets = -(-n // rows)
     most = max(1, -(-(k // 256) // 4))           # groups of four super-blocks in a row
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
@@ -501,16 +501,33 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
 # (type A, type B) of the matrix pairs one gemv_kq_pair_kernel launch serves (gemv_kq.cu), with the
 # rows per warp each type takes at M = 1 (kq_rows)
 KQ_PAIRS = frozenset({(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)})
-# type -> rows per warp of its part inside a pair launch (kq_rows's when absent). One kernel holds
-# both parts' code, so it takes the larger part's register count for both: Q6_K at 4 rows needs 128
-# (four blocks an SM) where Q4_K at 2 rows needs 55 (nine).
-KQ_PAIR_ROWS: dict[QType, int] = {}
+# type -> rows per warp of its part inside a pair launch of more than KQ_OCC_WEIGHTS weights (kq_rows's
+# otherwise; each part keeps the warps a row set its own launch would have, so its sums, and bits,
+# are the same). One kernel holds both parts' code and so takes the larger register count for both:
+# Q6_K at 4 rows needs 128 (four blocks an SM) where Q4_K at 2 rows needs 55 and Q6_K at 1 row 63
+# (nvcc -Xptxas -v). Timed in the models' own steps (bench/ab_gemv_kq_model.py, GPU step µs,
+# alternated, bench/results/ab_gemv_kq_pair_df5463c.json): synthetic Qwen3-8B (q|k 5120x4096 beside a
+# Q6_K v on 18 layers) 2121.0-2142.9 with the pair at 4 Q6_K rows, 2105.7-2122.5 at 2, 2098.0-2102.1 at
+# 1, 2113.9-2122.4 as two launches; Qwen3-0.6B (a 4M-weight pair) 612.1-615.5 at 4, 617.0-619.0 at 2
+# and 1, 628.2-630.1 as two launches. So 1 row where the pair is 8B's size and 4 below.
+KQ_PAIR_ROWS: dict[QType, int] = {QType.Q6_K: 1}
+
+
+def kq_pair_config(qa: QType, qb: QType, n_a: int, n_b: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(rows per warp, warps per row set) of each part of a pair launch at M = 1: the warps its own
+    launch would take, the rows KQ_PAIR_ROWS gives its type where the pair is large."""
+    big = (n_a + n_b) * k > KQ_OCC_WEIGHTS
+
+    def part(qtype: QType, n: int) -> tuple[int, int]:
+        rows, ws = kq_config(1, n, k, qtype)
+        return (KQ_PAIR_ROWS.get(qtype, rows) if big else rows), ws
+
+    return part(qa, n_a), part(qb, n_b)
 
 
 def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     """The pair kernel's instance and the blocks of A and of B, at M = 1."""
-    (ra, wsa), (rb, wsb) = (kq_config(1, n_a, k, a.qtype, KQ_PAIR_ROWS.get(a.qtype)),
-                            kq_config(1, n_b, k, b.qtype, KQ_PAIR_ROWS.get(b.qtype)))
+    (ra, wsa), (rb, wsb) = kq_pair_config(a.qtype, b.qtype, n_a, n_b, k)
     name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
     exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
