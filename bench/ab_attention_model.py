@@ -16,8 +16,6 @@ Arms:
               before the thirty-second session; stream_early True)
   no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
   depth 2 early  both of depth 2 and early
-  q late      q loaded after the first K/V copies are issued (attention_stream.cu's ATTN_Q_LATE, the
-              order before: the block's first wait on L2 then starts after ~48 copy instructions a lane)
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -61,7 +59,6 @@ ARMS = {
     "cluster <= 8": {(attention, "stream_cluster_cap"): lambda d, stages: min(8, CLUSTER_CAP(d, stages))},
     "early": {(attention, "stream_early"): lambda d: True},
     "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
-    "q late": {(attention, "STREAM_DEFINES"): {"ATTN_Q_LATE": 1}},
     "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
                       (attention, "stream_early"): lambda d: True},
 }

@@ -189,35 +189,22 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     STAMP(1);
     pdl_wait();
     STAMP(2);
-    // Q rows (head r, of this token) scaled, as bf16, shared by the warps. Their loads (an L2 trip:
-    // the kernel before wrote q) are issued first, so that they are in flight while the lanes issue
-    // the K/V copies (48 a lane at D = 128 and 3 stages); ATTN_Q_LATE loads them after the copies
-    // (the order before), for the A/B
-    constexpr int QN = M * D / 2 / (32 * kWarps);
-    float2 qv[QN];
-    auto q_at = [&](int j) {
-        const int i = tid + j * 32 * kWarps;
-        const int r = i / (D / 2), d = 2 * (i % (D / 2));
-        return r < nh ? *reinterpret_cast<const float2*>(q + ((long long)t0 * q_heads + h0 + r) * D + d)
-                      : make_float2(0.f, 0.f);
-    };
-#ifndef ATTN_Q_LATE
-#pragma unroll
-    for (int j = 0; j < QN; ++j) qv[j] = q_at(j);
-#endif
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)
         if (s >= n_early) issue(s, cells[s]);
     int next_cell = cell_of(STAGES), next_cell2 = cell_of(STAGES + 1);
-#ifdef ATTN_Q_LATE
+
+    // Q rows (head r, of this token) scaled, as bf16, shared by the warps
+    {
+        constexpr int QN = M * D / 2 / (32 * kWarps);
 #pragma unroll
-    for (int j = 0; j < QN; ++j) qv[j] = q_at(j);
-#endif
-#pragma unroll
-    for (int j = 0; j < QN; ++j) {
-        const int i = tid + j * 32 * kWarps;
-        const int r = i / (D / 2), d = 2 * (i % (D / 2));
-        *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(qv[j].x * q_scale, qv[j].y * q_scale);
+        for (int j = 0; j < QN; ++j) {
+            const int i = tid + j * 32 * kWarps;
+            const int r = i / (D / 2), d = 2 * (i % (D / 2));
+            const float2 v = r < nh ? *reinterpret_cast<const float2*>(q + ((long long)t0 * q_heads + h0 + r) * D + d)
+                                    : make_float2(0.f, 0.f);
+            *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(v.x * q_scale, v.y * q_scale);
+        }
     }
     __syncthreads();
     STAMP(3);

@@ -274,18 +274,9 @@ def stream_cluster_cap(d: int, stages: int) -> int:
     return cluster_cap(stream_blocks_per_sm(d, stages))
 
 
-# -D switches of attention_stream.cu for A/Bs of its source (bench/ab_attention_model.py); none by default
-STREAM_DEFINES: dict = {}
-
-
-def _stream_kernel(d: int, stages: int):
-    return _stream_kernel_built(d, stages, tuple(sorted(STREAM_DEFINES.items())))
-
-
 @cache
-def _stream_kernel_built(d: int, stages: int, defines: tuple):
-    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", defines=dict(defines),
-                      name_expressions=_STREAM_EXPRS)
+def _stream_kernel(d: int, stages: int):
+    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", name_expressions=_STREAM_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
     allow_large_clusters(kern.fn)
