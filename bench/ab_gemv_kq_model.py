@@ -10,6 +10,9 @@ Arms:
                 2349045: every layer of Qwen3-8B, no head)
   q6k rows 2    Q6_K at 2 rows a warp at M = 1 (KQ_M1_ROWS empty), as Q4_K
   q4k rows 4    Q4_K at 4 rows a warp at M = 1, as Q6_K
+  q4k rows 1    Q4_K at 1 row a warp at M = 1 (46 registers: ten blocks an SM instead of nine)
+  q6k ws 2      Q6_K matrices at M = 1 with half the warps a row set where the rule gives four (8B's
+                down projection: 512 blocks, one wave at four blocks an SM, instead of 1024)
   no pair       q|k and a v of another type as two launches (KQ_PAIRS empty), not one gemv_kq_pair_kernel
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
@@ -32,10 +35,10 @@ from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 RULE = matmul.kq_config
 
 
-def ws_scaled(factor: float):
+def ws_scaled(factor: float, qtype_only=None):
     def config(m: int, n: int, k: int, qtype=None) -> tuple[int, int]:
         rows, ws = RULE(m, n, k, qtype)
-        if m == 1:
+        if m == 1 and qtype_only in (None, qtype):
             ws = min(max(matmul.KQ_SPLITS), max(1, int(ws * factor)))
         return rows, ws
     return config
@@ -49,6 +52,8 @@ ARMS = {
     "occ layers": {(matmul, "KQ_OCC_WEIGHTS"): 1 << 28},
     "q6k rows 2": {(matmul, "KQ_M1_ROWS"): {}},
     "q4k rows 4": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 4}},
+    "q4k rows 1": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 1}},
+    "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
 }
