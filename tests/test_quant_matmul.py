@@ -344,8 +344,8 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
 
     import glimmer_cupy.ops.matmul as matmul
     from glimmer_cupy.ops.matmul import quantize_x
-    monkeypatch.setattr(matmul, "KQ_PAIR_ROWS", {QType.Q6_K: q6k_rows})
     from glimmer_cupy.ops.q8 import Q8Rows
+    monkeypatch.setattr(matmul, "KQ_PAIR_ROWS", {QType.Q6_K: q6k_rows})
     rng = np.random.default_rng(na + nb + k)
     a = QuantTensor("a", types[0], (na, k), random_blocks(types[0], na, k, rng, 0.05)).to_device()
     b = QuantTensor("b", types[1], (nb, k), random_blocks(types[1], nb, k, rng, 0.05)).to_device()

@@ -136,7 +136,7 @@ def mma_early(d: int) -> bool:
 # head dims. Timed in the models' own decode steps (bench/ab_attention_model.py, arms "rule" and
 # "no early" alternated, bench/results/NOTES.md, the thirty-second session), the early copies cost
 # SmolLM2 (64) ~7 us a step and Qwen3-0.6B (128) ~9, and changed nothing beyond the noise at 8B
-# (128); Gemma 3's 256 was not timed and keeps them.
+# (128); Gemma 3 (256) measured the other way, 545-549 us with them against 560-564 without.
 STREAM_EARLY_DIMS = (256,)
 
 
@@ -565,9 +565,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, grid, block, smem = _kernel(f"attn_kernel<{d}, {heads}>"), (splits, hkv * chunks, t), (32 * WARPS,), 0
         cluster = 1
     # the tensor-core kernels' `early` argument: copy old K/V rows before pdl_wait
-    if force_early is None:
-        force_early = stream_early(d) if stream else mma_early(d)
-    early = () if kernel == "simt" else (np.int32(bool(force_early)),)
+    early_rule = stream_early if stream else mma_early
+    early = () if kernel == "simt" else (np.int32(early_rule(d) if force_early is None else bool(force_early)),)
     if not 1 <= splits <= 65535:
         raise fail(op, "force_splits", "1..65535", splits)
     if splits > 1 and cluster == 1:                  # partials through global memory

@@ -498,8 +498,8 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     return out
 
 
-# (type A, type B) of the matrix pairs one gemv_kq_pair_kernel launch serves (gemv_kq.cu), with the
-# rows per warp each type takes at M = 1 (kq_rows)
+# (type A, type B) of the matrix pairs one gemv_kq_pair_kernel launch serves (gemv_kq.cu); the rows
+# and warps each part takes: kq_pair_config
 KQ_PAIRS = frozenset({(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)})
 # type -> rows per warp of its part inside a pair launch of more than KQ_OCC_WEIGHTS weights (kq_rows's
 # otherwise; each part keeps the warps a row set its own launch would have, so its sums, and bits,
