@@ -13,9 +13,6 @@ Arms:
   q4k rows 1    Q4_K at 1 row a warp at M = 1 (46 registers: ten blocks an SM instead of nine)
   q6k ws 2      Q6_K matrices at M = 1 with half the warps a row set where the rule gives four (8B's
                 down projection: 512 blocks, one wave at four blocks an SM, instead of 1024)
-  q4k depth 2 / q6k depth 2 / depth 2   two super-blocks' loads in flight a lane at M = 1 (gemv_kq.cu's
-                DEPTH; KQ_DEPTH) for Q4_K, Q6_K or both: Q4_K at 2 rows takes 72-80 registers instead of 55
-                (six or seven blocks an SM instead of nine), Q6_K at 4 rows 224 instead of 128
   no pair       q|k and a v of another type as two launches (KQ_PAIRS empty), not one gemv_kq_pair_kernel
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
@@ -57,9 +54,6 @@ ARMS = {
     "q4k rows 4": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 4}},
     "q4k rows 1": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 1}},
     "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
-    "q4k depth 2": {(matmul, "KQ_DEPTH"): {QType.Q4_K: 2}},
-    "q6k depth 2": {(matmul, "KQ_DEPTH"): {QType.Q6_K: 2}},
-    "depth 2": {(matmul, "KQ_DEPTH"): {QType.Q4_K: 2, QType.Q6_K: 2}},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
 }

@@ -16,12 +16,7 @@ constexpr int kWarps = 4;
 // WS warps share each set of R rows, splitting its super-blocks between them (the block's four
 // warps hold 4 / WS row sets): a short row (K = 4096 is 16 super-blocks) then costs each warp one
 // round trip to memory instead of four, which is what a small matrix's time is made of.
-// DEPTH 1: a lane holds the super-block it works on and the next one's loads (the first issued
-// before pdl_wait). DEPTH 2: the same registers, used as two buffers in turn: a buffer's next
-// super-block (two on) is asked for as soon as its arithmetic is done, so two loads are in flight
-// while the lane waits, and two super-blocks go out before pdl_wait. The same sums in the same order
-// either way, so the same bits.
-template <class QT, int M, int R, int WS, int DEPTH = 1>
+template <class QT, int M, int R, int WS>
 __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* __restrict__ xq,
                                              const float* __restrict__ xd, const float* __restrict__ xs,
                                              const unsigned char* __restrict__ w, int n, int k, long long row_bytes,
@@ -44,75 +39,32 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
         typename L::Row rows[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part);
-        if constexpr (DEPTH == 2) {
-            typename L::Regs a[R], b[R];
-            // settle, multiply and add the buffer of super-block sb; then ask it for sb + 2 * stride
-            auto step = [&](typename L::Regs (&buf)[R]) {
+        typename L::Regs cur[R];
+        if (sb < nsb) {
 #pragma unroll
-                for (int r = 0; r < R; ++r) L::settle(rows[r], part, buf[r]);
+            for (int r = 0; r < R; ++r) L::load(rows[r], sb, part, cur[r]);
+        }
+        pdl_wait();                     // the weights are no kernel's output: fetched before it
+        while (sb < nsb) {
+            const int nxt = sb + stride;
+            typename L::Regs ahead[R];
 #pragma unroll
-                for (int m = 0; m < M; ++m) {
-                    typename L::X xv;
-                    L::load_x(xq + (long long)m * (k >> 2), xd + (long long)m * nsub, xs + (long long)m * nsub, sb,
-                              part, xv);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) acc[r][m] = L::accumulate(acc[r][m], buf[r], xv, part);
-                }
-                const int far = sb + 2 * stride;
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    typename L::Row f = rows[r];
-                    L::next(f, 2 * stride);
-                    typename L::Regs t;           // unspecified past the row, not buf's old bytes
-                    L::load(f, far, part, t, far < nsb);
-                    buf[r] = t;
-                    L::next(rows[r], stride);
-                }
-                sb += stride;
-            };
-            if (sb < nsb) {             // a block of its own: ptxas keeps it before the wait
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    typename L::Row f = rows[r];
-                    L::next(f, stride);
-                    L::load(rows[r], sb, part, a[r]);
-                    L::load(f, sb + stride, part, b[r], sb + stride < nsb);
-                }
+            for (int r = 0; r < R; ++r) {
+                L::settle(rows[r], part, cur[r]);
+                L::next(rows[r], stride);
+                L::load(rows[r], nxt, part, ahead[r], nxt < nsb);
             }
-            pdl_wait();                 // the weights are no kernel's output: fetched before it
-            while (sb < nsb) {
-                step(a);
-                if (sb >= nsb) break;
-                step(b);
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                typename L::X xv;
+                L::load_x(xq + (long long)m * (k >> 2), xd + (long long)m * nsub, xs + (long long)m * nsub, sb,
+                          part, xv);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r][m] = L::accumulate(acc[r][m], cur[r], xv, part);
             }
-        } else {
-            typename L::Regs cur[R];
-            if (sb < nsb) {
 #pragma unroll
-                for (int r = 0; r < R; ++r) L::load(rows[r], sb, part, cur[r]);
-            }
-            pdl_wait();                     // the weights are no kernel's output: fetched before it
-            while (sb < nsb) {
-                const int nxt = sb + stride;
-                typename L::Regs ahead[R];
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    L::settle(rows[r], part, cur[r]);
-                    L::next(rows[r], stride);
-                    L::load(rows[r], nxt, part, ahead[r], nxt < nsb);
-                }
-#pragma unroll
-                for (int m = 0; m < M; ++m) {
-                    typename L::X xv;
-                    L::load_x(xq + (long long)m * (k >> 2), xd + (long long)m * nsub, xs + (long long)m * nsub, sb,
-                              part, xv);
-#pragma unroll
-                    for (int r = 0; r < R; ++r) acc[r][m] = L::accumulate(acc[r][m], cur[r], xv, part);
-                }
-#pragma unroll
-                for (int r = 0; r < R; ++r) cur[r] = ahead[r];
-                sb = nxt;
-            }
+            for (int r = 0; r < R; ++r) cur[r] = ahead[r];
+            sb = nxt;
         }
     }
 #pragma unroll
@@ -149,18 +101,18 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
     float *__restrict__ y, const int *__restrict__ xq, const float *__restrict__ xd, const float *__restrict__ xs, \
         const unsigned char *__restrict__ w, int n, int k, long long row_bytes
 
-template <class QT, int M, int R, int WS, int DEPTH = 1>
+template <class QT, int M, int R, int WS>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kq_kernel(GEMV_KQ_ARGS) {
-    gemv_kq_body<QT, M, R, WS, DEPTH>(y, xq, xd, xs, w, n, k, row_bytes, blockIdx.x);
+    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes, blockIdx.x);
 }
 
 // The same GEMV compiled for at least B blocks per SM (Q6_K at M = 1 and B = 5: 96 registers instead of 72):
 // ptxas then schedules the loads differently and more of the row's bytes are in flight. A kernel
 // of its own, since any launch bound on gemv_kq_kernel changes the code of every instance; used
 // where ops/matmul.py's KQ_OCCUPANCY says.
-template <class QT, int M, int R, int WS, int B, int DEPTH = 1>
+template <class QT, int M, int R, int WS, int B>
 __global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARGS) {
-    gemv_kq_body<QT, M, R, WS, DEPTH>(y, xq, xd, xs, w, n, k, row_bytes, blockIdx.x);
+    gemv_kq_body<QT, M, R, WS>(y, xq, xd, xs, w, n, k, row_bytes, blockIdx.x);
 }
 
 // Two matrices that read the same x at M = 1 and have different types (Q4_K_M's q|k in Q4_K beside
@@ -168,15 +120,15 @@ __global__ void __launch_bounds__(32 * kWarps, B) gemv_kq_occ_kernel(GEMV_KQ_ARG
 // into y[na, na + nb), each as gemv_kq_kernel<QA or QB, 1, R, WS> does (the same bits at the same WS,
 // whatever R). One kernel boundary less than a GEMV each; one register count for both bodies, so a
 // large pair gives its Q6_K part fewer rows a warp (ops/matmul.py: KQ_PAIR_ROWS). grid = (blocks_a + blocks_b,)
-template <class QA, int RA, int WSA, class QB, int RB, int WSB, int DEPTH = 1>
+template <class QA, int RA, int WSA, class QB, int RB, int WSB>
 __global__ void __launch_bounds__(32 * kWarps) gemv_kq_pair_kernel(
     float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd, const float* __restrict__ xs,
     const unsigned char* __restrict__ wa, int na, long long row_bytes_a, int blocks_a,
     const unsigned char* __restrict__ wb, int nb, long long row_bytes_b, int k) {
     if ((int)blockIdx.x < blocks_a)
-        gemv_kq_body<QA, 1, RA, WSA, DEPTH>(y, xq, xd, xs, wa, na, k, row_bytes_a, blockIdx.x);
+        gemv_kq_body<QA, 1, RA, WSA>(y, xq, xd, xs, wa, na, k, row_bytes_a, blockIdx.x);
     else
-        gemv_kq_body<QB, 1, RB, WSB, DEPTH>(y + na, xq, xd, xs, wb, nb, k, row_bytes_b, blockIdx.x - blocks_a);
+        gemv_kq_body<QB, 1, RB, WSB>(y + na, xq, xd, xs, wb, nb, k, row_bytes_b, blockIdx.x - blocks_a);
 }
 
 #ifdef GLIMMER_INSTANTIATE
@@ -190,18 +142,9 @@ KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
 #define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \
     float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
 KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q4_K, 1, 5)
-// DEPTH 2 at M = 1 (ops/matmul.py: KQ_DEPTH)
-#define KQ2(QT, R, WS) template __global__ void gemv_kq_kernel<gguf::QT, 1, R, WS, 2>( \
-    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
-#define KQ2_WS(QT, R) KQ2(QT, R, 1) KQ2(QT, R, 2) KQ2(QT, R, 4)
-KQ2_WS(Q4_K, 1) KQ2_WS(Q4_K, 2) KQ2_WS(Q4_K, 4) KQ2_WS(Q6_K, 1) KQ2_WS(Q6_K, 2) KQ2_WS(Q6_K, 4)
-#define KQ2_OCC1(QT, WS) template __global__ void gemv_kq_occ_kernel<gguf::QT, 1, 2, WS, 5, 2>( \
-    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
-KQ2_OCC1(Q4_K, 1) KQ2_OCC1(Q4_K, 2) KQ2_OCC1(Q4_K, 4)    // Q6_K at B = 5 and DEPTH 2 spills
-#define KQ_PAIR_D(QA, RA, WSA, QB, RB, WSB, D) template __global__ void gemv_kq_pair_kernel<gguf::QA, RA, WSA, gguf::QB, \
-    RB, WSB, D>(float*, const int*, const float*, const float*, const unsigned char*, int, long long, int, \
-                const unsigned char*, int, long long, int);
-#define KQ_PAIR(QA, RA, WSA, QB, RB, WSB) KQ_PAIR_D(QA, RA, WSA, QB, RB, WSB, 1) KQ_PAIR_D(QA, RA, WSA, QB, RB, WSB, 2)
+#define KQ_PAIR(QA, RA, WSA, QB, RB, WSB) template __global__ void gemv_kq_pair_kernel<gguf::QA, RA, WSA, gguf::QB, RB, \
+    WSB>(float*, const int*, const float*, const float*, const unsigned char*, int, long long, int, \
+         const unsigned char*, int, long long, int);
 #define KQ_PAIR_B(QA, RA, WSA, QB, RB) KQ_PAIR(QA, RA, WSA, QB, RB, 1) KQ_PAIR(QA, RA, WSA, QB, RB, 2) \
     KQ_PAIR(QA, RA, WSA, QB, RB, 4)
 #define KQ_PAIR_AB(QA, RA, QB, RB) KQ_PAIR_B(QA, RA, 1, QB, RB) KQ_PAIR_B(QA, RA, 2, QB, RB) KQ_PAIR_B(QA, RA, 4, QB, RB)

@@ -116,8 +116,7 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
 @pytest.mark.parametrize("trait", ["Q4_K", "Q6_K"])
 def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M; the
-    occupancy kernel where KQ_OCCUPANCY names the type and M; the type's own rows at M = 1; both at
-    DEPTH 2, which KQ_DEPTH may pick at M = 1)."""
+    occupancy kernel where KQ_OCCUPANCY names the type and M; the type's own rows at M = 1)."""
     from glimmer_cupy.ops.matmul import DP4A_WIDTHS, KQ_SPLITS, kq_kernel_name, kq_occupancy, kq_rows
     from glimmer_cupy.weights.quant_tensor import QType
     q = QType[trait]
@@ -125,7 +124,6 @@ def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
              for m in DP4A_WIDTHS for s in KQ_SPLITS]
     m1 = kq_rows(1, q)
     exprs += [kq_kernel_name(trait, 1, m1, s) for s in KQ_SPLITS if m1 != kq_rows(1)]
-    exprs += [kq_kernel_name(trait, 1, r, s, depth=2) for r in {m1, kq_rows(1)} for s in KQ_SPLITS]   # KQ_DEPTH
     src = tmp_path / "gemv_kq_names.cu"
     src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'
                    + "".join(f"    (void*)&{e},\n" for e in exprs) + "};\n")

@@ -357,55 +357,6 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
-@gpu
-@pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
-@pytest.mark.parametrize("n,k", [(4096, 4096), (1000, 2560), (300, 768), (77, 12288), (515, 1280), (3, 256)])
-def test_kq_depth_two_is_depth_one_bit_for_bit(qtype, rows, n, k, monkeypatch):
-    """gemv_kq at M = 1 with two super-blocks' loads in flight a lane (KQ_DEPTH) gives the bits of
-    one: the same sums in the same order, on rows of 1 to 48 super-blocks (a lane's share from none
-    to twelve, odd and even counts of trips), row counts that leave a block part empty."""
-    import cupy
-
-    import glimmer_cupy.ops.matmul as matmul
-    from glimmer_cupy.ops.matmul import quantize_x
-    from glimmer_cupy.ops.q8 import Q8Rows
-    monkeypatch.setattr(matmul, "KQ_M1_ROWS", {qtype: rows})
-    rng = np.random.default_rng(n + k + rows)
-    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05)).to_device()
-    x = cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32))
-    xin = Q8Rows(x, *quantize_x(x, qtype.name))
-    got = {}
-    for depth in (1, 2):
-        monkeypatch.setattr(matmul, "KQ_DEPTH", {qtype: depth})
-        got[depth] = cupy.asnumpy(ops.quant_matmul(xin, w, out=cupy.full((1, n), np.nan, np.float32),
-                                                   force_bucket="gemv_kq"))
-    assert np.isfinite(got[1]).all()
-    np.testing.assert_array_equal(got[2], got[1])
-
-
-@gpu
-@pytest.mark.parametrize("types", [(QType.Q4_K, QType.Q6_K), (QType.Q6_K, QType.Q4_K)], ids=lambda t: f"{t[0].name}+{t[1].name}")
-@pytest.mark.parametrize("na,nb,k", [(5120, 1024, 4096), (77, 300, 768)])
-def test_pair_at_depth_two_is_two_gemvs_bit_for_bit(types, na, nb, k, monkeypatch):
-    """A pair launch at DEPTH 2 (KQ_DEPTH naming one of its types) gives each part's columns exactly
-    as its own launch at depth 1 does."""
-    import cupy
-
-    import glimmer_cupy.ops.matmul as matmul
-    from glimmer_cupy.ops.matmul import quantize_x
-    from glimmer_cupy.ops.q8 import Q8Rows
-    rng = np.random.default_rng(na + nb + k + 2)
-    a = QuantTensor("a", types[0], (na, k), random_blocks(types[0], na, k, rng, 0.05)).to_device()
-    b = QuantTensor("b", types[1], (nb, k), random_blocks(types[1], nb, k, rng, 0.05)).to_device()
-    x = cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32))
-    xin = Q8Rows(x, *quantize_x(x, types[0].name))
-    want = np.concatenate([cupy.asnumpy(ops.quant_matmul(xin, a)), cupy.asnumpy(ops.quant_matmul(xin, b))], axis=-1)
-    monkeypatch.setattr(matmul, "KQ_DEPTH", {QType.Q4_K: 2})
-    got = cupy.asnumpy(ops.quant_matmul_rows(xin, [a, b], out=cupy.full((1, na + nb), np.nan, np.float32)))
-    np.testing.assert_array_equal(got, want)
-
-
 def test_rows_host_path_is_the_parts_joined():
     """On NumPy arrays quant_matmul_rows is each part's quant_matmul, joined along the columns."""
     rng = np.random.default_rng(4)

@@ -142,16 +142,6 @@ KQ_OCC_WEIGHTS = 8 << 20            # weights: 0.6B's matrices (6.3M at most) ta
 KQ_M1_ROWS = {QType.Q6_K: 4}
 
 
-# type -> loads in flight a lane at M = 1 (gemv_kq.cu's DEPTH): 2 keeps two super-blocks' loads out
-# while a lane waits (and two go out before pdl_wait), at the cost of registers (nvcc -Xptxas -v:
-# Q4_K at 2 rows 55 -> 72-80, Q6_K at 4 rows 128 -> 224). Types not named take 1.
-KQ_DEPTH: dict[QType, int] = {}
-
-
-def kq_depth(m: int, qtype: QType | None) -> int:
-    return KQ_DEPTH.get(qtype, 1) if m == 1 else 1
-
-
 def kq_rows(m: int, qtype: QType | None = None) -> int:
     if m == 1 and qtype in KQ_M1_ROWS:
         return KQ_M1_ROWS[qtype]
@@ -297,18 +287,17 @@ def _mma_kq_kernel(trait: str, nt: int):
     return kern
 
 
-def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0, depth: int = 1) -> str:
+def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
     """gemv_kq_kernel's instance, or gemv_kq_occ_kernel's for `occ` blocks per SM."""
-    d = f", {depth}" if depth != 1 else ""
     if occ:
-        return f"gemv_kq_occ_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}{d}>"
-    return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}{d}>"
+        return f"gemv_kq_occ_kernel<gguf::{trait}, {m}, {rows}, {ws}, {occ}>"
+    return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
 
 
 @cache
-def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0, depth: int = 1):
-    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ, depth) for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ, depth), name_expressions=exprs)
+def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
+    exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -464,7 +453,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
-            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows), kq_depth(m, w.qtype))(
+            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
@@ -539,10 +528,8 @@ def kq_pair_config(qa: QType, qb: QType, n_a: int, n_b: int, k: int) -> tuple[tu
 def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     """The pair kernel's instance and the blocks of A and of B, at M = 1."""
     (ra, wsa), (rb, wsb) = kq_pair_config(a.qtype, b.qtype, n_a, n_b, k)
-    depth = max(kq_depth(1, a.qtype), kq_depth(1, b.qtype))       # one kernel: the deeper part's
-    d = f", {depth}" if depth != 1 else ""
-    name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}{d}>")
-    exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}{d}>"
+    name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
+    exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
     kern = get_kernel("gemv_kq", name, name_expressions=exprs)
     return kern, -(-n_a // (ra * KQ_WARPS // wsa)), -(-n_b // (rb * KQ_WARPS // wsb))
