@@ -13,8 +13,6 @@ Arms:
   q4k rows 1    Q4_K at 1 row a warp at M = 1 (46 registers: ten blocks an SM instead of nine)
   q6k ws 2      Q6_K matrices at M = 1 with half the warps a row set where the rule gives four (8B's
                 down projection: 512 blocks, one wave at four blocks an SM, instead of 1024)
-  q6k windows 16  Q6_K's weight bytes read as 16-byte windows of two 8-byte loads (KQ_Q6K_WINDOWS16,
-                the layout before: 128 registers at 4 rows a warp instead of 96)
   no pair       q|k and a v of another type as two launches (KQ_PAIRS empty), not one gemv_kq_pair_kernel
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
@@ -56,7 +54,6 @@ ARMS = {
     "q4k rows 4": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 4}},
     "q4k rows 1": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 1}},
     "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
-    "q6k windows 16": {(matmul, "KQ_DEFINES"): {"KQ_Q6K_WINDOWS16": 1}},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
 }

@@ -123,8 +123,7 @@ def markdown(meta, rows) -> str:
              "gemv_kq compiled for B blocks per SM (gemv_kq_occ_kernel) at: "
              + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none")
              + (f"; {meta['kq_rows_m1']} rows a warp at M = 1 everywhere (--kq-rows)" if meta.get("kq_rows_m1") else
-                "")
-             + (f"; gemv_kq.cu built with {', '.join(meta['kq_defines'])}" if meta.get("kq_defines") else ""), "",
+                ""), "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -156,10 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kq-rows", type=int, default=None, choices=(1, 2, 4), metavar="R",
                     help="gemv_kq at M = 1 with R rows of W a warp on every matrix, heads included, instead of "
                          "ops/matmul.py's KQ_ROWS / KQ_M1_ROWS (the launch-bound kernel serves 2 rows only)")
-    ap.add_argument("--kq-define", action="append", default=[], metavar="NAME",
-                    help="build gemv_kq.cu with this switch (ops/matmul.py's KQ_DEFINES), e.g. KQ_Q6K_WINDOWS16")
     args = ap.parse_args(argv)
-    matmul.KQ_DEFINES = {name: 1 for name in args.kq_define}
     if args.kq_rows is not None:
         matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
         matmul.KQ_M1_ROWS = {}
@@ -171,7 +167,7 @@ def main(argv=None) -> int:
     flops = cublas_fp16_flops()
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
                     kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
-                    kq_rows_m1=args.kq_rows, kq_defines=args.kq_define)
+                    kq_rows_m1=args.kq_rows)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:

@@ -19,11 +19,9 @@
 // Q6_K: lane part (half h = part>>2, l0 = 8*(part&3)) holds l = l0..l0+7 of ggml's loop: ql[l],
 //   ql[l+32], qh[l] of its half, i.e. values l, l+32, l+64, l+96 of the half, each group of 8
 //   within one 16-value scale. Blocks are 210 bytes, so a block starts 2-byte aligned; its three
-//   8-byte pieces share one misalignment o = address & 3 (0 or 2), which is the same for every
-//   block a lane visits (4 blocks are 840 = 210 * 4 bytes), and are read as aligned 12-byte windows
-//   (three 4-byte loads) and shifted into place by settle(). (16-byte windows of two 8-byte loads
-//   took a third more registers: 128 against 96 at 4 rows a warp, four blocks an SM against five.)
-//   The weights go to dp4a as 4 * (q - 32), one
+//   8-byte pieces share one misalignment o = address & 7, which is the same for every block a lane
+//   visits (4 blocks are 840 = 105 * 8 bytes), and are read as aligned 16-byte windows (two
+//   8-byte loads) and shifted into place by settle(). The weights go to dp4a as 4 * (q - 32), one
 //   signed byte each, built from the bits with no subtraction (codes()); each group's integer dot
 //   product times its int8 scale is exact in int and in float, so a lane converts one integer per
 //   group and multiplies by d once per super-block.
@@ -56,9 +54,8 @@ GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 // Global loads through a pointer the compiler cannot trace to a kernel argument (opaque() below),
 // which would otherwise be generic ones, skipped when `on` is false (the result is then
 // unspecified). A predicate rather than a branch: ptxas may move a branch's block of loads past
-// the arithmetic that follows it, and then they have no time to land. 4 bytes (4-byte aligned),
+// the arithmetic that follows it, and then they have no time to land. 8 bytes (8-byte aligned),
 // a signed byte, 16 bits (2-byte aligned).
-#ifdef KQ_Q6K_WINDOWS16
 GQ_HD u32x2 global8(const u8* p, bool on) {
 #ifdef __CUDA_ARCH__
     u32x2 v;
@@ -67,16 +64,6 @@ GQ_HD u32x2 global8(const u8* p, bool on) {
     return v;
 #else
     return on ? load8(p) : u32x2{0, 0};
-#endif
-}
-#endif
-GQ_HD u32 global4(const u8* p, bool on) {         // 4-byte aligned
-#ifdef __CUDA_ARCH__
-    u32 v;
-    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u32 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
-    return v;
-#else
-    return on ? load_vec<u32>(p) : 0u;
 #endif
 }
 GQ_HD int global_s8(const u8* p, bool on) {
@@ -218,49 +205,6 @@ template <> struct Lanes<Q4_K> {
 
 template <> struct Lanes<Q6_K> {
     static constexpr int kBytes = 210;
-#ifndef KQ_Q6K_WINDOWS16
-    // the lane's block b (2-byte aligned) and its misalignment o = address & 3 (0 or 2)
-    struct Row { const u8* b; int o; };
-    // win[j]: the aligned 12 bytes holding piece j (ql[l0..], ql[l0+32..], qh[l0..] of the half),
-    // after settle() the piece itself in win[j][0..1]; sc[t]: the int8 scale of group t, d the fp16 d
-    struct Regs { u32 win[3][3]; int sc[4]; u16 d; int o; };
-    // q[t]: the codes of x that meet group t (values 32t + l0.. of the half), d[t] their step
-    struct X { u32x2 q[4]; float d[4]; };
-    static constexpr float kScale = 0.25f;        // accumulate() adds 4 times the lane's share
-
-    GQ_HD static Row row(const u8* w, int sb, int) {
-        const u8* b = w + sb * kBytes;
-        return Row{b, opaque((int)(reinterpret_cast<unsigned long long>(b) & 3))};
-    }
-    GQ_HD static void next(Row& r, int n) { r.b = opaque(r.b + n * kBytes); }
-    GQ_HD static void load(const Row& row, int, int part, Regs& r, bool on = true) {
-        // the windows' offsets from the block's 4-byte aligned start
-        const int h = part >> 2, l0 = 8 * (part & 3);
-        const int ql = opaque(64 * h + l0), qh = opaque(128 + 32 * h + l0);
-        const u8* a = reinterpret_cast<const u8*>(reinterpret_cast<unsigned long long>(row.b) & ~3ull);
-        const u8* const p[3] = {a + ql, a + ql + 32, a + qh};
-#pragma unroll
-        for (int j = 0; j < 3; ++j)             // all three words lie within the block (qh ends at byte 192)
-#pragma unroll
-            for (int i = 0; i < 3; ++i) r.win[j][i] = global4(p[j] + 4 * i, on);
-        r.o = row.o;
-    }
-    // The pieces shifted into place (by 0 or 16 bits); and the scales and d, loaded now rather
-    // than with the windows: their bytes follow qh in lines the windows have just brought in, and
-    // loaded a super-block ahead they would take four more registers and be copied every trip
-    GQ_HD static void settle(const Row& row, int part, Regs& r) {
-        const int bits = 8 * r.o;
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-            r.win[j][0] = shift_right64(r.win[j][0], r.win[j][1], bits);
-            r.win[j][1] = shift_right64(r.win[j][1], r.win[j][2], bits);
-        }
-        const int sc = opaque(192 + 8 * (part >> 2) + ((part & 3) >> 1));   // scales[8h + is + 2t]
-#pragma unroll
-        for (int t = 0; t < 4; ++t) r.sc[t] = global_s8(row.b + sc + 2 * t, true);
-        r.d = global_u16(row.b + 208, true);
-    }
-#else   // the 16-byte windows before, for the A/B (ops/matmul.py: KQ_DEFINES)
     // the lane's block b (2-byte aligned) and its misalignment o = address & 7
     struct Row { const u8* b; int o; };
     // win[j]: the aligned 16 bytes holding piece j (ql[l0..], ql[l0+32..], qh[l0..] of the half),
@@ -305,7 +249,6 @@ template <> struct Lanes<Q6_K> {
         for (int t = 0; t < 4; ++t) r.sc[t] = global_s8(row.b + sc + 2 * t, true);
         r.d = global_u16(row.b + 208, true);
     }
-#endif
     GQ_HD static void load_x(const int* xq, const float* xd, const float*, int sb, int part, X& x) {
         const int h = part >> 2, l0 = 8 * (part & 3);
         const u8* q = reinterpret_cast<const u8*>(xq) + sb * 256 + 128 * h + l0;
@@ -333,11 +276,7 @@ template <> struct Lanes<Q6_K> {
     // acc + 4 * d * sum_t xd_t * (sc_t * s_t), s_t the integer dot of group t's weights with x.
     // Exact in int and as a float: |s_t| <= 8 * 128 * 127, |sc_t * s_t| <= 128 * 130048 < 2^24.
     GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
-#ifndef KQ_Q6K_WINDOWS16
-        const u32x2 qa{r.win[0][0], r.win[0][1]}, qb{r.win[1][0], r.win[1][1]}, qh{r.win[2][0], r.win[2][1]};
-#else
         const u32x2 qa = r.win[0][0], qb = r.win[1][0], qh = r.win[2][0];
-#endif
         u32 q0[4], q1[4];
         codes(qa.x, qb.x, qh.x, q0);
         codes(qa.y, qb.y, qh.y, q1);

@@ -294,18 +294,10 @@ def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
     return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
 
 
-# compile-time switches of gemv_kq.cu's module, for A/Bs in a model's step (bench/ab_gemv_kq_model.py)
-KQ_DEFINES: dict[str, int] = {}
-
-
-def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
-    return _kq_kernel_built(trait, m, rows, ws, occ, tuple(sorted(KQ_DEFINES.items())))
-
-
 @cache
-def _kq_kernel_built(trait: str, m: int, rows: int, ws: int, occ: int, defines: tuple):
+def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
     exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), defines=dict(defines), name_expressions=exprs)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -539,7 +531,7 @@ def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
     exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
-    kern = get_kernel("gemv_kq", name, defines=KQ_DEFINES, name_expressions=exprs)
+    kern = get_kernel("gemv_kq", name, name_expressions=exprs)
     return kern, -(-n_a // (ra * KQ_WARPS // wsa)), -(-n_b // (rb * KQ_WARPS // wsb))
 
 
