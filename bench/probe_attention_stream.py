@@ -31,8 +31,12 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
 STAGES = ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done", "rows/partials out",
-          "merged", "cluster met / last known", "own merge rows done", "merge weights", "merge staged")
-PAIRS = ((0, 4), (4, 5), (0, 5), (5, 6), (6, 8), (8, 7), (8, 10), (10, 11), (11, 7))     # each block's own spans between these stages
+          "merged", "cluster met / last known", "own merge rows done", "merge weights", "merge staged",
+          "push announced", "warps' O stored", "row 0 merged", "rank 0 ready")
+# each block's own spans between these stages (5 -> 12 -> 13 -> 14 -> 15 -> 6: the block's end,
+# attn_mma_end.cuh's end_block, for a pushed cluster merge)
+PAIRS = ((0, 4), (4, 5), (0, 5), (5, 6), (5, 12), (12, 13), (13, 14), (14, 15), (15, 6), (6, 8), (8, 7), (8, 10),
+         (10, 11), (11, 7))
 WARM_CONTEXT = 256
 CASES = ((1, 8192, None), (1, 32768, None), (1, 32768, 16), (8, 32768, None))   # batch, context, splits
 

@@ -42,7 +42,8 @@ STAGES = {
     "prepare_qkv": ("start", "waited", "done"),
     "attention_stream": ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done",
                          "rows/partials out", "merged", "cluster met",
-                         "own merge rows done"),
+                         "own merge rows done", "merge weights", "merge staged", "push announced",
+                         "warps' O stored", "row 0 merged", "rank 0 ready"),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-STAMP_SHAPE = (4096, 12)        # cuda_src/stamps.cuh: kStampBlocks, kStamps
+STAMP_SHAPE = (4096, 16)        # cuda_src/stamps.cuh: kStampBlocks, kStamps
 
 
 def module_stamps(module):

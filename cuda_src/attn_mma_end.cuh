@@ -177,6 +177,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     const unsigned rank = push != nullptr ? cluster_rank() : 0u;
     if (push != nullptr) {
         cluster_wait();                 // push_begin's announcement: every block's barriers are set
+        STAMP(12);
         // rank 0's K/V tiles are done (the caller's barrier): the others may push into it
         if (rank == 0 && threadIdx.x > 0 && (int)threadIdx.x < active)
             mbar_arrive_cluster(map_rank(smem_addr(&push->ready), threadIdx.x));
@@ -200,6 +201,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
             }
     }
     __syncthreads();
+    STAMP(13);
     const bool split = active > 1;
     for (int r = warp; r < M; r += WARPS) {
         const int ti = r / e.hpb, hh = r % e.hpb;
@@ -207,6 +209,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         float mx, total, ov[C];
         attn::merge_warps<C, KW>([&](int w) { return sml + 2 * (w * M + r); },
                                  [&](int w) { return so + (w * M + r) * SD; }, lane, ov, mx, total);
+        if (r == 0) STAMP(14);
         if (push != nullptr) {          // split `rank`'s partial of row r into rank 0's area
             float* acc = pacc + ((int)rank * kPushRows + r) * D + lane * C;
             float* ml = pml + 2 * ((int)rank * kPushRows + r);
@@ -216,6 +219,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 if (lane == 0) *reinterpret_cast<float2*>(ml) = make_float2(mx, total);
             } else {
                 mbar_wait_cluster(&push->ready, 0);
+                if (r == 0) STAMP(15);
                 st_cluster<C>(map_rank(smem_addr(acc), 0), ov);
                 if (lane == 0) {
                     const float v[2] = {mx, total};

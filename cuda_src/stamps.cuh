@@ -5,7 +5,7 @@
 #pragma once
 
 #ifdef GLIMMER_STAMPS
-constexpr int kStampBlocks = 4096, kStamps = 12;
+constexpr int kStampBlocks = 4096, kStamps = 16;
 __device__ unsigned long long glimmer_stamps[kStampBlocks][kStamps];
 __device__ unsigned glimmer_smids[kStampBlocks];      // the SM of row b's stage 0
 // thread 0 writes the global timer into glimmer_stamps[b][i] (rows past kStampBlocks are dropped),
