@@ -63,12 +63,27 @@ struct PushBars {
     unsigned long long full, ready;
 };
 
+// Switches for A/Bs of the push (bench/ab_attention_model.py): ATTN_PUSH_ASYNC sends the partials
+// by st.async, each counted in bytes on rank 0's `full` (rank 0 arrives once, expecting them all),
+// instead of stores and a released arrival of every warp of every block; ATTN_PUSH_READY_RELAXED
+// makes `ready` a relaxed arrival and wait (it orders rank 0's reads of its stage buffers, done
+// before its block barrier, before the others' writes into them, and publishes nothing).
+#ifdef ATTN_PUSH_READY_RELAXED
+constexpr bool kReadyOrdered = false;
+#else
+constexpr bool kReadyOrdered = true;
+#endif
+
 // Every thread of every block of the cluster, early (no data is touched: before pdl_wait is fine),
 // when the merge will be pushed: set up this block's barriers and announce them; end_block waits
 // for the announcement before the first use of another block's.
 __device__ __forceinline__ void push_begin(PushBars* b, int active, int warps) {
     if (threadIdx.x == 0) {
+#ifdef ATTN_PUSH_ASYNC
+        mbar_init(&b->full, 1u);
+#else
         mbar_init(&b->full, (unsigned)((active - 1) * warps));
+#endif
         mbar_init(&b->ready, 1u);
         fence_mbarrier_init();
     }
@@ -180,7 +195,11 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         STAMP(12);
         // rank 0's K/V tiles are done (the caller's barrier): the others may push into it
         if (rank == 0 && threadIdx.x > 0 && (int)threadIdx.x < active)
-            mbar_arrive_cluster(map_rank(smem_addr(&push->ready), threadIdx.x));
+            mbar_arrive_cluster<kReadyOrdered>(map_rank(smem_addr(&push->ready), threadIdx.x));
+#ifdef ATTN_PUSH_ASYNC
+        if (rank == 0 && threadIdx.x == 0)      // every other split's rows: D floats and (max, sum)
+            mbar_arrive_expect_tx(&push->full, (unsigned)((active - 1) * e.nh * (D + 2) * 4));
+#endif
     }
     {
         const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
@@ -218,13 +237,17 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 for (int c = 0; c < C; ++c) acc[c] = ov[c];
                 if (lane == 0) *reinterpret_cast<float2*>(ml) = make_float2(mx, total);
             } else {
-                mbar_wait_cluster(&push->ready, 0);
+                mbar_wait_cluster<kReadyOrdered>(&push->ready, 0);
                 if (r == 0) STAMP(15);
+                const float v[2] = {mx, total};
+#ifdef ATTN_PUSH_ASYNC
+                const unsigned full0 = map_rank(smem_addr(&push->full), 0);
+                st_async<C>(map_rank(smem_addr(acc), 0), ov, full0);
+                if (lane == 0) st_async<2>(map_rank(smem_addr(ml), 0), v, full0);
+#else
                 st_cluster<C>(map_rank(smem_addr(acc), 0), ov);
-                if (lane == 0) {
-                    const float v[2] = {mx, total};
-                    st_cluster<2>(map_rank(smem_addr(ml), 0), v);
-                }
+                if (lane == 0) st_cluster<2>(map_rank(smem_addr(ml), 0), v);
+#endif
             }
         } else if (clustered) {         // the partial stays in shared memory
 #pragma unroll
@@ -242,8 +265,10 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     if (!split) return;
     if (push != nullptr) {
         if (rank != 0) {                // every warp arrives once, after its rows' stores
+#ifndef ATTN_PUSH_ASYNC
             __syncwarp();
             if (lane == 0) mbar_arrive_cluster(map_rank(smem_addr(&push->full), 0));
+#endif
             return;
         }
         if (warp >= e.nh) return;

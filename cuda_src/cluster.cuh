@@ -54,19 +54,54 @@ __device__ __forceinline__ void fence_mbarrier_init() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 // one arrival on the barrier at shared::cluster address `bar` (map_rank), releasing this thread's
-// earlier writes (and those it has seen, as after __syncwarp) to the cluster
+// earlier writes (and those it has seen, as after __syncwarp) to the cluster; with Ordered false,
+// relaxed: for a barrier that says only that the arriving block is past its own reads of memory
+// the waiting one will write, so that nothing is published (.release.cluster compiles to
+// MEMBAR.ALL.GPU)
+template <bool Ordered = true>
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+    if constexpr (Ordered)
+        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+    else
+        asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 // until this block's barrier has completed the phase of the given parity; acquires what the
-// arrivals released
+// arrivals released (Ordered false: acquires nothing, and so needs no L1 invalidation)
+template <bool Ordered = true>
 __device__ __forceinline__ void mbar_wait_cluster(unsigned long long* bar, unsigned parity) {
     const unsigned a = smem_addr(bar);
     unsigned done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
+    while (!done) {
+        if constexpr (Ordered)
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+                         "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(a), "r"(parity) : "memory");
+        else
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%1], %2; "
+                         "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(a), "r"(parity) : "memory");
+    }
+}
+
+// This block's own arrival on its barrier (relaxed: the block publishes nothing by it), which also
+// expects `bytes` more to land by st_async
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes) : "memory");
+}
+
+// C consecutive floats (C = 2, 4, 8; 8 C-byte aligned) into another block's shared memory at
+// shared::cluster address a, counted on that block's barrier at shared::cluster address bar as
+// bytes when they land (st.async: no fence or arrival of the sender's is needed for them)
+template <int C>
+__device__ __forceinline__ void st_async(unsigned a, const float* v, unsigned bar) {
+    if constexpr (C == 2) {
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                     ::"r"(a), "f"(v[0]), "f"(v[1]), "r"(bar) : "memory");
+    } else {
+#pragma unroll
+        for (int i = 0; i < C; i += 4)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+                         ::"r"(a + 4 * i), "f"(v[i]), "f"(v[i + 1]), "f"(v[i + 2]), "f"(v[i + 3]), "r"(bar) : "memory");
+    }
 }
 
 // C consecutive floats (C = 2, 4, 8; 8 C-byte aligned) into another block's shared memory

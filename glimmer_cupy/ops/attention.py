@@ -275,8 +275,10 @@ def stream_cluster_cap(d: int, stages: int) -> int:
 
 
 @cache
-def _stream_kernel(d: int, stages: int):
-    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", name_expressions=_STREAM_EXPRS)
+def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = ()):
+    """attn_stream_kernel<d, stages>; `defines`: attention_stream.cu's switches, for A/Bs."""
+    kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", defines=dict(defines),
+                      name_expressions=_STREAM_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
     allow_large_clusters(kern.fn)
