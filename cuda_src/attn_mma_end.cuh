@@ -197,7 +197,10 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         if (rank == 0 && threadIdx.x > 0 && (int)threadIdx.x < active)
             mbar_arrive_cluster<kReadyOrdered>(map_rank(smem_addr(&push->ready), threadIdx.x));
 #ifdef ATTN_PUSH_ASYNC
-        if (rank == 0 && threadIdx.x == 0)      // every other split's rows: D floats and (max, sum)
+        // every other split's rows: D floats and (max, sum). Their bytes may land before this
+        // (tx-count below zero for a while, as the PTX ISA allows); the phase cannot complete
+        // before this, its one arrival
+        if (rank == 0 && threadIdx.x == 0)
             mbar_arrive_expect_tx(&push->full, (unsigned)((active - 1) * e.nh * (D + 2) * 4));
 #endif
     }
