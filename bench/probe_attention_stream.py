@@ -26,13 +26,11 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 build.add_defines("GLIMMER_STAMPS")
 
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
-from stamp_stats import module_smids, module_stamps, print_by_sm, print_spans, print_stages  # noqa: E402
+from stamp_stats import STREAM_STAGES, module_smids, module_stamps, print_by_sm, print_spans, print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
-STAGES = ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done", "rows/partials out",
-          "merged", "cluster met / last known", "own merge rows done", "merge weights", "merge staged",
-          "push announced", "warps' O stored", "row 0 merged", "rank 0 ready")
+STAGES = STREAM_STAGES
 # each block's own spans between these stages (5 -> 12 -> 13 -> 14 -> 15 -> 6: the block's end,
 # attn_mma_end.cuh's end_block, for a pushed cluster merge)
 PAIRS = ((0, 4), (4, 5), (0, 5), (5, 6), (5, 12), (12, 13), (13, 14), (14, 15), (15, 6), (6, 8), (8, 7), (8, 10),

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import glimmer_cupy.kernels.build as build  # noqa: E402
 
 build.add_defines("GLIMMER_STAMPS")
-from stamp_stats import module_stamps, print_stages  # noqa: E402
+from stamp_stats import STREAM_STAGES, module_stamps, print_stages  # noqa: E402
 _loaded: dict[tuple, object] = {}         # (source, defines, name expressions) -> module: each has its own log
 _load = build._load
 
@@ -40,10 +40,7 @@ build._load = _recording_load
 
 STAGES = {
     "prepare_qkv": ("start", "waited", "done"),
-    "attention_stream": ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done",
-                         "rows/partials out", "merged", "cluster met",
-                         "own merge rows done", "merge weights", "merge staged", "push announced",
-                         "warps' O stored", "row 0 merged", "rank 0 ready"),
+    "attention_stream": STREAM_STAGES,
 }
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 STAMP_SHAPE = (4096, 16)        # cuda_src/stamps.cuh: kStampBlocks, kStamps
+# attn_stream_kernel's stages (attention_stream.cu, attn_mma_end.cuh: STAMP(i) is stage i)
+STREAM_STAGES = ("start", "early issued", "waited", "q smem", "tile0 landed", "tiles done", "rows/partials out",
+                 "merged", "cluster met / last known", "own merge rows done", "merge weights", "merge staged",
+                 "push announced", "warps' O stored", "row 0 merged", "rank 0 ready")
 
 
 def module_stamps(module):

@@ -788,15 +788,13 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
     assert_q8_codes(res, plain)
 
 
-def use_stream_defines(monkeypatch, defines: dict) -> None:
-    """Launch attn_stream_kernel from attention_stream.cu built with `defines` (its switches); the
-    caller clears ops.attention._stream_kernel's cache again when done."""
+def use_stream_defines(monkeypatch, names) -> None:
+    """Launch attn_stream_kernel from attention_stream.cu built with the switches `names`
+    (ops.attention._stream_kernel's `defines`, part of its cache key)."""
     att = sys.modules["glimmer_cupy.ops.attention"]         # the module (ops.attention is the op)
-    get = att.get_kernel
-    monkeypatch.setattr(att, "get_kernel", lambda name, kernel, *a, **kw: (
-        get(name, kernel, defines, kw.get("name_expressions", ())) if name == "attention_stream"
-        else get(name, kernel, *a, **kw)))
-    att._stream_kernel.cache_clear()
+    built = att._stream_kernel
+    defines = tuple((n, 1) for n in sorted(names))
+    monkeypatch.setattr(att, "_stream_kernel", lambda d, stages: built(d, stages, defines))
 
 
 @gpu
@@ -813,7 +811,6 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
     the same sums in the same order, so the same output and codes bit for bit; and the
     reference's attention."""
     import cupy
-    att = sys.modules["glimmer_cupy.ops.attention"]
     rng = np.random.default_rng(hq + d + len(lens))
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
     args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
@@ -825,10 +822,8 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
     staged, staged_codes = run()
     with monkeypatch.context() as m:
-        use_stream_defines(m, {"ATTN_MERGE_PULLED": 1})
+        use_stream_defines(m, ["ATTN_MERGE_PULLED"])
         pulled, pulled_codes = run()
-        att._stream_kernel.cache_clear()
-    att._stream_kernel.cache_clear()
     np.testing.assert_array_equal(staged, pulled)
     for a, b in zip(staged_codes, pulled_codes):
         np.testing.assert_array_equal(a, b)
@@ -847,7 +842,6 @@ def test_stream_push_switches_give_the_same_bits(monkeypatch, names, hq, hkv, d,
     the same partials merged in the same order, so the same output and codes bit for bit, at group
     sizes 4, 3 and 2 and with splits that have no work."""
     import cupy
-    att = sys.modules["glimmer_cupy.ops.attention"]
     rng = np.random.default_rng(hq + d + len(lens) + len(names))
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
     wide = np.zeros((len(lens), 1024), np.int32)               # a graph's table: 16 splits, pushed
@@ -860,9 +854,7 @@ def test_stream_push_switches_give_the_same_bits(monkeypatch, names, hq, hkv, d,
         return [cupy.asnumpy(a) for a in (res.x, res.q, res.d)]
 
     want = run()
-    built = att._stream_kernel
-    defines = tuple((n, 1) for n in sorted(names))
-    monkeypatch.setattr(att, "_stream_kernel", lambda dd, stages: built(dd, stages, defines))
+    use_stream_defines(monkeypatch, names)
     got = run()
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
