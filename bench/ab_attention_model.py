@@ -16,10 +16,6 @@ Arms:
               before the thirty-second session; stream_early True)
   no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
   depth 2 early  both of depth 2 and early
-  push async  the pushed cluster merge's partials sent by st.async, counted in bytes on rank 0's
-              barrier, instead of stores and a released arrival of every warp (ATTN_PUSH_ASYNC)
-  ready relaxed  the push's `ready` barrier arrived at and waited on relaxed (ATTN_PUSH_READY_RELAXED)
-  push async relaxed  both
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -38,13 +34,6 @@ attention = importlib.import_module("glimmer_cupy.ops.attention")   # the module
 
 RULE = attention.stream_splits
 CLUSTER_CAP = attention.stream_cluster_cap
-STREAM_KERNEL = attention._stream_kernel
-
-
-def stream_built_with(*names: str):
-    """attn_stream_kernel from attention_stream.cu built with these switches."""
-    defines = tuple((n, 1) for n in sorted(names))
-    return lambda d, stages: STREAM_KERNEL(d, stages, defines)
 
 
 def splits_scaled(factor: float):
@@ -72,9 +61,6 @@ ARMS = {
     "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
     "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
                       (attention, "stream_early"): lambda d: True},
-    "push async": {(attention, "_stream_kernel"): stream_built_with("ATTN_PUSH_ASYNC")},
-    "ready relaxed": {(attention, "_stream_kernel"): stream_built_with("ATTN_PUSH_READY_RELAXED")},
-    "push async relaxed": {(attention, "_stream_kernel"): stream_built_with("ATTN_PUSH_ASYNC", "ATTN_PUSH_READY_RELAXED")},
 }
 
 if __name__ == "__main__":

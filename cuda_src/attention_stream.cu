@@ -138,7 +138,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     __shared__ PushBars bars;
     const bool push = ncl > 1 && active > 1 && active <= kPushSplits && nh <= kPushRows;
     if (push) {
-        push_begin(&bars, active, kWarps);
+        push_begin(&bars);
         if (idle) {
             cluster_wait();
             return;

@@ -45,10 +45,10 @@ template <int D, int M, int KW>
 __host__ __device__ constexpr int attn_end_floats() { return KW * M * merge_stride<D, KW>() + 2 * KW * M + M * D + 2 * M; }
 
 // The pushed cluster merge (attn_stream_kernel, when a block's real rows are at most kPushRows):
-// each block stores its rows' partials straight into rank 0's shared memory, where the pulled merge
-// (cluster_merge_row) would leave them in its own, and arrives on rank 0's barrier; rank 0 merges
-// from its own shared memory. No cluster barrier after the partials, none before exit, no remote
-// load. Rank 0's area for them: [kPushSplits][kPushRows][D] partials, then [..][..][2] (max, sum),
+// each block sends its rows' partials straight into rank 0's shared memory by st.async, where the
+// pulled merge (cluster_merge_row) would leave them in its own, each store counted in bytes on rank
+// 0's barrier `full`; rank 0 merges from its own shared memory. No cluster barrier after the
+// partials, none before exit, no remote load. Rank 0's area for them: [kPushSplits][kPushRows][D] partials, then [..][..][2] (max, sum),
 // after the warps' merge; a block writes there only once rank 0 has said it is past its K/V tiles
 // (the area lies in its stage buffers).
 constexpr int kPushRows = 4, kPushSplits = 16;
@@ -57,33 +57,21 @@ __host__ __device__ constexpr int attn_push_floats() {
     return KW * M * merge_stride<D, KW>() + 2 * KW * M + kPushSplits * kPushRows * (D + 2);
 }
 
-// this block's barriers of a pushed merge: `full` completes when every other block's warps have
-// pushed (rank 0's), `ready` when rank 0 may receive (the other blocks')
+// this block's barriers of a pushed merge: `full` completes when every other block's rows have
+// landed (rank 0's), `ready` when rank 0 may receive (the other blocks'). `ready` is arrived at and
+// waited on relaxed: it orders rank 0's reads of its stage buffers, done before its block barrier,
+// before the others' writes into them, and publishes nothing. Both measured faster than stores and
+// a released arrival of every warp, with `ready` acquired (bench/results/NOTES.md, thirty-fourth session).
 struct PushBars {
     unsigned long long full, ready;
 };
 
-// Switches for A/Bs of the push (bench/ab_attention_model.py): ATTN_PUSH_ASYNC sends the partials
-// by st.async, each counted in bytes on rank 0's `full` (rank 0 arrives once, expecting them all),
-// instead of stores and a released arrival of every warp of every block; ATTN_PUSH_READY_RELAXED
-// makes `ready` a relaxed arrival and wait (it orders rank 0's reads of its stage buffers, done
-// before its block barrier, before the others' writes into them, and publishes nothing).
-#ifdef ATTN_PUSH_READY_RELAXED
-constexpr bool kReadyOrdered = false;
-#else
-constexpr bool kReadyOrdered = true;
-#endif
-
 // Every thread of every block of the cluster, early (no data is touched: before pdl_wait is fine),
 // when the merge will be pushed: set up this block's barriers and announce them; end_block waits
 // for the announcement before the first use of another block's.
-__device__ __forceinline__ void push_begin(PushBars* b, int active, int warps) {
+__device__ __forceinline__ void push_begin(PushBars* b) {
     if (threadIdx.x == 0) {
-#ifdef ATTN_PUSH_ASYNC
-        mbar_init(&b->full, 1u);
-#else
-        mbar_init(&b->full, (unsigned)((active - 1) * warps));
-#endif
+        mbar_init(&b->full, 1u);        // rank 0's one arrival; the rows count in bytes
         mbar_init(&b->ready, 1u);
         fence_mbarrier_init();
     }
@@ -195,14 +183,12 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
         STAMP(12);
         // rank 0's K/V tiles are done (the caller's barrier): the others may push into it
         if (rank == 0 && threadIdx.x > 0 && (int)threadIdx.x < active)
-            mbar_arrive_cluster<kReadyOrdered>(map_rank(smem_addr(&push->ready), threadIdx.x));
-#ifdef ATTN_PUSH_ASYNC
+            mbar_arrive_cluster_relaxed(map_rank(smem_addr(&push->ready), threadIdx.x));
         // every other split's rows: D floats and (max, sum). Their bytes may land before this
         // (tx-count below zero for a while, as the PTX ISA allows); the phase cannot complete
         // before this, its one arrival
         if (rank == 0 && threadIdx.x == 0)
             mbar_arrive_expect_tx(&push->full, (unsigned)((active - 1) * e.nh * (D + 2) * 4));
-#endif
     }
     {
         const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
@@ -240,17 +226,12 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 for (int c = 0; c < C; ++c) acc[c] = ov[c];
                 if (lane == 0) *reinterpret_cast<float2*>(ml) = make_float2(mx, total);
             } else {
-                mbar_wait_cluster<kReadyOrdered>(&push->ready, 0);
+                mbar_wait_cluster<false>(&push->ready, 0);
                 if (r == 0) STAMP(15);
                 const float v[2] = {mx, total};
-#ifdef ATTN_PUSH_ASYNC
                 const unsigned full0 = map_rank(smem_addr(&push->full), 0);
                 st_async<C>(map_rank(smem_addr(acc), 0), ov, full0);
                 if (lane == 0) st_async<2>(map_rank(smem_addr(ml), 0), v, full0);
-#else
-                st_cluster<C>(map_rank(smem_addr(acc), 0), ov);
-                if (lane == 0) st_cluster<2>(map_rank(smem_addr(ml), 0), v);
-#endif
             }
         } else if (clustered) {         // the partial stays in shared memory
 #pragma unroll
@@ -267,13 +248,7 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     STAMP(6);
     if (!split) return;
     if (push != nullptr) {
-        if (rank != 0) {                // every warp arrives once, after its rows' stores
-#ifndef ATTN_PUSH_ASYNC
-            __syncwarp();
-            if (lane == 0) mbar_arrive_cluster(map_rank(smem_addr(&push->full), 0));
-#endif
-            return;
-        }
+        if (rank != 0) return;          // its rows are counted on rank 0's `full` as they land
         if (warp >= e.nh) return;
         mbar_wait_cluster(&push->full, 0);
         __syncwarp();                   // and this warp's own split-0 row, stored by its lanes

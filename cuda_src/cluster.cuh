@@ -53,17 +53,11 @@ __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned coun
 __device__ __forceinline__ void fence_mbarrier_init() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
-// one arrival on the barrier at shared::cluster address `bar` (map_rank), releasing this thread's
-// earlier writes (and those it has seen, as after __syncwarp) to the cluster; with Ordered false,
-// relaxed: for a barrier that says only that the arriving block is past its own reads of memory
-// the waiting one will write, so that nothing is published (.release.cluster compiles to
-// MEMBAR.ALL.GPU)
-template <bool Ordered = true>
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
-    if constexpr (Ordered)
-        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
-    else
-        asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+// one relaxed arrival on the barrier at shared::cluster address `bar` (map_rank): for a barrier that
+// says only that the arriving block is past its own reads of memory the waiting one will write, so
+// that nothing is published (a .release.cluster arrival compiles to MEMBAR.ALL.GPU first)
+__device__ __forceinline__ void mbar_arrive_cluster_relaxed(unsigned bar) {
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 // until this block's barrier has completed the phase of the given parity; acquires what the
 // arrivals released (Ordered false: acquires nothing, and so needs no L1 invalidation)
@@ -104,15 +98,3 @@ __device__ __forceinline__ void st_async(unsigned a, const float* v, unsigned ba
     }
 }
 
-// C consecutive floats (C = 2, 4, 8; 8 C-byte aligned) into another block's shared memory
-template <int C>
-__device__ __forceinline__ void st_cluster(unsigned a, const float* v) {
-    if constexpr (C == 2) {
-        asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(a), "f"(v[0]), "f"(v[1]) : "memory");
-    } else {
-#pragma unroll
-        for (int i = 0; i < C; i += 4)
-            asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(a + 4 * i), "f"(v[i]), "f"(v[i + 1]),
-                         "f"(v[i + 2]), "f"(v[i + 3]) : "memory");
-    }
-}

@@ -832,35 +832,6 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
 
 @gpu
-@pytest.mark.parametrize("names", [("ATTN_PUSH_ASYNC",), ("ATTN_PUSH_READY_RELAXED",),
-                                   ("ATTN_PUSH_ASYNC", "ATTN_PUSH_READY_RELAXED")], ids="+".join)
-@pytest.mark.parametrize("hq,hkv,d,lens", [(32, 8, 128, [600]), (9, 3, 64, [600, 65, 1000]), (4, 1, 256, [1000]),
-                                          (16, 8, 128, [2000, 7])])
-def test_stream_push_switches_give_the_same_bits(monkeypatch, names, hq, hkv, d, lens):
-    """attn_stream_kernel's pushed cluster merge built with its A/B switches (attn_mma_end.cuh:
-    partials sent by st.async and counted in bytes, a relaxed `ready`) against the default build:
-    the same partials merged in the same order, so the same output and codes bit for bit, at group
-    sizes 4, 3 and 2 and with splits that have no work."""
-    import cupy
-    rng = np.random.default_rng(hq + d + len(lens) + len(names))
-    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
-    wide = np.zeros((len(lens), 1024), np.int32)               # a graph's table: 16 splits, pushed
-    wide[:, :table.shape[1]] = table
-    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos)]
-
-    def run():
-        work = cupy.full(workspace_size(len(lens), hq, d), np.nan, dtype=cupy.float32)
-        res = ops.attention(*args, d ** -0.5, workspace=work, q8=True, kernel="stream")
-        return [cupy.asnumpy(a) for a in (res.x, res.q, res.d)]
-
-    want = run()
-    use_stream_defines(monkeypatch, names)
-    got = run()
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
-
-
-@gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_stream_positions_past_the_length(d):
     """attn_stream_kernel loads a token's first cells for the range ending at its own position

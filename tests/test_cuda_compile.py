@@ -150,22 +150,6 @@ def test_probe_stamps_compile(tmp_path: Path):
     assert_no_spills(kernels, "stamped kernels")
 
 
-@pytest.mark.parametrize("defines", [("ATTN_PUSH_ASYNC",), ("ATTN_PUSH_READY_RELAXED",),
-                                     ("ATTN_PUSH_ASYNC", "ATTN_PUSH_READY_RELAXED")], ids="+".join)
-def test_stream_push_switches_compile(defines, tmp_path: Path):
-    """attn_stream_kernel's A/B switches of the pushed merge (attn_mma_end.cuh; bench/ab_attention_model.py)
-    compile at every head dim, without spills."""
-    src = tmp_path / "push.cu"
-    src.write_text('#include "attention_stream.cu"\nvoid* glimmer_name_expressions[] = {\n'
-                   + "".join(f"    (void*)&attn_stream_kernel<{d}, {st}>,\n" for d, st in ((64, 3), (128, 3), (256, 2)))
-                   + "};\n")
-    rc, log = compile_cubin(src, tmp_path, defines=defines)
-    assert rc == 0, f"attention_stream.cu does not compile with {defines}:\n{log}"
-    kernels = ptxas_report(log)
-    assert len(kernels) == 3
-    assert_no_spills(kernels, f"attn_stream_kernel with {defines}")
-
-
 @pytest.mark.parametrize("module", ["norm", "activation", "gemv_kq", "embed"])
 def test_launch_log_compiles(module: str, tmp_path: Path):
     """The launch log in pdl_wait (cuda_src/pdl.cuh, for bench/probe_decode_stamps.py) compiles into
