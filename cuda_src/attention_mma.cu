@@ -108,7 +108,6 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     __shared__ int s_seq[M], s_lo[M], s_hi[M];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
 
-    ATTN_PREFETCH_L2();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mw = warp / KW, kw = warp % KW;
     const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;

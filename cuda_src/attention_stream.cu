@@ -90,7 +90,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     const u32 cell16 = (u32)(kv_heads * D / 8);
 
     STAMP(0);
-    ATTN_PREFETCH_L2();
     // Before pdl_wait: the step's upload only (tok_seq, tok_pos, seq_lens, the cell table)
     const int seq = tok_seq[t0], pos = tok_pos[t0];
     const int* crow = cell_table + (long long)seq * table_width;

@@ -72,7 +72,6 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
     unsigned char* sbase = smem_raw + (base - raw);
     const u32 sK = base, sV = base + STAGES * TILE;   // stage s of K at sK + s * TILE
-    ATTN_PREFETCH_L2();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;

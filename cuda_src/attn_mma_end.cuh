@@ -14,12 +14,10 @@
 #pragma once
 #include "attn_mma_ptx.cuh"
 #include "attn_split.cuh"
-#include "pdl.cuh"
 #include "stamps.cuh"
 
 // The argument list of both tensor-core kernels (attn_mma_kernel, attn_stream_kernel): attn_kernel's
-// plus `early` and the L2 prefetch ranges (pdl.cuh: prefetch_l2_share, issued by warp 0 of every block
-// before pdl_wait), so ops/attention.py launches either with the same arguments; ATTN_TC_TYPES is the
+// plus `early`, so ops/attention.py launches either with the same arguments; ATTN_TC_TYPES is the
 // same list as types, for the explicit instantiations.
 #define ATTN_TC_ARGS                                                                                         \
     float *__restrict__ out, float *__restrict__ part_acc, float *__restrict__ part_ml, int *__restrict__ counters, \
@@ -28,18 +26,11 @@
         const int *__restrict__ seq_lens, const int *__restrict__ tok_seq, const int *__restrict__ tok_pos,    \
         const unsigned char *__restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,      \
         int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,          \
-        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs, L2_PREFETCH_ARGS
+        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs
 #define ATTN_TC_TYPES                                                                                        \
     float*, float*, float*, int*, const float*, const unsigned short*, const unsigned short*, const int*,      \
         const int*, const int*, const int*, const unsigned char*, int, int, int, int, int, int, int, float, float, \
-        float, int*, float*, float*, L2_PREFETCH_TYPES
-
-// Warp 0 of every block of the launch, first thing (before any block returns): its share of the
-// L2 prefetch ranges (pdl.cuh)
-#define ATTN_PREFETCH_L2()                                                                                   \
-    if (threadIdx.x < 32)                                                                                    \
-    prefetch_l2_share((int)threadIdx.x, blockIdx.x + (long long)gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z), \
-                      (long long)gridDim.x * gridDim.y * gridDim.z, L2_PREFETCH_PASS)
+        float, int*, float*, float*
 
 namespace amma {
 
