@@ -187,14 +187,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         ++n_early;
     }
     STAMP(1);
-    // ATTN_RELEASE_AFTER_TILES (an A/B switch, bench/ab_attention_model.py): the next kernel (the o
-    // GEMV, whose early weight loads would queue beside this block's K/V copies) is let in only once
-    // every block's tiles are done, to overlap the block ends and the merge
-#ifdef ATTN_RELEASE_AFTER_TILES
-    pdl_wait_only();
-#else
     pdl_wait();
-#endif
     STAMP(2);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)
@@ -286,9 +279,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     }
     cp_wait<0>();                                     // the empty groups
     __syncthreads();                                  // every warp's copies have landed and been read
-#ifdef ATTN_RELEASE_AFTER_TILES
-    pdl_release();
-#endif
     STAMP(5);
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                              counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
