@@ -16,6 +16,12 @@ from .step import StepBatch
 from .weights import ModelWeights
 
 
+# A one-token step whose token asks for logits (one sequence's decode) has logit_rows [0]: the head
+# then reads the final norm's row and its int8 codes as they are, with no gather of rows and no
+# quantization of x of its own (bench/ab_head_input_model.py); False: the gather and quantize_x.
+HEAD_READS_NORM_CODES = True
+
+
 class Decoder:
     """forward(step, kv) -> logits for the step's logit rows; kv[layer] = (k_pool, v_pool).
 
@@ -29,6 +35,7 @@ class Decoder:
         cfg, w = self.cfg, self.w
         t = step.n_tokens
         x = ops.embed(w.embed, step.tokens, cfg.embed_scale)                     # x: (T, hidden)
+        whole = HEAD_READS_NORM_CODES and t == 1 and step.logit_rows.shape[0] == 1   # logit_rows [0]
         # q8: on the GPU, a norm or activation that feeds a matmul also makes the int8 form its
         # small-step GEMV reads (ops/q8.py); the NumPy path ignores it
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
@@ -51,10 +58,10 @@ class Decoder:
             if cfg.post_norms:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
-            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers))   # x += d
+            h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers) or whole)   # x += d
         if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
             return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
-        logits = w.head(h[step.logit_rows])                                      # (K, vocab) float32
+        logits = w.head(h if whole else h[step.logit_rows])                      # (K, vocab) float32
         if cfg.final_softcap:
             logits = ops.softcap(logits, cfg.final_softcap)
         return logits
