@@ -16,12 +16,6 @@ from .step import StepBatch
 from .weights import ModelWeights
 
 
-# A one-token step whose token asks for logits (one sequence's decode) has logit_rows [0]: the head
-# then reads the final norm's row and its int8 codes as they are, with no gather of rows and no
-# quantization of x of its own (bench/ab_head_input_model.py); False: the gather and quantize_x.
-HEAD_READS_NORM_CODES = True
-
-
 class Decoder:
     """forward(step, kv) -> logits for the step's logit rows; kv[layer] = (k_pool, v_pool).
 
@@ -35,7 +29,10 @@ class Decoder:
         cfg, w = self.cfg, self.w
         t = step.n_tokens
         x = ops.embed(w.embed, step.tokens, cfg.embed_scale)                     # x: (T, hidden)
-        whole = HEAD_READS_NORM_CODES and t == 1 and step.logit_rows.shape[0] == 1   # logit_rows [0]
+        # a one-token step whose token asks for logits (one sequence's decode) has logit_rows [0]: the
+        # head reads the final norm's row and its int8 codes as they are, with no gather of rows and no
+        # quantization of x of its own (SmolLM2's step -7 µs, bench/results/NOTES.md)
+        whole = t == 1 and step.logit_rows.shape[0] == 1
         # q8: on the GPU, a norm or activation that feeds a matmul also makes the int8 form its
         # small-step GEMV reads (ops/q8.py); the NumPy path ignores it
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
