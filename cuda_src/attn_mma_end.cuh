@@ -48,9 +48,9 @@ __host__ __device__ constexpr int attn_end_floats() { return KW * M * merge_stri
 // each block sends its rows' partials straight into rank 0's shared memory by st.async, where the
 // pulled merge (cluster_merge_row) would leave them in its own, each store counted in bytes on rank
 // 0's barrier `full`; rank 0 merges from its own shared memory. No cluster barrier after the
-// partials, none before exit, no remote load. Rank 0's area for them: [kPushSplits][kPushRows][D] partials, then [..][..][2] (max, sum),
-// after the warps' merge; a block writes there only once rank 0 has said it is past its K/V tiles
-// (the area lies in its stage buffers).
+// partials, none before exit, no remote load. Rank 0's area for them: [kPushSplits][kPushRows][D]
+// partials, then [..][..][2] (max, sum), after the warps' merge; a block writes there only once
+// rank 0 has said it is past its K/V tiles (the area lies in its stage buffers).
 constexpr int kPushRows = 4, kPushSplits = 16;
 template <int D, int M, int KW>
 __host__ __device__ constexpr int attn_push_floats() {

@@ -97,4 +97,3 @@ __device__ __forceinline__ void st_async(unsigned a, const float* v, unsigned ba
                          ::"r"(a + 4 * i), "f"(v[i]), "f"(v[i + 1]), "f"(v[i + 2]), "f"(v[i + 3]), "r"(bar) : "memory");
     }
 }
-
