@@ -365,3 +365,41 @@ def test_rows_host_path_is_the_parts_joined():
     x = rng.normal(0, 1, (3, 512)).astype(np.float32)
     want = np.concatenate([ops.quant_matmul(x, p) for p in parts], axis=-1)
     np.testing.assert_array_equal(ops.quant_matmul_rows(x, parts), want)
+
+
+@gpu
+@pytest.mark.parametrize("rows", [1, 2, 4, 8])
+@pytest.mark.parametrize("q", [QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("n,k", [(1027, 576), (515, 640), (77, 1536), (300, 32), (5, 4096)])
+def test_staged_gemv_is_gemv_dp4a_bit_for_bit(q, n, k, rows, monkeypatch):
+    """gemv_staged_kernel (each warp's rows copied into shared memory first) against gemv_dp4a_kernel,
+    bit for bit, at every R it is built for and M up to STAGED_MAX_M, with N not a multiple of a
+    block's rows and rows whose bytes start off a 16-byte boundary; and against float64."""
+    import cupy
+    from glimmer_cupy.ops import matmul
+    rng = np.random.default_rng(int(q) * 1000 + n + rows)
+    w = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.05))
+    w_ref, w_dev = w.dequantize(np.float64), w.to_device()
+    for m in range(1, matmul.STAGED_MAX_M + 1):
+        x = rng.normal(0, 1, (m, k)).astype(np.float32)
+        got = {}
+        for staged in (True, False):
+            monkeypatch.setattr(matmul, "STAGED_TYPES", frozenset({q}) if staged else frozenset())
+            monkeypatch.setattr(matmul, "STAGED_ROWS", (rows,))
+            out = cupy.full((m, n), np.nan, dtype=cupy.float32)
+            ops.quant_matmul(cupy.asarray(x), w_dev, out=out)
+            got[staged] = cupy.asnumpy(out)
+        np.testing.assert_array_equal(got[True], got[False], err_msg=f"{q.name} {n}x{k} M={m} R={rows}")
+        ref = x.astype(np.float64) @ w_ref.T
+        assert nmse(got[True], ref) < NMSE_BUDGET["gemv_dp4a"], (q.name, n, k, m, rows)
+
+
+def test_staged_rows_fit_a_warps_part():
+    """R is the most rows whose bytes fit a warp's part; a row that does not fit alone goes to gemv_dp4a
+    (0), so no launch asks for more than 48 KB of dynamic shared memory."""
+    from glimmer_cupy.ops.matmul import STAGED_WARP_BYTES, staged_rows, staged_smem
+    assert staged_rows(612) == 8 and staged_rows(680) == 4 and staged_rows(1632) == 2   # Q8_0 K = 576, 640, 1536
+    assert staged_rows(4352) == 1 and staged_rows(13056) == 0                           # K = 4096, 12288
+    for rb in range(2, STAGED_WARP_BYTES + 1, 2):
+        r = staged_rows(rb)
+        assert r >= 1 and r * rb <= STAGED_WARP_BYTES and staged_smem(r, rb) <= 48 << 10

@@ -142,6 +142,34 @@ KQ_OCC_WEIGHTS = 8 << 20            # weights: 0.6B's matrices (6.3M at most) ta
 KQ_M1_ROWS = {QType.Q6_K: 4}
 
 
+# gemv_dp4a's bucket on the small-block types: gemv_staged_kernel (gemv_staged.cu), each warp's R rows
+# copied into shared memory by coalesced 16-byte cp.async first, then gemv_dp4a's arithmetic (the same
+# bits), for these types up to STAGED_MAX_M rows of x. Not yet measured on a GPU (the LM heads of
+# SmolLM2 and Gemma 3 are Q8_0, K = 576 and 640); empty: every such matmul runs gemv_dp4a_kernel.
+STAGED_TYPES: frozenset[QType] = frozenset({QType.Q8_0})
+STAGED_KERNEL_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0)   # instances in gemv_staged.cu
+STAGED_MAX_M = 4
+STAGED_ROWS = (8, 4, 2, 1)          # R: rows a warp, the most whose bytes fit STAGED_WARP_BYTES
+STAGED_WARP_BYTES = 5120
+STAGED_WARPS = 4                    # kWarps in gemv_staged.cu
+
+
+def staged_rows(row_bytes: int) -> int:
+    """R for rows of row_bytes, or 0 where one row does not fit (gemv_dp4a_kernel serves them)."""
+    return next((r for r in STAGED_ROWS if r * row_bytes <= STAGED_WARP_BYTES), 0)
+
+
+def staged_smem(rows: int, row_bytes: int) -> int:
+    """gemv_staged_kernel's dynamic shared memory: staged_bytes a warp (gemv_staged.cu)."""
+    return STAGED_WARPS * ((rows * row_bytes + 16 + 15) // 16 * 16)
+
+
+@cache
+def _staged_kernel(trait: str, m: int, rows: int):
+    exprs = tuple(f"gemv_staged_kernel<gguf::{trait}, {i}, {r}>" for i in range(1, STAGED_MAX_M + 1) for r in STAGED_ROWS)
+    return get_kernel("gemv_staged", f"gemv_staged_kernel<gguf::{trait}, {m}, {rows}>", name_expressions=exprs)
+
+
 def kq_rows(m: int, qtype: QType | None = None) -> int:
     if m == 1 and qtype in KQ_M1_ROWS:
         return KQ_M1_ROWS[qtype]
@@ -456,6 +484,13 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
+            return out
+        rows = staged_rows(int(row_bytes)) if w.qtype in STAGED_TYPES and m <= STAGED_MAX_M else 0
+        if rows:
+            per_block = rows * STAGED_WARPS
+            _staged_kernel(t, m, rows)(((n + per_block - 1) // per_block,), (32 * STAGED_WARPS,),
+                                       (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
+                                       shared_mem=staged_smem(rows, int(row_bytes)))
             return out
         _kernel(t, f"gemv_dp4a_kernel<gguf::{t}, {m}>")(
             ((n + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32, ROWS_PER_BLOCK),
