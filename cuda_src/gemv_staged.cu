@@ -11,10 +11,13 @@
 // part of shared memory with 16-byte cp.async, coalesced, before it waits for the kernel before it
 // (weights are no kernel's output, pdl.cuh), then every lane computes its blocks from shared memory
 // exactly as gemv_dp4a does from global memory (Dot<QT>::load, the same dp4a and float sums in the
-// same order: the same bits), and the warp adds its lanes' sums for each row.
+// same order: the same bits; Q8_0's blocks by aligned 32-bit loads, load_q8_0), and the warp adds its
+// lanes' sums for each row.
 //
 // gemv_staged_kernel<QT, M, R>  grid=(ceil(N / (kWarps R)),) block=(32 kWarps,)
 //   dynamic shared memory kWarps * staged_bytes(R, row_bytes) (ops/matmul.py: staged_smem)
+#include <type_traits>
+
 #include "attn_mma_ptx.cuh"
 #include "pdl.cuh"
 #include "quant_dot.cuh"
@@ -27,6 +30,23 @@ constexpr int kWarps = 4;
 // 16-byte boundary at or below the rows), rounded up to 16
 __host__ __device__ constexpr long long staged_bytes(int rows, long long row_bytes) {
     return (rows * row_bytes + 16 + 15) / 16 * 16;
+}
+
+// A Q8_0 block from shared memory at a 2-byte boundary b: nine aligned 32-bit loads from the word at or
+// below b (the last may reach 2 bytes past the block, never used) and each code word shifted out of
+// two of them, where Dot<Q8_0>::load makes 17 16-bit loads.
+// Lanes alternate between the two alignments (blocks are 34 bytes), so the choice is a select, not a
+// branch. The same codes and scale, so the same sums.
+__device__ __forceinline__ void load_q8_0(const unsigned char* b, int (&w)[8], float& d) {
+    const unsigned off = (unsigned)__cvta_generic_to_shared(b) & 2u;   // 0: b on a word; 2: b half-way
+    const unsigned* base = reinterpret_cast<const unsigned*>(b - off);
+    unsigned v[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) v[i] = base[i];
+    // codes from byte b + 2: word 0 bits 16.. (off 0) or word 1 (off 2)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = (int)(off ? v[i + 1] : __funnelshift_r(v[i], v[i + 1], 16));
+    d = gguf::half_to_float((unsigned short)(off ? v[0] >> 16 : v[0] & 0xFFFFu));
 }
 
 }  // namespace gstaged
@@ -67,7 +87,13 @@ gemv_staged_kernel(float* __restrict__ y, const int* __restrict__ xq, const floa
         for (int s = lane; s < nsub; s += 32) {
             int wv[8];
             float d0, d1, mw;
-            gguf::Dot<QT>::load(srow, s, wv, d0, d1, mw);
+            if constexpr (std::is_same_v<QT, gguf::Q8_0>) {
+                load_q8_0(srow + 34 * s, wv, d0);
+                d1 = d0;
+                mw = 0.f;
+            } else {
+                gguf::Dot<QT>::load(srow, s, wv, d0, d1, mw);
+            }
 #pragma unroll
             for (int m = 0; m < M; ++m) {
                 const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
