@@ -16,7 +16,6 @@
 //
 // gemv_staged_kernel<QT, M, R>  grid=(ceil(N / (kWarps R)),) block=(32 kWarps,)
 //   dynamic shared memory kWarps * staged_bytes(R, row_bytes) (ops/matmul.py: staged_smem)
-#include <type_traits>
 
 #include "attn_mma_ptx.cuh"
 #include "pdl.cuh"
@@ -87,7 +86,7 @@ gemv_staged_kernel(float* __restrict__ y, const int* __restrict__ xq, const floa
         for (int s = lane; s < nsub; s += 32) {
             int wv[8];
             float d0, d1, mw;
-            if constexpr (std::is_same_v<QT, gguf::Q8_0>) {
+            if constexpr (QT::kType == gguf::Q8_0::kType) {
                 load_q8_0(srow + 34 * s, wv, d0);
                 d1 = d0;
                 mw = 0.f;
