@@ -144,8 +144,10 @@ KQ_M1_ROWS = {QType.Q6_K: 4}
 
 # gemv_dp4a's bucket on the small-block types: gemv_staged_kernel (gemv_staged.cu), each warp's R rows
 # copied into shared memory by coalesced 16-byte cp.async first, then gemv_dp4a's arithmetic (the same
-# bits), for these types up to STAGED_MAX_M rows of x. Not yet measured on a GPU (the LM heads of
-# SmolLM2 and Gemma 3 are Q8_0, K = 576 and 640); empty: every such matmul runs gemv_dp4a_kernel.
+# bits), for these types up to STAGED_MAX_M rows of x; empty: every such matmul runs gemv_dp4a_kernel.
+# Q8_0 at M = 1 (bench/results/quant_matmul_staged_8d72a75.md): 262144x640 (Gemma 3's head) 51.3 us
+# against 81.5, 49152x576 (SmolLM2's) 14.5 against 16.9. Q4_0 / Q4_1 / Q5_0 staged made both real
+# models' steps slower (SmolLM2 +165 us, ab_gemv_staged_smollm2_8d72a75.json), so they stay off.
 STAGED_TYPES: frozenset[QType] = frozenset({QType.Q8_0})
 STAGED_KERNEL_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0)   # instances in gemv_staged.cu
 STAGED_MAX_M = 4
