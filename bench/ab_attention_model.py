@@ -16,8 +16,6 @@ Arms:
               before the thirty-second session; stream_early True)
   no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
   depth 2 early  both of depth 2 and early
-  release after q  the o GEMV let in once every block's q rows are in shared memory (and its first
-              tiles' copies issued), not at the wait (ATTN_RELEASE_AFTER_Q)
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -36,13 +34,6 @@ attention = importlib.import_module("glimmer_cupy.ops.attention")   # the module
 
 RULE = attention.stream_splits
 CLUSTER_CAP = attention.stream_cluster_cap
-STREAM_KERNEL = attention._stream_kernel
-
-
-def stream_built_with(*names: str):
-    """attn_stream_kernel from attention_stream.cu built with these switches."""
-    defines = tuple((n, 1) for n in sorted(names))
-    return lambda d, stages: STREAM_KERNEL(d, stages, defines)
 
 
 def splits_scaled(factor: float):
@@ -70,7 +61,6 @@ ARMS = {
     "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
     "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
                       (attention, "stream_early"): lambda d: True},
-    "release after q": {(attention, "_stream_kernel"): stream_built_with("ATTN_RELEASE_AFTER_Q")},
 }
 
 if __name__ == "__main__":

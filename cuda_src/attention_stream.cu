@@ -187,15 +187,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         ++n_early;
     }
     STAMP(1);
-    // ATTN_RELEASE_AFTER_Q (an A/B switch, bench/ab_attention_model.py): the next kernel (the o GEMV,
-    // whose blocks load all their weights before they wait) is let in once this block's q rows are in
-    // shared memory and its first tiles' copies issued, not at the wait, so that its burst of weight
-    // loads queues behind q's and the K/V copies instead of beside them
-#ifdef ATTN_RELEASE_AFTER_Q
-    pdl_wait_only();
-#else
     pdl_wait();
-#endif
     STAMP(2);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s)
@@ -215,9 +207,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         }
     }
     __syncthreads();
-#ifdef ATTN_RELEASE_AFTER_Q
-    pdl_release();
-#endif
     STAMP(3);
 
     const unsigned char* rvis = masked ? visible + (long long)t0 * table_width : nullptr;

@@ -857,25 +857,6 @@ def test_decode_graph_with_pdl_reads_the_new_rows(hq, hkv, d, kernel_):
     cells start as NaN) must still come from after prepare_qkv_. Sequence 0 has two tokens in the
     step (positions p and p + 1: the second reads the first's new row), sequence 1 one; the
     result must equal eager attention over the pools the graph left."""
-    got, ref = decode_graph_with_pdl(hq, hkv, d, kernel_)
-    assert_close(got, ref, (hq, d, kernel_), kernel_)
-
-
-@gpu
-@pytest.mark.parametrize("hq,hkv,d", [(32, 8, 128), (9, 3, 64)])
-def test_stream_release_after_q_gives_the_same_bits(monkeypatch, hq, hkv, d):
-    """attn_stream_kernel built with ATTN_RELEASE_AFTER_Q (the next kernel let in once q is in shared
-    memory, not at the wait) in the PDL graph of the test above: the same output bit for bit."""
-    plain, _ = decode_graph_with_pdl(hq, hkv, d, "stream")
-    with monkeypatch.context() as m:
-        use_stream_defines(m, ["ATTN_RELEASE_AFTER_Q"])
-        late, ref = decode_graph_with_pdl(hq, hkv, d, "stream")
-    np.testing.assert_array_equal(late, plain)
-    assert_close(late, ref, (hq, d, "release after q"), "stream")
-
-
-def decode_graph_with_pdl(hq, hkv, d, kernel_):
-    """(attention's output, the reference's) for test_decode_graph_with_pdl_reads_the_new_rows's step."""
     import cupy
     from glimmer_cupy.kernels.launch import overlapped
     rng = np.random.default_rng(hq + d)
@@ -914,7 +895,7 @@ def decode_graph_with_pdl(hq, hkv, d, kernel_):
     got = cupy.asnumpy(out)
     ref = ref_attention(cupy.asnumpy(qd), bf16_float(cupy.asnumpy(kd)), bf16_float(cupy.asnumpy(vd)), wide,
                         seq_lens, tok_seq, tok_pos, d ** -0.5)
-    return got, ref
+    assert_close(got, ref, (hq, d, kernel_), kernel_)
 
 
 def test_mma_cluster_rule_cpu():
