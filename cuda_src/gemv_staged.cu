@@ -10,9 +10,8 @@
 // Here a warp copies the R consecutive rows it computes (R * row_bytes contiguous bytes) into its own
 // part of shared memory with 16-byte cp.async, coalesced, before it waits for the kernel before it
 // (weights are no kernel's output, pdl.cuh), then every lane computes its blocks from shared memory
-// exactly as gemv_dp4a does from global memory (Dot<QT>::load, the same dp4a and float sums in the
-// same order: the same bits; Q8_0's blocks by aligned 32-bit loads, load_q8_0), and the warp adds its
-// lanes' sums for each row.
+// exactly as gemv_dp4a does from global memory (Dot<QT>::load, then quant_dot.cuh's dp4a_sub_block and
+// store_row_sums: the same bits; Q8_0's blocks by aligned 32-bit loads, load_q8_0).
 //
 // gemv_staged_kernel<QT, M, R>  grid=(ceil(N / (kWarps R)),) block=(32 kWarps,)
 //   dynamic shared memory kWarps * staged_bytes(R, row_bytes) (ops/matmul.py: staged_smem)
@@ -93,32 +92,11 @@ gemv_staged_kernel(float* __restrict__ y, const int* __restrict__ xq, const floa
             } else {
                 gguf::Dot<QT>::load(srow, s, wv, d0, d1, mw);
             }
-#pragma unroll
-            for (int m = 0; m < M; ++m) {
-                const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
-                const int4 a = xp[0], b = xp[1];
-                int s0 = __dp4a(wv[0], a.x, 0);
-                s0 = __dp4a(wv[1], a.y, s0);
-                s0 = __dp4a(wv[2], a.z, s0);
-                s0 = __dp4a(wv[3], a.w, s0);
-                int s1 = __dp4a(wv[4], b.x, 0);
-                s1 = __dp4a(wv[5], b.y, s1);
-                s1 = __dp4a(wv[6], b.z, s1);
-                s1 = __dp4a(wv[7], b.w, s1);
-                const long long xi = (long long)m * nsub + s;
-                acc[r][m] = fmaf(xd[xi], d0 * (float)s0 + d1 * (float)s1, fmaf(mw, xs[xi], acc[r][m]));
-            }
+            dp4a_sub_block<M>(acc[r], wv, d0, d1, mw, s, xq, xd, xs, k, nsub);
         }
     }
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            float a = acc[r][m];
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
-            if (lane == 0 && r < rows) y[(long long)m * n + row0 + r] = a;
-        }
+    for (int r = 0; r < R; ++r) store_row_sums<M>(y, acc[r], n, row0 + r, lane, r < rows);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -140,3 +140,40 @@ template <> struct Dot<Q6_K> {
 };
 
 }  // namespace gguf
+
+// acc[m] += the dot product of a row's sub-block s (its codes wv and map d0, d1, mw, as Dot<QT>::load
+// gives them) with sub-block s of row m of x, for every row m of x: eight dp4a and one float fma
+// per 32 values (gemv_dp4a_kernel, gemv_staged_kernel).
+template <int M>
+__device__ __forceinline__ void dp4a_sub_block(float* acc, const int (&wv)[8], float d0, float d1, float mw, int s,
+                                               const int* xq, const float* xd, const float* xs, int k, int nsub) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
+        const int4 a = xp[0], b = xp[1];
+        int s0 = __dp4a(wv[0], a.x, 0);
+        s0 = __dp4a(wv[1], a.y, s0);
+        s0 = __dp4a(wv[2], a.z, s0);
+        s0 = __dp4a(wv[3], a.w, s0);
+        int s1 = __dp4a(wv[4], b.x, 0);
+        s1 = __dp4a(wv[5], b.y, s1);
+        s1 = __dp4a(wv[6], b.z, s1);
+        s1 = __dp4a(wv[7], b.w, s1);
+        const long long xi = (long long)m * nsub + s;
+        acc[m] = fmaf(xd[xi], d0 * (float)s0 + d1 * (float)s1, fmaf(mw, xs[xi], acc[m]));
+    }
+}
+
+// y[m, row] = the warp's sum of acc[m], for every row m of x; stored only when `on` (every lane
+// still takes part in the sums: a row past N is summed and dropped)
+template <int M>
+__device__ __forceinline__ void store_row_sums(float* __restrict__ y, const float* acc, int n, int row, int lane,
+                                               bool on = true) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        float a = acc[m];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0 && on) y[(long long)m * n + row] = a;
+    }
+}

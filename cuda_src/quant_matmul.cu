@@ -24,18 +24,6 @@
 constexpr int kRowsPerBlock = 4;
 typedef unsigned int u32;
 
-// y[m, row] = the warp's sum of acc[m], for every row m of x.
-template <int M>
-__device__ __forceinline__ void store_row_sums(float* __restrict__ y, const float* acc, int n, int row, int lane) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-        float a = acc[m];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
-        if (lane == 0) y[(long long)m * n + row] = a;
-    }
-}
-
 // No __launch_bounds__: with it ptxas spills a register in a few K-quant instances (Q2_K, Q6_K
 // at M = 6, 7) to chase occupancy; without it they fit in 72-92 registers, 5 blocks per SM.
 template <class QT, int M>
@@ -173,22 +161,7 @@ __device__ __forceinline__ void dp4a_pass(float* acc, const int (&wv)[2][8], con
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
         if (u == 1 && !two) break;
-        const int s = s0 + 32 * u;
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const int4* xp = reinterpret_cast<const int4*>(xq + ((long long)m * k + 32 * s) / 4);
-            const int4 a = xp[0], b = xp[1];
-            int s0_ = __dp4a(wv[u][0], a.x, 0);
-            s0_ = __dp4a(wv[u][1], a.y, s0_);
-            s0_ = __dp4a(wv[u][2], a.z, s0_);
-            s0_ = __dp4a(wv[u][3], a.w, s0_);
-            int s1_ = __dp4a(wv[u][4], b.x, 0);
-            s1_ = __dp4a(wv[u][5], b.y, s1_);
-            s1_ = __dp4a(wv[u][6], b.z, s1_);
-            s1_ = __dp4a(wv[u][7], b.w, s1_);
-            const long long xi = (long long)m * nsub + s;
-            acc[m] = fmaf(xd[xi], d0[u] * (float)s0_ + d1[u] * (float)s1_, fmaf(mw[u], xs[xi], acc[m]));
-        }
+        dp4a_sub_block<M>(acc, wv[u], d0[u], d1[u], mw[u], s0 + 32 * u, xq, xd, xs, k, nsub);
     }
 }
 
