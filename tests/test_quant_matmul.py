@@ -380,7 +380,8 @@ def test_staged_gemv_is_gemv_dp4a_bit_for_bit(q, n, k, rows, monkeypatch):
     rng = np.random.default_rng(int(q) * 1000 + n + rows)
     w = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.05))
     row_bytes = w.data.nbytes // n
-    if rows * row_bytes > matmul.STAGED_WARP_BYTES:            # both sides would be gemv_dp4a
+    monkeypatch.setattr(matmul, "STAGED_ROWS", (rows,))
+    if not matmul.staged_rows(row_bytes):                      # both sides would be gemv_dp4a
         pytest.skip(f"{rows} rows of {row_bytes} bytes exceed a warp's part; gemv_dp4a_kernel serves them")
     w_ref, w_dev = w.dequantize(np.float64), w.to_device()
     for m in range(1, matmul.STAGED_MAX_M + 1):
@@ -388,7 +389,6 @@ def test_staged_gemv_is_gemv_dp4a_bit_for_bit(q, n, k, rows, monkeypatch):
         got = {}
         for staged in (True, False):
             monkeypatch.setattr(matmul, "STAGED_TYPES", frozenset({q}) if staged else frozenset())
-            monkeypatch.setattr(matmul, "STAGED_ROWS", (rows,))
             out = cupy.full((m, n), np.nan, dtype=cupy.float32)
             ops.quant_matmul(cupy.asarray(x), w_dev, out=out)
             got[staged] = cupy.asnumpy(out)

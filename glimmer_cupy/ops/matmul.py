@@ -151,7 +151,8 @@ KQ_M1_ROWS = {QType.Q6_K: 4}
 STAGED_TYPES: frozenset[QType] = frozenset({QType.Q8_0})
 STAGED_KERNEL_TYPES = (QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0)   # instances in gemv_staged.cu
 STAGED_MAX_M = 4
-STAGED_ROWS = (8, 4, 2, 1)          # R: rows a warp, the most whose bytes fit STAGED_WARP_BYTES
+STAGED_KERNEL_ROWS = (8, 4, 2, 1)   # R instances in gemv_staged.cu
+STAGED_ROWS = STAGED_KERNEL_ROWS    # R: rows a warp, the most whose bytes fit STAGED_WARP_BYTES
 STAGED_WARP_BYTES = 5120
 STAGED_WARPS = 4                    # kWarps in gemv_staged.cu
 
@@ -168,7 +169,8 @@ def staged_smem(rows: int, row_bytes: int) -> int:
 
 @cache
 def _staged_kernel(trait: str, m: int, rows: int):
-    exprs = tuple(f"gemv_staged_kernel<gguf::{trait}, {i}, {r}>" for i in range(1, STAGED_MAX_M + 1) for r in STAGED_ROWS)
+    exprs = tuple(f"gemv_staged_kernel<gguf::{trait}, {i}, {r}>" for i in range(1, STAGED_MAX_M + 1)
+                  for r in STAGED_KERNEL_ROWS)
     return get_kernel("gemv_staged", f"gemv_staged_kernel<gguf::{trait}, {m}, {rows}>", name_expressions=exprs)
 
 
