@@ -174,6 +174,51 @@ def _staged_kernel(trait: str, m: int, rows: int):
     return get_kernel("gemv_staged", f"gemv_staged_kernel<gguf::{trait}, {m}, {rows}>", name_expressions=exprs)
 
 
+# gemv_kq's Q4_K matrices at few rows whose bytes fit the SMs' shared memory: gemv_kq_staged_kernel
+# (gemv_kq_staged.cu), each block's T row sets of 2 rows copied into shared memory before its wait,
+# then gemv_kq's arithmetic at 4 warps a row set (so the same bits as gemv_kq at (2, 4)). gemv_kq
+# itself holds 9 blocks an SM (55 registers) with one super-block each in flight before the wait:
+# 58% of Qwen3-8B's o projection (2,048 blocks), the rest asked for after the first blocks leave.
+# T is the fewest row sets a block for which every block of the launch is resident at once.
+KQ_STAGED_TYPES: frozenset[QType] = frozenset({QType.Q4_K})
+KQ_STAGED_KERNEL_SETS = {1: (2, 4, 8, 16), 2: (2, 4, 8)}   # M -> T instances in gemv_kq_staged.cu
+KQ_STAGED_SETS = KQ_STAGED_KERNEL_SETS              # the T tried, fewest first
+KQ_STAGED_MIN_WEIGHTS = KQ_OCC_WEIGHTS + 1          # smaller ones (0.6B's) keep the launch-bound gemv_kq
+KQ_STAGED_WARPS = 4                                 # kWarps in gemv_kq_staged.cu
+
+
+def kq_staged_smem(sets: int, row_bytes: int) -> int:
+    return 2 * sets * row_bytes
+
+
+@cache
+def _kq_staged_kernel(m: int, sets: int):
+    exprs = tuple(f"gemv_kq_staged_kernel<gguf::Q4_K, {i}, 2, {t}>" for i, ts in KQ_STAGED_KERNEL_SETS.items()
+                  for t in ts)
+    return get_kernel("gemv_kq_staged", f"gemv_kq_staged_kernel<gguf::Q4_K, {m}, 2, {sets}>", name_expressions=exprs)
+
+
+@cache
+def _kq_staged_resident(m: int, sets: int, row_bytes: int) -> int:
+    """Blocks of gemv_kq_staged_kernel<Q4_K, m, 2, sets> an SM holds at once (the driver's count)."""
+    from cupy_backends.cuda.api import driver
+    kern = _kq_staged_kernel(m, sets)
+    smem = kq_staged_smem(sets, row_bytes)
+    kern.fn.max_dynamic_shared_size_bytes = max(smem, kern.fn.max_dynamic_shared_size_bytes)
+    kern.fn.preferred_shared_memory_carveout = 100
+    return driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.fn.ptr, 32 * KQ_STAGED_WARPS, smem)
+
+
+def kq_staged_sets(m: int, n: int, k: int, qtype: QType, row_bytes: int) -> int:
+    """T for gemv_kq_staged_kernel, or 0 where gemv_kq serves the matrix: the fewest row sets a block
+    with which one wave holds the whole launch."""
+    if (qtype not in KQ_STAGED_TYPES or m not in KQ_STAGED_SETS or n * k < KQ_STAGED_MIN_WEIGHTS
+            or kq_config(m, n, k, qtype) != (2, KQ_STAGED_WARPS)):
+        return 0
+    sms = sm_count()
+    return next((t for t in KQ_STAGED_SETS[m] if -(-n // (2 * t)) <= sms * _kq_staged_resident(m, t, row_bytes)), 0)
+
+
 def kq_rows(m: int, qtype: QType | None = None) -> int:
     if m == 1 and qtype in KQ_M1_ROWS:
         return KQ_M1_ROWS[qtype]
@@ -483,6 +528,12 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
                                       shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
             return out
         if b == "gemv_kq":
+            sets = kq_staged_sets(m, n, k, w.qtype, int(row_bytes))
+            if sets:
+                _kq_staged_kernel(m, sets)((-(-n // (2 * sets)),), (32 * KQ_STAGED_WARPS,),
+                                           (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
+                                           shared_mem=kq_staged_smem(sets, int(row_bytes)))
+                return out
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
             _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(

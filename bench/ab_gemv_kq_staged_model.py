@@ -1,0 +1,40 @@
+"""gemv_kq's Q4_K matrices staged in shared memory before the wait (ops/matmul.py: KQ_STAGED_TYPES,
+gemv_kq_staged.cu) against gemv_kq_kernel, in a model's own decode step
+(glimmer_cupy/benchmarks/model_ab.py). On Qwen3-8B the rule stages o (4096x4096) on every layer and
+q|k|v (6144x4096) where v is Q4_K; on 0.6B nothing (its matrices keep the launch-bound gemv_kq).
+
+Arms:
+  gemv_kq        every Q4_K matrix on gemv_kq_kernel
+  staged         the library's rule: the fewest row sets a block that fit one wave
+  staged T>=4    at least 4 row sets (8 rows) a block: fewer, larger blocks
+  staged T>=8    at least 8
+
+    PYTHONPATH=$PWD python3 bench/ab_gemv_kq_staged_model.py --synthetic qwen3-8b [--out FILE]
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
+
+matmul = importlib.import_module("glimmer_cupy.ops.matmul")
+
+
+def at_least(t: int) -> dict:
+    return {m: tuple(s for s in ts if s >= t) for m, ts in matmul.KQ_STAGED_KERNEL_SETS.items()}
+
+
+ARMS = {
+    "gemv_kq": {(matmul, "KQ_STAGED_TYPES"): frozenset()},
+    "staged": {},
+    "staged T>=4": {(matmul, "KQ_STAGED_SETS"): at_least(4)},
+    "staged T>=8": {(matmul, "KQ_STAGED_SETS"): at_least(8)},
+}
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, ARMS))
