@@ -1,13 +1,15 @@
 """gemv_kq's Q4_K matrices staged in shared memory before the wait (ops/matmul.py: KQ_STAGED_TYPES,
 gemv_kq_staged.cu) against gemv_kq_kernel, in a model's own decode step
 (glimmer_cupy/benchmarks/model_ab.py). On Qwen3-8B the rule stages o (4096x4096) on every layer and
-q|k|v (6144x4096) where v is Q4_K; on 0.6B nothing (its matrices keep the launch-bound gemv_kq).
+q|k|v (6144x4096) where v is Q4_K and, where it fits one wave, the Q4_K
+down projection (4096x12288, 28 MB); on 0.6B nothing (its matrices keep the launch-bound gemv_kq).
 
 Arms:
   gemv_kq        every Q4_K matrix on gemv_kq_kernel
   staged         the library's rule: the fewest row sets a block that fit one wave
   staged T>=4    at least 4 row sets (8 rows) a block: fewer, larger blocks
   staged T>=8    at least 8
+  staged <=16MB  matrices of at most 16 MB only (o and q|k|v, not the 28 MB Q4_K down projection)
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_staged_model.py --synthetic qwen3-8b [--out FILE]
 """
@@ -34,6 +36,7 @@ ARMS = {
     "staged": {},
     "staged T>=4": {(matmul, "KQ_STAGED_SETS"): at_least(4)},
     "staged T>=8": {(matmul, "KQ_STAGED_SETS"): at_least(8)},
+    "staged <=16MB": {(matmul, "KQ_STAGED_MAX_BYTES"): 16 << 20},
 }
 
 if __name__ == "__main__":

@@ -184,6 +184,7 @@ KQ_STAGED_TYPES: frozenset[QType] = frozenset({QType.Q4_K})
 KQ_STAGED_KERNEL_SETS = {1: (2, 4, 8, 16), 2: (2, 4, 8)}   # M -> T instances in gemv_kq_staged.cu
 KQ_STAGED_SETS = KQ_STAGED_KERNEL_SETS              # the T tried, fewest first
 KQ_STAGED_MIN_WEIGHTS = KQ_OCC_WEIGHTS + 1          # smaller ones (0.6B's) keep the launch-bound gemv_kq
+KQ_STAGED_MAX_BYTES = 1 << 40                       # a cap on the matrix's bytes (none: one wave decides)
 KQ_STAGED_WARPS = 4                                 # kWarps in gemv_kq_staged.cu
 
 
@@ -213,6 +214,7 @@ def kq_staged_sets(m: int, n: int, k: int, qtype: QType, row_bytes: int) -> int:
     """T for gemv_kq_staged_kernel, or 0 where gemv_kq serves the matrix: the fewest row sets a block
     with which one wave holds the whole launch."""
     if (qtype not in KQ_STAGED_TYPES or m not in KQ_STAGED_SETS or n * k < KQ_STAGED_MIN_WEIGHTS
+            or n * row_bytes > KQ_STAGED_MAX_BYTES
             or kq_config(m, n, k, qtype) != (2, KQ_STAGED_WARPS)):
         return 0
     sms = sm_count()
