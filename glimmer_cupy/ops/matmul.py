@@ -207,7 +207,7 @@ def _kq_staged_resident(m: int, sets: int, row_bytes: int) -> int:
     smem = kq_staged_smem(sets, row_bytes)
     kern.fn.max_dynamic_shared_size_bytes = max(smem, kern.fn.max_dynamic_shared_size_bytes)
     kern.fn.preferred_shared_memory_carveout = 100
-    return driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.fn.ptr, 32 * KQ_STAGED_WARPS, smem)
+    return driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.fn.kernel.ptr, 32 * KQ_STAGED_WARPS, smem)
 
 
 def kq_staged_sets(m: int, n: int, k: int, qtype: QType, row_bytes: int) -> int:
