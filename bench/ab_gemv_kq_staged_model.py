@@ -10,6 +10,8 @@ Arms:
   staged T>=4    at least 4 row sets (8 rows) a block: fewer, larger blocks
   staged T>=8    at least 8
   staged <=16MB  matrices of at most 16 MB only (o and q|k|v, not the 28 MB Q4_K down projection)
+  early N        N KB an SM copied before the wait (the library's KQ_STAGED_EARLY_SM_BYTES otherwise);
+                 all: every byte
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_staged_model.py --synthetic qwen3-8b [--out FILE]
 """
@@ -37,6 +39,10 @@ ARMS = {
     "staged T>=4": {(matmul, "KQ_STAGED_SETS"): at_least(4)},
     "staged T>=8": {(matmul, "KQ_STAGED_SETS"): at_least(8)},
     "staged <=16MB": {(matmul, "KQ_STAGED_MAX_BYTES"): 16 << 20},
+    "early 0": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 0},
+    "early 16": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 16 << 10},
+    "early 64": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 64 << 10},
+    "early all": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 1 << 30},
 }
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@
 // o projection (4096x4096 Q4_K, 9.4 MB, 2,048 blocks of 2 rows) 58% of the bytes are in flight
 // when attention completes and the rest is asked for by blocks that start after the first ones
 // leave, a second round trip to DRAM on the step's critical path. Here a block copies the bytes of
-// its T row sets (T * R contiguous rows) into shared memory by 16-byte cp.async before pdl_wait, so a
-// matrix of up to ~20 MB (132 SMs' shared memory) is all on its way before the kernel before it
-// completes; after the wait only x's codes come from L2.
+// its T row sets (T * R contiguous rows) into shared memory by 16-byte cp.async, the first `early`
+// 16-byte pieces before pdl_wait and the rest right after it, all blocks of the launch resident
+// at once (a matrix of up to ~20 MB: 132 SMs' shared memory), so every byte is asked for by the
+// time the kernel before it completes, none by a block that starts after another leaves.
 // The arithmetic is gemv_kq_body<QT, M, R, 4>'s, row set by row set: lane group g of warp w takes
 // super-blocks g + 4w, g + 4w + 16, ... of each row, the 32 lanes' shares are added by the same
 // butterfly and the four warps' sums in warp order, so the bits are gemv_kq_kernel<QT, M, R, 4>'s.
@@ -27,21 +28,25 @@ template <class QT, int M, int R, int T>
 __global__ void __launch_bounds__(32 * kqstaged::kWarps)
 gemv_kq_staged_kernel(float* __restrict__ y, const int* __restrict__ xq, const float* __restrict__ xd,
                       const float* __restrict__ xs, const unsigned char* __restrict__ w, int n, int k,
-                      long long row_bytes) {
+                      long long row_bytes, int early) {
     using namespace kqstaged;
     typedef gguf::Lanes<QT> L;
     extern __shared__ __align__(16) unsigned char staged[];
     const int wib = threadIdx.x >> 5, lane = threadIdx.x & 31, part = lane & 7;
     const int row0 = blockIdx.x * T * R;
     const int rows = min(T * R, n - row0);             // this block's rows (none past n)
-    {   // rows [row0, row0 + rows): row_bytes is a multiple of 16 (144 a super-block), W 16-byte aligned
-        const unsigned char* src = w + (long long)row0 * row_bytes;
-        const int pieces = (int)(rows * row_bytes >> 4);
-        for (int p = threadIdx.x; p < pieces; p += 32 * kWarps)
-            amma::cp_async16(amma::smem_u32(staged + 16 * p), src + 16ll * p, 16);
-        amma::cp_commit();
-    }
+    // rows [row0, row0 + rows): row_bytes is a multiple of 16 (144 a super-block), W 16-byte aligned.
+    // The first `early` 16-byte pieces before the wait, the rest after it: every piece in flight
+    // on an SM waits in line before the loads of the kernel still running there
+    const unsigned char* src = w + (long long)row0 * row_bytes;
+    const int pieces = (int)(rows * row_bytes >> 4), first = min(early, pieces);
+    for (int p = threadIdx.x; p < first; p += 32 * kWarps)
+        amma::cp_async16(amma::smem_u32(staged + 16 * p), src + 16ll * p, 16);
+    amma::cp_commit();
     pdl_wait();                         // the weights are no kernel's output: copied before it
+    for (int p = first + threadIdx.x; p < pieces; p += 32 * kWarps)
+        amma::cp_async16(amma::smem_u32(staged + 16 * p), src + 16ll * p, 16);
+    amma::cp_commit();
     const int nsb = k >> 8, nsub = k >> 5;
     float acc[T][R][M];
 #pragma unroll
@@ -98,7 +103,7 @@ gemv_kq_staged_kernel(float* __restrict__ y, const int* __restrict__ xq, const f
 
 #ifdef GLIMMER_INSTANTIATE
 #define KQ_STAGED(M, T) template __global__ void gemv_kq_staged_kernel<gguf::Q4_K, M, 2, T>( \
-    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long);
+    float*, const int*, const float*, const float*, const unsigned char*, int, int, long long, int);
 KQ_STAGED(1, 2) KQ_STAGED(1, 4) KQ_STAGED(1, 8) KQ_STAGED(1, 16)
 KQ_STAGED(2, 2) KQ_STAGED(2, 4) KQ_STAGED(2, 8)
 #endif

@@ -186,6 +186,11 @@ KQ_STAGED_SETS = KQ_STAGED_KERNEL_SETS              # the T tried, fewest first
 KQ_STAGED_MIN_WEIGHTS = KQ_OCC_WEIGHTS + 1          # smaller ones (0.6B's) keep the launch-bound gemv_kq
 KQ_STAGED_MAX_BYTES = 1 << 40                       # a cap on the matrix's bytes (none: one wave decides)
 KQ_STAGED_WARPS = 4                                 # kWarps in gemv_kq_staged.cu
+# bytes an SM copies before the wait, the rest after it: every copy in flight on an SM is served
+# before the loads of the kernel still running there (attention, a norm), so all of o's 9.4 MB
+# before the wait made Qwen3-8B's step 170 us slower (bench/results/ab_gemv_kq_staged_e695f95.json)
+# while alone the GEMV was faster. gemv_kq has ~37 KB an SM in flight before its wait.
+KQ_STAGED_EARLY_SM_BYTES = 32 << 10
 
 
 def kq_staged_smem(sets: int, row_bytes: int) -> int:
@@ -532,9 +537,11 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             sets = kq_staged_sets(m, n, k, w.qtype, int(row_bytes))
             if sets:
-                _kq_staged_kernel(m, sets)((-(-n // (2 * sets)),), (32 * KQ_STAGED_WARPS,),
-                                           (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes),
-                                           shared_mem=kq_staged_smem(sets, int(row_bytes)))
+                blocks = -(-n // (2 * sets))
+                early = KQ_STAGED_EARLY_SM_BYTES // 16 // -(-blocks // sm_count())
+                _kq_staged_kernel(m, sets)((blocks,), (32 * KQ_STAGED_WARPS,),
+                                           (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes,
+                                            np.int32(early)), shared_mem=kq_staged_smem(sets, int(row_bytes)))
                 return out
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
