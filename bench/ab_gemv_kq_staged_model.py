@@ -12,6 +12,8 @@ Arms:
   staged <=16MB  matrices of at most 16 MB only (o and q|k|v, not the 28 MB Q4_K down projection)
   early N        N KB an SM copied before the wait (the library's KQ_STAGED_EARLY_SM_BYTES otherwise);
                  all: every byte
+  carveout none  the staged kernel with no shared memory preference (the driver's choice)
+  all carveout 100  gemv_kq and its pair kernel prefer all shared memory too, as attention does
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_staged_model.py --synthetic qwen3-8b [--out FILE]
 """
@@ -43,6 +45,9 @@ ARMS = {
     "early 16": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 16 << 10},
     "early 64": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 64 << 10},
     "early all": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 1 << 30},
+    "carveout none": {(matmul, "KQ_STAGED_CARVEOUT"): None},
+    "all carveout 100": {(matmul, "KQ_CARVEOUT"): 100},
+    "gemv_kq carveout 100": {(matmul, "KQ_STAGED_TYPES"): frozenset(), (matmul, "KQ_CARVEOUT"): 100},
 }
 
 if __name__ == "__main__":

@@ -191,6 +191,15 @@ KQ_STAGED_WARPS = 4                                 # kWarps in gemv_kq_staged.c
 # before the wait made Qwen3-8B's step 170 us slower (bench/results/ab_gemv_kq_staged_e695f95.json)
 # while alone the GEMV was faster. gemv_kq has ~37 KB an SM in flight before its wait.
 KQ_STAGED_EARLY_SM_BYTES = 32 << 10
+KQ_STAGED_CARVEOUT: int | None = 100                # the staged kernel's preferred shared memory share, %
+KQ_CARVEOUT: int | None = None                      # gemv_kq's (None: the driver's choice)
+
+
+def set_carveout(kern, percent: int | None) -> None:
+    """kern's preferred shared memory carveout, where it is not already that (-1: no preference)."""
+    want = -1 if percent is None else percent
+    if kern.fn.preferred_shared_memory_carveout != want:
+        kern.fn.preferred_shared_memory_carveout = want
 
 
 def kq_staged_smem(sets: int, row_bytes: int) -> int:
@@ -211,7 +220,7 @@ def _kq_staged_resident(m: int, sets: int, row_bytes: int) -> int:
     kern = _kq_staged_kernel(m, sets)
     smem = kq_staged_smem(sets, row_bytes)
     kern.fn.max_dynamic_shared_size_bytes = max(smem, kern.fn.max_dynamic_shared_size_bytes)
-    kern.fn.preferred_shared_memory_carveout = 100
+    set_carveout(kern, KQ_STAGED_CARVEOUT)
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.fn.kernel.ptr, 32 * KQ_STAGED_WARPS, smem)
 
 
@@ -539,12 +548,14 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
             if sets:
                 blocks = -(-n // (2 * sets))
                 early = KQ_STAGED_EARLY_SM_BYTES // 16 // -(-blocks // sm_count())
+                set_carveout(_kq_staged_kernel(m, sets), KQ_STAGED_CARVEOUT)
                 _kq_staged_kernel(m, sets)((blocks,), (32 * KQ_STAGED_WARPS,),
                                            (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes,
                                             np.int32(early)), shared_mem=kq_staged_smem(sets, int(row_bytes)))
                 return out
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
+            set_carveout(_kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows)), KQ_CARVEOUT)
             _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
@@ -666,6 +677,7 @@ def quant_matmul_rows(x, parts, *, out=None):
         check_codes(x, "quant_matmul_rows", 1, k, plain_x)
         n_a, n_b = a.shape[0], b.shape[0]
         kern, blocks_a, blocks_b = _kq_pair_kernel(a, b, n_a, n_b, k)
+        set_carveout(kern, KQ_CARVEOUT)
         kern((blocks_a + blocks_b,), (32 * KQ_WARPS,),
              (out, x.q, x.d, x.s, a.data, np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
               b.data, np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
