@@ -11,6 +11,7 @@ import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
 from ..kernels.cublas import gemm_bf16_nt
+from ..kernels.launch import set_carveout
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
@@ -193,13 +194,6 @@ KQ_STAGED_WARPS = 4                                 # kWarps in gemv_kq_staged.c
 KQ_STAGED_EARLY_SM_BYTES = 32 << 10
 KQ_STAGED_CARVEOUT: int | None = 100                # the staged kernel's preferred shared memory share, %
 KQ_CARVEOUT: int | None = None                      # gemv_kq's (None: the driver's choice)
-
-
-def set_carveout(kern, percent: int | None) -> None:
-    """kern's preferred shared memory carveout, where it is not already that (-1: no preference)."""
-    want = -1 if percent is None else percent
-    if kern.fn.preferred_shared_memory_carveout != want:
-        kern.fn.preferred_shared_memory_carveout = want
 
 
 def kq_staged_smem(sets: int, row_bytes: int) -> int:
