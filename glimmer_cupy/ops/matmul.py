@@ -181,7 +181,7 @@ def _staged_kernel(trait: str, m: int, rows: int):
 # itself holds 9 blocks an SM (55 registers) with one super-block each in flight before the wait:
 # 58% of Qwen3-8B's o projection (2,048 blocks), the rest asked for after the first blocks leave.
 # T is the fewest row sets a block for which every block of the launch is resident at once.
-KQ_STAGED_TYPES: frozenset[QType] = frozenset({QType.Q4_K})
+KQ_STAGED_TYPES: frozenset[QType] = frozenset()
 KQ_STAGED_KERNEL_SETS = {1: (2, 4, 8, 16), 2: (2, 4, 8)}   # M -> T instances in gemv_kq_staged.cu
 KQ_STAGED_SETS = KQ_STAGED_KERNEL_SETS              # the T tried, fewest first
 KQ_STAGED_MIN_WEIGHTS = KQ_OCC_WEIGHTS + 1          # smaller ones (0.6B's) keep the launch-bound gemv_kq
