@@ -14,6 +14,7 @@ Arms:
                  all: every byte
   carveout none  the staged kernel with no shared memory preference (the driver's choice)
   all carveout 100  gemv_kq and its pair kernel prefer all shared memory too, as attention does
+  gemv_kq carveout N  nothing staged, gemv_kq preferring N% shared memory (0: all L1)
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_staged_model.py --synthetic qwen3-8b [--out FILE]
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
+from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 
 matmul = importlib.import_module("glimmer_cupy.ops.matmul")
 
@@ -37,8 +39,8 @@ def at_least(t: int) -> dict:
 
 ARMS = {
     "gemv_kq": {(matmul, "KQ_STAGED_TYPES"): frozenset()},
-    "staged": {},
-    "staged T>=4": {(matmul, "KQ_STAGED_SETS"): at_least(4)},
+    "staged": {(matmul, "KQ_STAGED_TYPES"): frozenset({QType.Q4_K})},
+    "staged T>=4": {(matmul, "KQ_STAGED_TYPES"): frozenset({QType.Q4_K}), (matmul, "KQ_STAGED_SETS"): at_least(4)},
     "staged T>=8": {(matmul, "KQ_STAGED_SETS"): at_least(8)},
     "staged <=16MB": {(matmul, "KQ_STAGED_MAX_BYTES"): 16 << 20},
     "early 0": {(matmul, "KQ_STAGED_EARLY_SM_BYTES"): 0},
@@ -48,6 +50,7 @@ ARMS = {
     "carveout none": {(matmul, "KQ_STAGED_CARVEOUT"): None},
     "all carveout 100": {(matmul, "KQ_CARVEOUT"): 100},
     "gemv_kq carveout 100": {(matmul, "KQ_STAGED_TYPES"): frozenset(), (matmul, "KQ_CARVEOUT"): 100},
+    "gemv_kq carveout 0": {(matmul, "KQ_STAGED_TYPES"): frozenset(), (matmul, "KQ_CARVEOUT"): 0},
 }
 
 if __name__ == "__main__":
