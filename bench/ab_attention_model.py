@@ -16,8 +16,6 @@ Arms:
               before the thirty-second session; stream_early True)
   no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
   depth 2 early  both of depth 2 and early
-  carveout N  the stream kernel's preferred shared memory share N% (STREAM_CARVEOUT; 100 the rule);
-              none: no preference
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -63,8 +61,6 @@ ARMS = {
     "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
     "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
                       (attention, "stream_early"): lambda d: True},
-    **{f"carveout {n}": {(attention, "STREAM_CARVEOUT"): n} for n in (0, 50)},
-    "carveout none": {(attention, "STREAM_CARVEOUT"): None},
 }
 
 if __name__ == "__main__":

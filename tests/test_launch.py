@@ -70,9 +70,6 @@ EARLY_FETCH = {
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # the warp's rows of W copied into its shared memory (cp.async, not waited on); x after the wait
     "gemv_staged_kernel": (r"\by\[", r"__dp4a", r"\bx[qds]\b", r"cp_wait", r"atomic", r"__syncthreads"),
-    # every row of the block copied into shared memory (cp.async, not waited on); x after the wait
-    "gemv_kq_staged_kernel": (r"\by\[", r"load_x", r"partial", r"\bx[qds]\b", r"cp_wait", r"atomic",
-                              r"__syncthreads", r"accumulate"),
     # index arrays and the cell table are uploaded before the step's kernels; K/V rows only prefetched
     # the weights into L1; the RoPE angles from the uploaded positions
     "rms_norm_kernel": (r"(?<![.\w])x\s*\[", r"\bxr\s*\[", r"\bout\b", r"red\[", r"__syncthreads", r"row_sum",

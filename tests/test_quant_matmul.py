@@ -397,51 +397,6 @@ def test_staged_gemv_is_gemv_dp4a_bit_for_bit(q, n, k, rows, monkeypatch):
         assert nmse(got[True], ref) < NMSE_BUDGET["gemv_dp4a"], (q.name, n, k, m, rows)
 
 
-@gpu
-@pytest.mark.parametrize("sets", [2, 4, 8, 16])
-@pytest.mark.parametrize("n,k", [(4096, 4096), (6144, 4096), (4097, 4096), (2050, 8192), (1001, 12288)])
-def test_kq_staged_is_gemv_kq_bit_for_bit(n, k, sets, monkeypatch):
-    """gemv_kq_staged_kernel (a block's rows copied into shared memory before its wait) against
-    gemv_kq_kernel at 2 rows and 4 warps a row set, bit for bit, at every T it is built for and M 1
-    and 2: Qwen3-8B's o and q|k|v, N not a multiple of a block's rows, 2 and 3 super-blocks a lane;
-    and against float64."""
-    import cupy
-    from glimmer_cupy.ops import matmul
-    rng = np.random.default_rng(n + k + sets)
-    w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
-    w_ref, w_dev = w.dequantize(np.float64), w.to_device()
-    ran = 0
-    for m in (1, 2):
-        if sets not in matmul.KQ_STAGED_KERNEL_SETS[m]:
-            continue
-        monkeypatch.setattr(matmul, "KQ_STAGED_SETS", {m: (sets,)})
-        if matmul.kq_staged_sets(m, n, k, QType.Q4_K, w.data.nbytes // n) != sets:
-            continue                                            # one wave does not hold the launch at T
-        x = rng.normal(0, 1, (m, k)).astype(np.float32)
-        got = {}
-        for staged in (True, False):
-            monkeypatch.setattr(matmul, "KQ_STAGED_TYPES", frozenset({QType.Q4_K}) if staged else frozenset())
-            out = cupy.full((m, n), np.nan, dtype=cupy.float32)
-            ops.quant_matmul(cupy.asarray(x), w_dev, out=out)
-            got[staged] = cupy.asnumpy(out)
-        np.testing.assert_array_equal(got[True], got[False], err_msg=f"{n}x{k} M={m} T={sets}")
-        assert nmse(got[True], x.astype(np.float64) @ w_ref.T) < NMSE_BUDGET["gemv_kq"], (n, k, m, sets)
-        ran += 1
-    if not ran:
-        pytest.skip(f"T = {sets} needs more than one wave at {n}x{k}; gemv_kq serves it")
-
-
-@gpu
-def test_kq_staged_takes_the_8b_projections():
-    """The rule stages Qwen3-8B's o (4096x4096) and q|k|v (6144x4096) at M = 1, not its gate|up
-    (24576 rows: 1 warp a row set) nor 0.6B's matrices (the launch-bound gemv_kq's)."""
-    from glimmer_cupy.ops.matmul import kq_staged_sets
-    rb = 16 * 144
-    assert kq_staged_sets(1, 4096, 4096, QType.Q4_K, rb) and kq_staged_sets(1, 6144, 4096, QType.Q4_K, rb)
-    assert not kq_staged_sets(1, 24576, 4096, QType.Q4_K, rb) and not kq_staged_sets(1, 2048, 1024, QType.Q4_K, 576)
-    assert not kq_staged_sets(1, 4096, 4096, QType.Q6_K, 16 * 210) and not kq_staged_sets(3, 4096, 4096, QType.Q4_K, rb)
-
-
 def test_staged_rows_fit_a_warps_part():
     """R is the most rows whose bytes fit a warp's part; a row that does not fit alone goes to gemv_dp4a
     (0), so no launch asks for more than 48 KB of dynamic shared memory."""

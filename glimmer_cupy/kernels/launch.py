@@ -146,14 +146,6 @@ class Kernel:
         return self.fn(grid, block, args, shared_mem=shared_mem)
 
 
-def set_carveout(kern: "Kernel", percent: int | None) -> None:
-    """kern's preferred share of the L1/shared memory array given to shared memory, in percent
-    (None: no preference, the driver's choice), set where it is not already that."""
-    want = -1 if percent is None else percent
-    if kern.fn.preferred_shared_memory_carveout != want:
-        kern.fn.preferred_shared_memory_carveout = want
-
-
 # Cluster launches. CuPy can set neither a cluster shape at launch nor the attribute that allows more
 # than 8 blocks a cluster, so both go through the driver as the PDL launch does. A kernel compiled
 # with __cluster_dims__ needs neither; one whose cluster shape is chosen per launch (or is wider

@@ -24,7 +24,7 @@ from functools import cache
 import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
-from ..kernels.launch import allow_large_clusters, launch_cluster, set_carveout
+from ..kernels.launch import allow_large_clusters, launch_cluster
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
@@ -274,19 +274,13 @@ def stream_cluster_cap(d: int, stages: int) -> int:
     return cluster_cap(stream_blocks_per_sm(d, stages))
 
 
-# The stream kernel's preferred shared memory share of an SM's L1/shared array, in percent. An SM
-# keeps the split its blocks were given while the next kernels' blocks join it, and the GEMVs after
-# attention lose with a small L1: gemv_kq preferring all shared memory made Qwen3-8B's step 285 us
-# slower (bench/results/ab_gemv_kq_staged_carveout_b4c0266.json).
-STREAM_CARVEOUT: int | None = 100
-
-
 @cache
 def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = ()):
     """attn_stream_kernel<d, stages>; `defines`: attention_stream.cu's switches, for A/Bs."""
     kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", defines=dict(defines),
                       name_expressions=_STREAM_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
+    kern.fn.preferred_shared_memory_carveout = 100
     allow_large_clusters(kern.fn)
     return kern
 
@@ -538,7 +532,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
                                f"head_dim {d}, {stages} stages")
         fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
-        set_carveout(fn, STREAM_CARVEOUT)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split

@@ -11,7 +11,6 @@ import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
 from ..kernels.cublas import gemm_bf16_nt
-from ..kernels.launch import set_carveout
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
@@ -173,60 +172,6 @@ def _staged_kernel(trait: str, m: int, rows: int):
     exprs = tuple(f"gemv_staged_kernel<gguf::{trait}, {i}, {r}>" for i in range(1, STAGED_MAX_M + 1)
                   for r in STAGED_KERNEL_ROWS)
     return get_kernel("gemv_staged", f"gemv_staged_kernel<gguf::{trait}, {m}, {rows}>", name_expressions=exprs)
-
-
-# gemv_kq's Q4_K matrices at few rows whose bytes fit the SMs' shared memory: gemv_kq_staged_kernel
-# (gemv_kq_staged.cu), each block's T row sets of 2 rows copied into shared memory before its wait,
-# then gemv_kq's arithmetic at 4 warps a row set (so the same bits as gemv_kq at (2, 4)). gemv_kq
-# itself holds 9 blocks an SM (55 registers) with one super-block each in flight before the wait:
-# 58% of Qwen3-8B's o projection (2,048 blocks), the rest asked for after the first blocks leave.
-# T is the fewest row sets a block for which every block of the launch is resident at once.
-KQ_STAGED_TYPES: frozenset[QType] = frozenset()
-KQ_STAGED_KERNEL_SETS = {1: (2, 4, 8, 16), 2: (2, 4, 8)}   # M -> T instances in gemv_kq_staged.cu
-KQ_STAGED_SETS = KQ_STAGED_KERNEL_SETS              # the T tried, fewest first
-KQ_STAGED_MIN_WEIGHTS = KQ_OCC_WEIGHTS + 1          # smaller ones (0.6B's) keep the launch-bound gemv_kq
-KQ_STAGED_MAX_BYTES = 1 << 40                       # a cap on the matrix's bytes (none: one wave decides)
-KQ_STAGED_WARPS = 4                                 # kWarps in gemv_kq_staged.cu
-# bytes an SM copies before the wait, the rest after it: every copy in flight on an SM is served
-# before the loads of the kernel still running there (attention, a norm), so all of o's 9.4 MB
-# before the wait made Qwen3-8B's step 170 us slower (bench/results/ab_gemv_kq_staged_e695f95.json)
-# while alone the GEMV was faster. gemv_kq has ~37 KB an SM in flight before its wait.
-KQ_STAGED_EARLY_SM_BYTES = 32 << 10
-KQ_STAGED_CARVEOUT: int | None = 100                # the staged kernel's preferred shared memory share, %
-KQ_CARVEOUT: int | None = None                      # gemv_kq's (None: the driver's choice)
-
-
-def kq_staged_smem(sets: int, row_bytes: int) -> int:
-    return 2 * sets * row_bytes
-
-
-@cache
-def _kq_staged_kernel(m: int, sets: int):
-    exprs = tuple(f"gemv_kq_staged_kernel<gguf::Q4_K, {i}, 2, {t}>" for i, ts in KQ_STAGED_KERNEL_SETS.items()
-                  for t in ts)
-    return get_kernel("gemv_kq_staged", f"gemv_kq_staged_kernel<gguf::Q4_K, {m}, 2, {sets}>", name_expressions=exprs)
-
-
-@cache
-def _kq_staged_resident(m: int, sets: int, row_bytes: int) -> int:
-    """Blocks of gemv_kq_staged_kernel<Q4_K, m, 2, sets> an SM holds at once (the driver's count)."""
-    from cupy_backends.cuda.api import driver
-    kern = _kq_staged_kernel(m, sets)
-    smem = kq_staged_smem(sets, row_bytes)
-    kern.fn.max_dynamic_shared_size_bytes = max(smem, kern.fn.max_dynamic_shared_size_bytes)
-    set_carveout(kern, KQ_STAGED_CARVEOUT)
-    return driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.fn.kernel.ptr, 32 * KQ_STAGED_WARPS, smem)
-
-
-def kq_staged_sets(m: int, n: int, k: int, qtype: QType, row_bytes: int) -> int:
-    """T for gemv_kq_staged_kernel, or 0 where gemv_kq serves the matrix: the fewest row sets a block
-    with which one wave holds the whole launch."""
-    if (qtype not in KQ_STAGED_TYPES or m not in KQ_STAGED_SETS or n * k < KQ_STAGED_MIN_WEIGHTS
-            or n * row_bytes > KQ_STAGED_MAX_BYTES
-            or kq_config(m, n, k, qtype) != (2, KQ_STAGED_WARPS)):
-        return 0
-    sms = sm_count()
-    return next((t for t in KQ_STAGED_SETS[m] if -(-n // (2 * t)) <= sms * _kq_staged_resident(m, t, row_bytes)), 0)
 
 
 def kq_rows(m: int, qtype: QType | None = None) -> int:
@@ -538,18 +483,8 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
                                       shared_mem=2 * MMA_KQ_STAGE_BYTES[w.qtype] * nt * (1 << bits))
             return out
         if b == "gemv_kq":
-            sets = kq_staged_sets(m, n, k, w.qtype, int(row_bytes))
-            if sets:
-                blocks = -(-n // (2 * sets))
-                early = KQ_STAGED_EARLY_SM_BYTES // 16 // -(-blocks // sm_count())
-                set_carveout(_kq_staged_kernel(m, sets), KQ_STAGED_CARVEOUT)
-                _kq_staged_kernel(m, sets)((blocks,), (32 * KQ_STAGED_WARPS,),
-                                           (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes,
-                                            np.int32(early)), shared_mem=kq_staged_smem(sets, int(row_bytes)))
-                return out
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
-            set_carveout(_kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows)), KQ_CARVEOUT)
             _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
                 (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
@@ -671,7 +606,6 @@ def quant_matmul_rows(x, parts, *, out=None):
         check_codes(x, "quant_matmul_rows", 1, k, plain_x)
         n_a, n_b = a.shape[0], b.shape[0]
         kern, blocks_a, blocks_b = _kq_pair_kernel(a, b, n_a, n_b, k)
-        set_carveout(kern, KQ_CARVEOUT)
         kern((blocks_a + blocks_b,), (32 * KQ_WARPS,),
              (out, x.q, x.d, x.s, a.data, np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
               b.data, np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
