@@ -67,6 +67,10 @@ EARLY_FETCH = {
                       r"cluster_", r"smem\b"),
     # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
+    # the offsets table, the barriers and layer 0's rows of every matrix (bulk copies of weights); the
+    # token, the step's indices, the pools and every exchange after the wait
+    "decode_stack_kernel": (r"x_in", r"positions\[", r"cells\[", r"cell_table", r"seq_lens", r"_out\[",
+                            r"send\(", r"_pool", r"\bkw\[", r"\bvw\[", r"slice_rows", r"\bx\[", r"_codes\("),
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # the warp's rows of W copied into its shared memory (cp.async, not waited on); x after the wait
     "gemv_staged_kernel": (r"\by\[", r"__dp4a", r"\bx[qds]\b", r"cp_wait", r"atomic", r"__syncthreads"),

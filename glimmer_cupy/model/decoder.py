@@ -24,6 +24,9 @@ class Decoder:
     def __init__(self, cfg: ModelConfig, weights: ModelWeights):
         self.cfg = cfg
         self.w = weights
+        # the CUDA path's one-launch layer stack for one-token steps (model/fused_stack.py), where
+        # the executor found the model one it serves
+        self.stack = None
 
     def forward(self, step: StepBatch, kv):
         cfg, w = self.cfg, self.w
@@ -35,6 +38,8 @@ class Decoder:
         whole = t == 1 and step.logit_rows.shape[0] == 1
         # q8: on the GPU, a norm or activation that feeds a matmul also makes the int8 form its
         # small-step GEMV reads (ops/q8.py); the NumPy path ignores it
+        if whole and self.stack is not None and self.stack.serves(step):
+            return self._head(self.stack(x, step, kv), step, whole)
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
         for i, lw in enumerate(w.layers):
             k_pool, v_pool = kv[i]
@@ -56,6 +61,11 @@ class Decoder:
                 d = ops.rms_norm(d, lw.post_ffn_norm, cfg.rms_eps)
             nxt = w.layers[i + 1].attn_norm if i + 1 < len(w.layers) else w.out_norm
             h = ops.add_rms_norm_(x, d, nxt, cfg.rms_eps, q8=i + 1 < len(w.layers) or whole)   # x += d
+        return self._head(h, step, whole)
+
+    def _head(self, h, step: StepBatch, whole: bool):
+        """Logits of the step's logit rows from the final norm's rows h."""
+        cfg, w = self.cfg, self.w
         if step.logit_rows.shape[0] == 0:                                    # a prefill chunk
             return array_module(h).zeros((0, cfg.vocab), dtype=h.dtype)
         logits = w.head(h if whole else h[step.logit_rows])                      # (K, vocab) float32

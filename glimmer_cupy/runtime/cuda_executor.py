@@ -51,6 +51,7 @@ from ..errors import GlimmerError, UnsupportedError
 from ..kernels.launch import KernelLaunchError, overlapped
 from ..model.config import ModelConfig
 from ..model.decoder import Decoder
+from ..model.fused_stack import DecodeStack
 from ..model.linear import Linear
 from ..model.step import StepBatch
 from ..model.weights import LayerWeights, ModelWeights
@@ -314,6 +315,8 @@ class CudaExecutor:
             self.n_cells = size_pool(device_free_bytes(), per_cell, scratch, n_cells, max_cells, min_cells)
             shape = (self.n_cells, cfg.n_kv_heads, cfg.head_dim)
             self.kv = [(cupy.zeros(shape, cupy.uint16), cupy.zeros(shape, cupy.uint16)) for _ in range(cfg.n_layers)]
+            if self.pdl:                           # thread-block clusters of 16: sm_90
+                self.decoder.stack = DecodeStack.build(cfg, self.decoder.w)
             cupy.cuda.get_current_stream().synchronize()
         except cupy.cuda.memory.OutOfMemoryError as e:
             raise GlimmerError(f"out of device memory while loading the model ({_mb(need_w)} of weights, "
