@@ -35,6 +35,8 @@
 
 namespace dstack {
 
+#define kNegInf (-__int_as_float(0x7f800000))        // NVRTC has no INFINITY
+
 constexpr int kThreads = 384, kWarps = kThreads / 32;
 constexpr int kRowsWarp = 8;              // rows a warp sums before reducing them together
 
@@ -244,9 +246,9 @@ __device__ __forceinline__ void attend_tiles(AttnState<G>& st, const float* q, c
         float p[G];
 #pragma unroll
         for (int h = 0; h < G; ++h) {
-            const float sc = on ? s[h] * scale : -INFINITY;
+            const float sc = on ? s[h] * scale : kNegInf;
             const float mn = fmaxf(st.m[h], warp_max(sc));          // finite: lane 0 is always on
-            const float corr = st.m[h] == -INFINITY ? 0.f : expf(st.m[h] - mn);
+            const float corr = st.m[h] == kNegInf ? 0.f : expf(st.m[h] - mn);
             p[h] = on ? expf(sc - mn) : 0.f;
             st.l[h] = st.l[h] * corr + warp_sum(p[h]);
 #pragma unroll
@@ -424,7 +426,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             AttnState<G> st;
 #pragma unroll
             for (int h = 0; h < G; ++h) {
-                st.m[h] = -INFINITY;
+                st.m[h] = kNegInf;
                 st.l[h] = 0.f;
 #pragma unroll
                 for (int e = 0; e < 8; ++e) st.acc[h][e] = 0.f;
@@ -456,13 +458,13 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         // the block's partial of head h: its KV head's warps merged, sent to every block
         for (int t = tid; t < hq * (D + 2); t += kThreads) {
             const int h = t / (D + 2), e = t % (D + 2), g = h / G, hi = h % G;
-            float mx = -INFINITY;
+            float mx = kNegInf;
             for (int k = 0; k < wpg; ++k) mx = fmaxf(mx, wpart[((k * hkv + g) * G + hi) * (D + 2)]);
             float v = e == 0 ? mx : 0.f;
-            if (e > 0 && mx != -INFINITY)
+            if (e > 0 && mx != kNegInf)
                 for (int k = 0; k < wpg; ++k) {
                     const float* s = wpart + ((k * hkv + g) * G + hi) * (D + 2);
-                    if (s[0] != -INFINITY) v += expf(s[0] - mx) * s[e];
+                    if (s[0] != kNegInf) v += expf(s[0] - mx) * s[e];
                 }
             float* dst = part + ((int)rank * hq + h) * (D + 2) + e;
             for (unsigned to = 0; to < C; ++to) send(dst, v, &bar[xPart], to);
@@ -470,12 +472,12 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         mbar_wait_cluster(&bar[xPart], ph);
         for (int t = tid; t < QD; t += kThreads) {
             const int h = t / D, e = t % D;
-            float mx = -INFINITY;
+            float mx = kNegInf;
             for (unsigned r = 0; r < C; ++r) mx = fmaxf(mx, part[(r * hq + h) * (D + 2)]);
             float num = 0.f, den = 0.f;
             for (unsigned r = 0; r < C; ++r) {
                 const float* s = part + (r * hq + h) * (D + 2);
-                if (s[0] == -INFINITY) continue;
+                if (s[0] == kNegInf) continue;
                 const float wgt = expf(s[0] - mx);
                 den += wgt * s[1];
                 num += wgt * s[2 + e];
