@@ -24,7 +24,8 @@
 //   table: n_layers x kCols 8-byte words: pointers to the joined q|k|v, o, joined gate|up and down
 //   matrices, the two norm vectors, the K and V pools, and log2 of the layer's rope base (double bits).
 //   layout: kOffs byte offsets into dynamic shared memory (model/fused_stack.py: one place).
-//   x_in: (H,) the embedded token; positions, cells: (1,); cell_table: the sequence's cells; seq_lens: (1,).
+//   x_in: (H,) the embedded token; positions, cells, tok_seq: (1,) (the step's one token); cell_table:
+//   (S, table_width), the token's sequence's row read; seq_lens: (S,).
 //   h_out, xq_out, xd_out, xs_out: the final norm's row and its int8 codes (the LM head's input).
 //   grid=(C,) cluster=(C,) block=(kThreads,)
 #include "bf16.cuh"
@@ -39,6 +40,7 @@ namespace dstack {
 
 constexpr int kThreads = 384, kWarps = kThreads / 32;
 constexpr int kRowsWarp = 8;              // rows a warp sums before reducing them together
+constexpr int kPart = 68;                 // a head's partial: m, l, D = 64 sums, 2 of padding (17 float4s)
 
 enum Col { kWqkv, kWo, kWgu, kWd, kAttnNorm, kFfnNorm, kKPool, kVPool, kLog2Base, kCols };
 enum Off {
@@ -47,18 +49,12 @@ enum Off {
     oXq, oXd, oXs,                            // int8 codes of the next matmul's input
     oWarp, oRed, oNA, oNF, oRope, oBars, kOffs
 };
-// weight barriers of the four matrices, then the five exchanges' barriers
-enum Bar { bQkv, bO, bGu, bD, xQkv, xPart, xO, xAct, xDown, kBars };
+// weight barriers of the four matrices, then the six exchanges' barriers
+enum Bar { bQkv, bO, bGu, bD, xQkv, xPart, xAtt, xO, xAct, xDown, kBars };
 
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-
-// one float into the block of rank `to` at the shared address `local` of ours, counted on its barrier
-__device__ __forceinline__ void send(const float* local, float v, unsigned long long* bar, unsigned to) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
-                 ::"r"(map_rank(smem_addr(local), to)), "f"(v), "r"(map_rank(smem_addr(bar), to)) : "memory");
 }
 
 __device__ __forceinline__ float bf16_round(float v) { return __uint_as_float((unsigned)bf16_bits(v) << 16); }
@@ -118,21 +114,24 @@ __device__ __forceinline__ void add_norm_codes(float* x, const float* add, int n
     __syncthreads();
 }
 
-// The warp's rows r = warp, warp + kWarps, ... of a slice of `rows` rows (row bytes rb, K = k) dotted
-// with the codes, P matrices side by side (the p-th `second` bytes after w); emit(r, v) with v[p]
-// on every lane. kRowsWarp rows are summed before their reductions, which then run side by side.
+// The warp's rows of a slice of `rows` rows (row bytes rb, K = k) dotted with the codes, P matrices
+// side by side (the p-th `second` bytes after w): warp w takes `per` consecutive rows (a multiple of
+// 4), kRowsWarp at a time summed before their reductions run side by side; emit(r, v) for each 4
+// rows from r (rows % 4 == 0), v[j][p] on every lane, so that one float4 carries them.
 template <class QT, int P, class Emit>
 __device__ __forceinline__ void slice_rows(const unsigned char* w, long long second, int rows, int k, int rb,
                                            const int* xq, const float* xd, const float* xs, Emit emit) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsub = k / 32;
-    for (int r0 = warp; r0 < rows; r0 += kWarps * kRowsWarp) {
+    const int per = (rows + 4 * kWarps - 1) / (4 * kWarps) * 4;
+    const int first = warp * per, last = min(rows, first + per);
+    for (int r0 = first; r0 < last; r0 += kRowsWarp) {
         float acc[kRowsWarp][P];
 #pragma unroll
         for (int i = 0; i < kRowsWarp; ++i) {
 #pragma unroll
             for (int p = 0; p < P; ++p) acc[i][p] = 0.f;
-            const int r = r0 + i * kWarps;
-            if (r >= rows) continue;
+            const int r = r0 + i;
+            if (r >= last) continue;
             for (int s = lane; s < nsub; s += 32) {
 #pragma unroll
                 for (int p = 0; p < P; ++p) {
@@ -148,9 +147,20 @@ __device__ __forceinline__ void slice_rows(const unsigned char* w, long long sec
 #pragma unroll
             for (int p = 0; p < P; ++p) acc[i][p] = warp_sum(acc[i][p]);
 #pragma unroll
-        for (int i = 0; i < kRowsWarp; ++i)
-            if (r0 + i * kWarps < rows) emit(r0 + i * kWarps, acc[i]);
+        for (int i = 0; i < kRowsWarp; i += 4)
+            if (r0 + i < last) emit(r0 + i, &acc[i]);
     }
+}
+
+// 4 rows' values (v[j][p]) from row r of this block's slice into every block's vector at base + r,
+// one float4 a block from lanes 0..C-1 (f picks or combines the P values of a row)
+template <int P, class Fn>
+__device__ __forceinline__ void send_rows(float* base, int r, const float (*v)[P], unsigned long long* bar,
+                                          unsigned C, Fn f) {
+    const int lane = threadIdx.x & 31;
+    if (lane >= (int)C) return;
+    const float q[4] = {f(v[0]), f(v[1]), f(v[2]), f(v[3])};
+    st_async<4>(map_rank(smem_addr(base + r), (unsigned)lane), q, map_rank(smem_addr(bar), (unsigned)lane));
 }
 
 // cos and sin of pos * base^(-2i / D) for the D / 2 pairs, the angle as prepare_qkv.cu makes it
@@ -284,8 +294,8 @@ template <class QT, int D, bool NEOX, int G>
 __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     const unsigned long long* __restrict__ table, const int* __restrict__ layout, int n_layers, int H, int hq, int hkv,
     int F, const float* __restrict__ x_in, const int* __restrict__ positions, const int* __restrict__ cells,
-    const int* __restrict__ cell_table, const int* __restrict__ seq_lens, const float* __restrict__ out_norm, float eps,
-    float scale, float* __restrict__ h_out, int* __restrict__ xq_out, float* __restrict__ xd_out,
+    const int* __restrict__ tok_seq, const int* __restrict__ cell_table, int table_width,
+    const int* __restrict__ seq_lens, const float* __restrict__ out_norm, float eps, float scale, float* __restrict__ h_out, int* __restrict__ xq_out, float* __restrict__ xd_out,
     float* __restrict__ xs_out) {
     using namespace dstack;
     static_assert(D == 64, "the attention's registers are laid out for head_dim 64");
@@ -366,9 +376,11 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     pdl_release();                                  // the LM head's weights stream while the layers run
     pdl_wait();
 
-    const int pos = positions[0];
+    const int pos = positions[0], seq = tok_seq[0];
     const long long cell = cells[0];
-    const int n_pos = min(seq_lens[0], pos + 1);    // causal: positions 0..pos that the sequence holds
+    const int n_pos = min(seq_lens[seq], pos + 1);  // causal: positions 0..pos that the sequence holds
+    const int* ctab = cell_table + (long long)seq * table_width;
+    const int owned = hq > (int)rank ? (hq - 1 - (int)rank) / (int)C + 1 : 0;    // heads h with h % C == rank
     for (int i = tid; i < H; i += kThreads) x[i] = x_in[i];
     mbar_wait_cluster(&bar[bQkv], 0u);              // layer 0's attention norm came with its q|k|v rows
     __syncthreads();
@@ -389,7 +401,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         for (int t = tid; t < (j1 - j0) * hkv; t += kThreads) {
             const int j = j0 + t / hkv, g = t % hkv;
             if (j == pos) continue;
-            const long long c = cell_table[j];
+            const long long c = ctab[j];
             prefetch_l2(kp + (c * hkv + g) * D);
             prefetch_l2(vp + (c * hkv + g) * D);
         }
@@ -401,8 +413,8 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         // ---- q|k|v rows
         if (tid == 0) mbar_arrive_expect_tx(&bar[xQkv], (unsigned)QKV * 4u);
         mbar_wait_cluster(&bar[bQkv], ph);
-        slice_rows<QT, 1>(wqkv, 0, rq, H, rbH, xq, xd, xs, [&](int r, const float* v) {
-            if (lane < (int)C) send(qkv + rank * rq + r, v[0], &bar[xQkv], (unsigned)lane);
+        slice_rows<QT, 1>(wqkv, 0, rq, H, rbH, xq, xd, xs, [&](int r, const float (*v)[1]) {
+            send_rows<1>(qkv + rank * rq, r, v, &bar[xQkv], C, [](const float* u) { return u[0]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bQkv, l + 1);
@@ -420,7 +432,10 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             }
         }
         // ---- attention: this block's positions, then every block's partial rows merged
-        if (tid == 0) mbar_arrive_expect_tx(&bar[xPart], C * (unsigned)hq * (D + 2) * 4u);
+        if (tid == 0) {
+            mbar_arrive_expect_tx(&bar[xPart], (unsigned)owned * C * kPart * 4u);
+            mbar_arrive_expect_tx(&bar[xAtt], (unsigned)QD * 4u);
+        }
         {
             const int g = warp % hkv, k = warp / hkv;
             AttnState<G> st;
@@ -433,7 +448,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             }
             if (k < wpg)
                 attend_tiles<D, G>(st, qkv + g * G * D, knew + g * D, vnew + g * D, g, hkv, j0 + 32 * k, j1, 32 * wpg,
-                                pos, cell_table, kp, vp, scale);
+                                pos, ctab, kp, vp, scale);
             // lanes of one feature chunk hold sums over different positions: add them up
 #pragma unroll
             for (int h = 0; h < G; ++h)
@@ -455,43 +470,55 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             }
         }
         __syncthreads();
-        // the block's partial of head h: its KV head's warps merged, sent to every block
-        for (int t = tid; t < hq * (D + 2); t += kThreads) {
-            const int h = t / (D + 2), e = t % (D + 2), g = h / G, hi = h % G;
+        // the block's partial of head h (its KV head's warps merged) to the head's owner, block h % C
+        for (int t = tid; t < hq * (kPart / 4); t += kThreads) {
+            const int h = t / (kPart / 4), e0 = 4 * (t % (kPart / 4)), g = h / G, hi = h % G;
             float mx = kNegInf;
             for (int k = 0; k < wpg; ++k) mx = fmaxf(mx, wpart[((k * hkv + g) * G + hi) * (D + 2)]);
-            float v = e == 0 ? mx : 0.f;
-            if (e > 0 && mx != kNegInf)
-                for (int k = 0; k < wpg; ++k) {
-                    const float* s = wpart + ((k * hkv + g) * G + hi) * (D + 2);
-                    if (s[0] != kNegInf) v += expf(s[0] - mx) * s[e];
-                }
-            float* dst = part + ((int)rank * hq + h) * (D + 2) + e;
-            for (unsigned to = 0; to < C; ++to) send(dst, v, &bar[xPart], to);
-        }
-        mbar_wait_cluster(&bar[xPart], ph);
-        for (int t = tid; t < QD; t += kThreads) {
-            const int h = t / D, e = t % D;
-            float mx = kNegInf;
-            for (unsigned r = 0; r < C; ++r) mx = fmaxf(mx, part[(r * hq + h) * (D + 2)]);
-            float num = 0.f, den = 0.f;
-            for (unsigned r = 0; r < C; ++r) {
-                const float* s = part + (r * hq + h) * (D + 2);
-                if (s[0] == kNegInf) continue;
-                const float wgt = expf(s[0] - mx);
-                den += wgt * s[1];
-                num += wgt * s[2 + e];
+            float v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int e = e0 + j;
+                v[j] = e == 0 ? mx : 0.f;
+                if (e > 0 && e < D + 2 && mx != kNegInf)
+                    for (int k = 0; k < wpg; ++k) {
+                        const float* sl = wpart + ((k * hkv + g) * G + hi) * (D + 2);
+                        if (sl[0] != kNegInf) v[j] += expf(sl[0] - mx) * sl[e];
+                    }
             }
-            att[t] = num / den;
+            const unsigned to = (unsigned)h % C;
+            st_async<4>(map_rank(smem_addr(part + ((int)rank * hq + h) * kPart + e0), to), v,
+                        map_rank(smem_addr(&bar[xPart]), to));
         }
+        // an owner merges its heads' C partials and sends each head's D outputs to every block
+        mbar_wait_cluster(&bar[xPart], ph);
+        for (int t = tid; t < owned * (D / 4) * (int)C; t += kThreads) {
+            const int h = (int)rank + (int)C * (t / ((D / 4) * (int)C)), e0 = 4 * ((t / (int)C) % (D / 4));
+            const unsigned to = (unsigned)(t % (int)C);
+            float mx = kNegInf;
+            for (unsigned r = 0; r < C; ++r) mx = fmaxf(mx, part[(r * hq + h) * kPart]);
+            float num[4] = {0.f, 0.f, 0.f, 0.f}, den = 0.f;
+            for (unsigned r = 0; r < C; ++r) {
+                const float* sl = part + (r * hq + h) * kPart;
+                if (sl[0] == kNegInf) continue;
+                const float wgt = expf(sl[0] - mx);
+                den += wgt * sl[1];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) num[j] += wgt * sl[2 + e0 + j];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) num[j] /= den;
+            st_async<4>(map_rank(smem_addr(att + h * D + e0), to), num, map_rank(smem_addr(&bar[xAtt]), to));
+        }
+        mbar_wait_cluster(&bar[xAtt], ph);
         __syncthreads();
         make_codes(att, QD, 1.f, nullptr, xq, xd, xs);
         __syncthreads();
         // ---- o rows, the residual, the FFN's norm
         if (tid == 0) mbar_arrive_expect_tx(&bar[xO], (unsigned)H * 4u);
         mbar_wait_cluster(&bar[bO], ph);
-        slice_rows<QT, 1>(wo, 0, ro, QD, rbQ, xq, xd, xs, [&](int r, const float* v) {
-            if (lane < (int)C) send(ob + rank * ro + r, v[0], &bar[xO], (unsigned)lane);
+        slice_rows<QT, 1>(wo, 0, ro, QD, rbQ, xq, xd, xs, [&](int r, const float (*v)[1]) {
+            send_rows<1>(ob + rank * ro, r, v, &bar[xO], C, [](const float* u) { return u[0]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bO, l + 1);
@@ -500,9 +527,9 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         // ---- gate|up rows: SiLU(g) * u of this block's rows
         if (tid == 0) mbar_arrive_expect_tx(&bar[xAct], (unsigned)F * 4u);
         mbar_wait_cluster(&bar[bGu], ph);
-        slice_rows<QT, 2>(wgu, (long long)rf * rbH, rf, H, rbH, xq, xd, xs, [&](int r, const float* v) {
-            const float a = v[0] / (1.f + expf(-v[0])) * v[1];
-            if (lane < (int)C) send(act + rank * rf + r, a, &bar[xAct], (unsigned)lane);
+        slice_rows<QT, 2>(wgu, (long long)rf * rbH, rf, H, rbH, xq, xd, xs, [&](int r, const float (*v)[2]) {
+            send_rows<2>(act + rank * rf, r, v, &bar[xAct], C,
+                         [](const float* gu) { return gu[0] / (1.f + expf(-gu[0])) * gu[1]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bGu, l + 1);
@@ -512,8 +539,8 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         // ---- down rows, the residual, the next norm (the final one after the last layer)
         if (tid == 0) mbar_arrive_expect_tx(&bar[xDown], (unsigned)H * 4u);
         mbar_wait_cluster(&bar[bD], ph);
-        slice_rows<QT, 1>(wd, 0, rd, F, rbF, xq, xd, xs, [&](int r, const float* v) {
-            if (lane < (int)C) send(dn + rank * rd + r, v[0], &bar[xDown], (unsigned)lane);
+        slice_rows<QT, 1>(wd, 0, rd, F, rbF, xq, xd, xs, [&](int r, const float (*v)[1]) {
+            send_rows<1>(dn + rank * rd, r, v, &bar[xDown], C, [](const float* u) { return u[0]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bD, l + 1);
@@ -535,7 +562,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
 #define DSTACK(QT, D, NEOX, G)                                                                                    \
     template __global__ void decode_stack_kernel<gguf::QT, D, NEOX, G>(                                              \
         const unsigned long long*, const int*, int, int, int, int, int, const float*, const int*, const int*,     \
-        const int*, const int*, const float*, float, float, float*, int*, float*, float*);
+        const int*, const int*, int, const int*, const float*, float, float, float*, int*, float*, float*);
 #define DSTACK_G(QT, NEOX) DSTACK(QT, 64, NEOX, 1) DSTACK(QT, 64, NEOX, 2) DSTACK(QT, 64, NEOX, 3) DSTACK(QT, 64, NEOX, 4)
 #define DSTACK_T(QT) DSTACK_G(QT, false) DSTACK_G(QT, true)
 DSTACK_T(Q4_0) DSTACK_T(Q4_1) DSTACK_T(Q5_0) DSTACK_T(Q8_0)

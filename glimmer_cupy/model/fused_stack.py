@@ -31,7 +31,8 @@ HEAD_DIM = 64
 MAX_GROUP = 4                  # query heads a KV head: the kernel is instantiated for 1..4
 SMEM_LIMIT = 227 * 1024        # dynamic shared memory a block may ask for on sm_90
 TYPES = (QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0)
-N_BARS = 9                     # kBars
+N_BARS = 10                    # kBars
+PART = 68                      # kPart: a head's partial (m, l, 64 sums, padding)
 COLS = 9                       # kCols: a layer's words in the table
 ENABLED = True                 # off: every step runs the decoder's ops (A/B runs)
 
@@ -49,7 +50,7 @@ def smem_layout(cfg: ModelConfig, qtype: QType, c: int = CLUSTER) -> tuple[list[
     sizes = dict(
         wqkv=(qd + 2 * kvd) // c * row_bytes(qtype, h), wo=h // c * row_bytes(qtype, qd),
         wgu=2 * (f // c) * row_bytes(qtype, h), wd=h // c * row_bytes(qtype, f),
-        x=4 * h, qkv=4 * (qd + 2 * kvd), part=4 * c * cfg.n_heads * (d + 2), att=4 * qd, o=4 * h, act=4 * f,
+        x=4 * h, qkv=4 * (qd + 2 * kvd), part=4 * c * cfg.n_heads * PART, att=4 * qd, o=4 * h, act=4 * f,
         down=4 * h, xq=widest, xd=4 * (widest // 32), xs=4 * (widest // 32), warp=4 * WARPS * g * (d + 2),
         red=4 * WARPS, norm_a=2 * 4 * h, norm_f=2 * 4 * h, rope=4 * d, bars=8 * N_BARS)
     offs, at = [], 0
@@ -82,8 +83,8 @@ def why_not(cfg: ModelConfig, layers) -> str | None:
             qtype = t
     c = CLUSTER
     for rows in (cfg.q_dim + 2 * cfg.kv_dim, cfg.hidden, cfg.ffn):
-        if rows % c:
-            return f"{rows} rows do not split over {c} blocks"
+        if rows % (4 * c):
+            return f"{rows} rows do not split over {c} blocks in fours"
     for rows, k in ((cfg.q_dim + 2 * cfg.kv_dim, cfg.hidden), (cfg.hidden, cfg.q_dim), (cfg.ffn, cfg.hidden),
                     (cfg.hidden, cfg.ffn)):
         if rows // c * row_bytes(qtype, k) % 16 or k % 32:
@@ -121,8 +122,8 @@ class DecodeStack:
 
     @staticmethod
     def serves(step) -> bool:
-        """One token of one sequence, no mask: the one-token decode step."""
-        return ENABLED and step.n_tokens == 1 and step.cell_table.shape[0] == 1 and step.visible is None
+        """One token, no mask: the one-token decode step (its sequence's row of the cell table is read)."""
+        return ENABLED and step.n_tokens == 1 and step.visible is None
 
     def table(self, kv):
         """The layers' pointers (uploaded once per set of pools)."""
@@ -150,7 +151,7 @@ class DecodeStack:
         xd = cupy.empty((1, h // 32), cupy.float32)
         xs = cupy.empty((1, h // 32), cupy.float32)
         args = (table, self.layout, np.int32(cfg.n_layers), np.int32(h), np.int32(cfg.n_heads),
-                np.int32(cfg.n_kv_heads), np.int32(cfg.ffn), x, step.positions, step.cells, step.cell_table,
-                step.seq_lens, self.w.out_norm, np.float32(cfg.rms_eps), np.float32(cfg.attn_scale), out, xq, xd, xs)
+                np.int32(cfg.n_kv_heads), np.int32(cfg.ffn), x, step.positions, step.cells, step.tok_seq,
+                step.cell_table, np.int32(step.cell_table.shape[1]), step.seq_lens, self.w.out_norm, np.float32(cfg.rms_eps), np.float32(cfg.attn_scale), out, xq, xd, xs)
         launch_cluster(self.kern, (CLUSTER,), (THREADS,), args, self.smem, (CLUSTER, 1, 1))
         return Q8Rows(out, xq, xd, xs)

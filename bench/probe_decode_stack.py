@@ -1,0 +1,66 @@
+"""How long the one-launch layer stack (model/fused_stack.py) takes alone, against the decoder's ops for
+the same layers, on a real model after a prompt: CUDA events around back-to-back launches of each
+(eager, so the ops' figure includes no graph), µs a call.
+
+    PYTHONPATH=$PWD python3 bench/probe_decode_stack.py -m SMOLLM2.gguf [--prompt 512] [--calls 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from glimmer_cupy.model import fused_stack  # noqa: E402
+from glimmer_cupy.model.model import load_model  # noqa: E402
+from glimmer_cupy.reference.sampling import GREEDY  # noqa: E402
+from glimmer_cupy.runtime.cell_pool import CellPool  # noqa: E402
+from glimmer_cupy.runtime.cuda_executor import CudaExecutor  # noqa: E402
+from glimmer_cupy.runtime.sequence import Sequence  # noqa: E402
+from glimmer_cupy.runtime.step_planner import plan_step  # noqa: E402
+
+
+def main(argv=None) -> int:
+    import cupy
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--calls", type=int, default=50)
+    a = ap.parse_args(argv)
+    model = load_model(a.model)
+    ex = CudaExecutor(model.decoder, 4096, graphs=False)
+    stack = ex.decoder.stack
+    print(f"stack: {'serves' if stack else 'does not serve'} {a.model}", flush=True)
+    pool, seq = CellPool(4096), Sequence([int(t) for t in np.arange(a.prompt) % 1000 + 10], GREEDY)
+    ex.logits(plan_step(pool, [(seq, a.prompt)]))
+    seq.tokens.append(42)
+    step = ex.upload_step(plan_step(pool, [(seq, 1)]))
+    import glimmer_cupy.ops as ops
+    x = ops.embed(ex.decoder.w.embed, step.tokens, model.cfg.embed_scale)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+
+    def timed(fn) -> float:
+        fn()
+        cupy.cuda.Device().synchronize()
+        start.record()
+        for _ in range(a.calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return cupy.cuda.get_elapsed_time(start, end) * 1e3 / a.calls
+
+    if stack:
+        print(f"stack alone: {timed(lambda: stack(x, step, ex.kv)):.1f} us a call", flush=True)
+    for on in (False, True):
+        fused_stack.ENABLED = on
+        print(f"decoder.forward, stack {'on' if on else 'off'}: {timed(lambda: ex.decoder.forward(step, ex.kv)):.1f} us",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
