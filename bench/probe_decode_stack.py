@@ -54,7 +54,22 @@ def main(argv=None) -> int:
         return cupy.cuda.get_elapsed_time(start, end) * 1e3 / a.calls
 
     if stack:
+        fused_stack.ENABLED = True
         print(f"stack alone: {timed(lambda: stack(x, step, ex.kv)):.1f} us a call", flush=True)
+        n = model.cfg.n_layers
+        stack.stamps = cupy.zeros((fused_stack.CLUSTER, n, 16), np.uint64)
+        stack(x, step, ex.kv)
+        cupy.cuda.Device().synchronize()
+        st = cupy.asnumpy(stack.stamps).astype(np.int64)
+        stack.stamps = None
+        rel = (st[:, :, :15] - st[:, :, :1]) / 1e3                  # µs from each block's layer start
+        layer_us = np.diff(st[0, :, 0]) / 1e3
+        print(f"layer time (block 0, start to start): median {np.median(layer_us):.2f} us", flush=True)
+        names = ["start", "wqkv in", "qkv sent", "qkv gathered", "attn local", "partials in", "att gathered",
+                 "wo in", "o gathered", "normed", "wgu in", "act gathered", "wd in", "down gathered", "layer end"]
+        for i, nm in enumerate(names):
+            print(f"  {nm:14s} median over blocks and layers 2..: {np.median(rel[:, 2:, i]):7.2f} us, "
+                  f"max {np.max(rel[:, 2:, i]):7.2f}", flush=True)
     for on in (False, True):
         fused_stack.ENABLED = on
         print(f"decoder.forward, stack {'on' if on else 'off'}: {timed(lambda: ex.decoder.forward(step, ex.kv)):.1f} us",

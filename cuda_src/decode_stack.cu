@@ -36,6 +36,16 @@
 
 namespace dstack {
 
+// stamps (if given): the global timer at kStamps points of every layer, per block (bench/probe_decode_stack.py)
+constexpr int kStamps = 16;
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define DSTAMP(i) \
+    if (stamps && threadIdx.x == 0) stamps[((long long)rank * n_layers + l) * dstack::kStamps + (i)] = dstack::global_ns()
+
 #define kNegInf (-__int_as_float(0x7f800000))        // NVRTC has no INFINITY
 
 constexpr int kThreads = 384, kWarps = kThreads / 32;
@@ -296,7 +306,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     int F, const float* __restrict__ x_in, const int* __restrict__ positions, const int* __restrict__ cells,
     const int* __restrict__ tok_seq, const int* __restrict__ cell_table, int table_width,
     const int* __restrict__ seq_lens, const float* __restrict__ out_norm, float eps, float scale, float* __restrict__ h_out, int* __restrict__ xq_out, float* __restrict__ xd_out,
-    float* __restrict__ xs_out) {
+    float* __restrict__ xs_out, unsigned long long* __restrict__ stamps) {
     using namespace dstack;
     static_assert(D == 64, "the attention's registers are laid out for head_dim 64");
     extern __shared__ __align__(128) unsigned char sm[];
@@ -411,14 +421,18 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             base = b;
         }
         // ---- q|k|v rows
+        DSTAMP(0);
         if (tid == 0) mbar_arrive_expect_tx(&bar[xQkv], (unsigned)QKV * 4u);
         mbar_wait_cluster(&bar[bQkv], ph);
+        DSTAMP(1);
         slice_rows<QT, 1>(wqkv, 0, rq, H, rbH, xq, xd, xs, [&](int r, const float (*v)[1]) {
             send_rows<1>(qkv + rank * rq, r, v, &bar[xQkv], C, [](const float* u) { return u[0]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bQkv, l + 1);
+        DSTAMP(2);
         mbar_wait_cluster(&bar[xQkv], ph);
+        DSTAMP(3);
         rope_heads<D, NEOX>(qkv, hq + hkv, rope);
         __syncthreads();
         const float* knew = qkv + QD;
@@ -470,6 +484,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             }
         }
         __syncthreads();
+        DSTAMP(4);
         // the block's partial of head h (its KV head's warps merged) to the head's owner, block h % C
         for (int t = tid; t < hq * (kPart / 4); t += kThreads) {
             const int h = t / (kPart / 4), e0 = 4 * (t % (kPart / 4)), g = h / G, hi = h % G;
@@ -492,6 +507,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         }
         // an owner merges its heads' C partials and sends each head's D outputs to every block
         mbar_wait_cluster(&bar[xPart], ph);
+        DSTAMP(5);
         for (int t = tid; t < owned * (D / 4) * (int)C; t += kThreads) {
             const int h = (int)rank + (int)C * (t / ((D / 4) * (int)C)), e0 = 4 * ((t / (int)C) % (D / 4));
             const unsigned to = (unsigned)(t % (int)C);
@@ -511,22 +527,27 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             st_async<4>(map_rank(smem_addr(att + h * D + e0), to), num, map_rank(smem_addr(&bar[xAtt]), to));
         }
         mbar_wait_cluster(&bar[xAtt], ph);
+        DSTAMP(6);
         __syncthreads();
         make_codes(att, QD, 1.f, nullptr, xq, xd, xs);
         __syncthreads();
         // ---- o rows, the residual, the FFN's norm
         if (tid == 0) mbar_arrive_expect_tx(&bar[xO], (unsigned)H * 4u);
         mbar_wait_cluster(&bar[bO], ph);
+        DSTAMP(7);
         slice_rows<QT, 1>(wo, 0, ro, QD, rbQ, xq, xd, xs, [&](int r, const float (*v)[1]) {
             send_rows<1>(ob + rank * ro, r, v, &bar[xO], C, [](const float* u) { return u[0]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bO, l + 1);
         mbar_wait_cluster(&bar[xO], ph);
+        DSTAMP(8);
         add_norm_codes(x, ob, H, norm_f + (l & 1) * H, eps, red, xq, xd, xs);
         // ---- gate|up rows: SiLU(g) * u of this block's rows
         if (tid == 0) mbar_arrive_expect_tx(&bar[xAct], (unsigned)F * 4u);
+        DSTAMP(9);
         mbar_wait_cluster(&bar[bGu], ph);
+        DSTAMP(10);
         slice_rows<QT, 2>(wgu, (long long)rf * rbH, rf, H, rbH, xq, xd, xs, [&](int r, const float (*v)[2]) {
             send_rows<2>(act + rank * rf, r, v, &bar[xAct], C,
                          [](const float* gu) { return gu[0] / (1.f + expf(-gu[0])) * gu[1]; });
@@ -534,18 +555,22 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bGu, l + 1);
         mbar_wait_cluster(&bar[xAct], ph);
+        DSTAMP(11);
         make_codes(act, F, 1.f, nullptr, xq, xd, xs);
         __syncthreads();
         // ---- down rows, the residual, the next norm (the final one after the last layer)
         if (tid == 0) mbar_arrive_expect_tx(&bar[xDown], (unsigned)H * 4u);
         mbar_wait_cluster(&bar[bD], ph);
+        DSTAMP(12);
         slice_rows<QT, 1>(wd, 0, rd, F, rbF, xq, xd, xs, [&](int r, const float (*v)[1]) {
             send_rows<1>(dn + rank * rd, r, v, &bar[xDown], C, [](const float* u) { return u[0]; });
         });
         __syncthreads();
         if (tid == 0 && l + 1 < n_layers) load(bD, l + 1);
         mbar_wait_cluster(&bar[xDown], ph);
+        DSTAMP(13);
         add_norm_codes(x, dn, H, norm_a + ((l + 1) & 1) * H, eps, red, xq, xd, xs, l + 1 == n_layers ? ob : nullptr);
+        DSTAMP(14);
     }
     if (rank == 0) {                                // the LM head's input
         for (int i = tid; i < H; i += kThreads) h_out[i] = ob[i];
@@ -562,7 +587,8 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
 #define DSTACK(QT, D, NEOX, G)                                                                                    \
     template __global__ void decode_stack_kernel<gguf::QT, D, NEOX, G>(                                              \
         const unsigned long long*, const int*, int, int, int, int, int, const float*, const int*, const int*,     \
-        const int*, const int*, int, const int*, const float*, float, float, float*, int*, float*, float*);
+        const int*, const int*, int, const int*, const float*, float, float, float*, int*, float*, float*,      \
+        unsigned long long*);
 #define DSTACK_G(QT, NEOX) DSTACK(QT, 64, NEOX, 1) DSTACK(QT, 64, NEOX, 2) DSTACK(QT, 64, NEOX, 3) DSTACK(QT, 64, NEOX, 4)
 #define DSTACK_T(QT) DSTACK_G(QT, false) DSTACK_G(QT, true)
 DSTACK_T(Q4_0) DSTACK_T(Q4_1) DSTACK_T(Q5_0) DSTACK_T(Q8_0)

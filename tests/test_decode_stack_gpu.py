@@ -53,7 +53,7 @@ def test_who_the_stack_serves(smol_dec, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("prompt_len", [1, 5, 40, 700])
-def test_stack_equals_the_ops(smol_dec, prompt_len):
+def test_stack_equals_the_ops(smol_dec, prompt_len, monkeypatch):
     from glimmer_cupy.runtime.cuda_executor import CudaExecutor
 
     rng = np.random.default_rng(prompt_len)
@@ -66,28 +66,25 @@ def test_stack_equals_the_ops(smol_dec, prompt_len):
         pool._free = type(pool._free)(np.random.default_rng(7).permutation(list(pool._free)))
     tokens = [int(t) for t in rng.integers(0, SMOL["vocab"] - 2, prompt_len + 4)]
     seqs = Sequence(tokens[:prompt_len], GREEDY), Sequence(tokens[:prompt_len], GREEDY)
-    try:
-        for i in range(prompt_len, prompt_len + 4):
-            n = seqs[0].n_pending
-            steps = [plan_step(pool, [(seq, n)]) for pool, seq in zip(pools, seqs)]
-            want = host.logits(steps[0])
-            if n == 1:
-                fused_stack.ENABLED = False
-                plain = to_host(ex.logits(steps[1]))
-                fused_stack.ENABLED = True
-                fused = to_host(ex.logits(steps[1]))
-                assert_logits_close(fused, plain, f"stack against the ops at position {i - 1}")
-                assert_logits_close(fused, want, f"stack against NumPy at position {i - 1}")
-            else:
-                assert_logits_close(ex.logits(steps[1]), want, f"prompt of {n}")
-            for seq in seqs:
-                seq.tokens.append(tokens[i])
-    finally:
-        fused_stack.ENABLED = True
+    for i in range(prompt_len, prompt_len + 4):
+        n = seqs[0].n_pending
+        steps = [plan_step(pool, [(seq, n)]) for pool, seq in zip(pools, seqs)]
+        want = host.logits(steps[0])
+        if n == 1:
+            monkeypatch.setattr(fused_stack, "ENABLED", False)
+            plain = to_host(ex.logits(steps[1]))
+            monkeypatch.setattr(fused_stack, "ENABLED", True)
+            fused = to_host(ex.logits(steps[1]))
+            assert_logits_close(fused, plain, f"stack against the ops at position {i - 1}")
+            assert_logits_close(fused, want, f"stack against NumPy at position {i - 1}")
+        else:
+            assert_logits_close(ex.logits(steps[1]), want, f"prompt of {n}")
+        for seq in seqs:
+            seq.tokens.append(tokens[i])
 
 
 @pytest.mark.gpu
-def test_stack_writes_the_pools_as_the_ops_do(smol_dec):
+def test_stack_writes_the_pools_as_the_ops_do(smol_dec, monkeypatch):
     """The step's K and V rows, written by the stack, are the ops' rows (bf16 of the same values up
     to summation order): the next step through the ops reads them."""
     import cupy
@@ -100,13 +97,11 @@ def test_stack_writes_the_pools_as_the_ops_do(smol_dec):
     seq.tokens.append(11)
     step = plan_step(pool, [(seq, 1)])
     cell = int(step.cells[0])
-    fused_stack.ENABLED = False
-    try:
-        ex.logits(step)
-        cupy.cuda.Device().synchronize()
-        want = [(to_host(k[cell]).copy(), to_host(v[cell]).copy()) for k, v in ex.kv]
-    finally:
-        fused_stack.ENABLED = True
+    monkeypatch.setattr(fused_stack, "ENABLED", False)
+    ex.logits(step)
+    cupy.cuda.Device().synchronize()
+    want = [(to_host(k[cell]).copy(), to_host(v[cell]).copy()) for k, v in ex.kv]
+    monkeypatch.setattr(fused_stack, "ENABLED", True)
     for k, v in ex.kv:
         k[cell] = 0
         v[cell] = 0

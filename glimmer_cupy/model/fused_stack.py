@@ -34,7 +34,7 @@ TYPES = (QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0)
 N_BARS = 10                    # kBars
 PART = 68                      # kPart: a head's partial (m, l, 64 sums, padding)
 COLS = 9                       # kCols: a layer's words in the table
-ENABLED = True                 # off: every step runs the decoder's ops (A/B runs)
+ENABLED = False                # on: one-token steps of the models it serves run the stack (measured slower)
 
 # kOffs order in decode_stack.cu
 OFFSETS = ("wqkv", "wo", "wgu", "wd", "x", "qkv", "part", "att", "o", "act", "down", "xq", "xd", "xs",
@@ -114,6 +114,7 @@ class DecodeStack:
         self.kern.fn.max_dynamic_shared_size_bytes = self.smem
         self._table = None
         self._pools = None
+        self.stamps = None             # a device uint64 array of CLUSTER x n_layers x 16 to fill (the probe's)
 
     @classmethod
     def build(cls, cfg: ModelConfig, weights) -> DecodeStack | None:
@@ -152,6 +153,7 @@ class DecodeStack:
         xs = cupy.empty((1, h // 32), cupy.float32)
         args = (table, self.layout, np.int32(cfg.n_layers), np.int32(h), np.int32(cfg.n_heads),
                 np.int32(cfg.n_kv_heads), np.int32(cfg.ffn), x, step.positions, step.cells, step.tok_seq,
-                step.cell_table, np.int32(step.cell_table.shape[1]), step.seq_lens, self.w.out_norm, np.float32(cfg.rms_eps), np.float32(cfg.attn_scale), out, xq, xd, xs)
+                step.cell_table, np.int32(step.cell_table.shape[1]), step.seq_lens, self.w.out_norm, np.float32(cfg.rms_eps), np.float32(cfg.attn_scale), out, xq, xd, xs,
+                np.uint64(0) if self.stamps is None else self.stamps)
         launch_cluster(self.kern, (CLUSTER,), (THREADS,), args, self.smem, (CLUSTER, 1, 1))
         return Q8Rows(out, xq, xd, xs)

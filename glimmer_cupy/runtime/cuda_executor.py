@@ -315,7 +315,7 @@ class CudaExecutor:
             self.n_cells = size_pool(device_free_bytes(), per_cell, scratch, n_cells, max_cells, min_cells)
             shape = (self.n_cells, cfg.n_kv_heads, cfg.head_dim)
             self.kv = [(cupy.zeros(shape, cupy.uint16), cupy.zeros(shape, cupy.uint16)) for _ in range(cfg.n_layers)]
-            if self.pdl:                           # thread-block clusters of 16: sm_90
+            if int(cupy.cuda.Device().compute_capability) >= 90:      # thread-block clusters of 16
                 self.decoder.stack = DecodeStack.build(cfg, self.decoder.w)
             cupy.cuda.get_current_stream().synchronize()
         except cupy.cuda.memory.OutOfMemoryError as e:
