@@ -3,6 +3,7 @@ the same layers, on a real model after a prompt: CUDA events around back-to-back
 (eager, so the ops' figure includes no graph), µs a call.
 
     PYTHONPATH=$PWD python3 bench/probe_decode_stack.py -m SMOLLM2.gguf [--prompt 512] [--calls 50]
+    PYTHONPATH=$PWD python3 bench/probe_decode_stack.py -m random     # random weights, SmolLM2's shapes
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--calls", type=int, default=50)
     a = ap.parse_args(argv)
+    if a.model == "random":                                # SmolLM2-135M's geometry, 30 layers, Q4_1
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        import gguf_factory
+        from glimmer_cupy.weights import QType
+        gguf_factory.TINY.update(hidden=576, ffn=1536, layers=30, heads=9, kv_heads=3, head_dim=64, vocab=49152)
+        a.model = str(gguf_factory.tiny_model(Path("/tmp/random_smol.gguf"), "llama", QType.Q4_1))
     model = load_model(a.model)
     ex = CudaExecutor(model.decoder, 4096, graphs=False)
     stack = ex.decoder.stack
