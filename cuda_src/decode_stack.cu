@@ -48,7 +48,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 
 #define kNegInf (-__int_as_float(0x7f800000))        // NVRTC has no INFINITY
 
-constexpr int kThreads = 384, kWarps = kThreads / 32;
+constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsWarp = 8;              // rows a warp sums before reducing them together
 constexpr int kPart = 68;                 // a head's partial: m, l, D = 64 sums, 2 of padding (17 float4s)
 

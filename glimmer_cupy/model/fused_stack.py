@@ -25,7 +25,7 @@ from ..weights.quant_tensor import QType, row_bytes
 from .config import ModelConfig
 
 CLUSTER = 16                   # blocks a cluster: the H200's largest (non-portable) cluster
-THREADS = 384                  # kThreads in decode_stack.cu
+THREADS = 256                  # kThreads in decode_stack.cu
 WARPS = THREADS // 32
 HEAD_DIM = 64
 MAX_GROUP = 4                  # query heads a KV head: the kernel is instantiated for 1..4
