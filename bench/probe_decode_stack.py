@@ -1,6 +1,7 @@
-"""How long the one-launch layer stack (model/fused_stack.py) takes alone, against the decoder's ops for
-the same layers, on a real model after a prompt: CUDA events around back-to-back launches of each
-(eager, so the ops' figure includes no graph), µs a call.
+"""How long the one-launch layer stack (model/fused_stack.py) takes alone on a model after a prompt
+(CUDA events around back-to-back launches, µs a call), for each size of the pieces its weight copies
+are issued in, and where a layer's time goes (the kernel's global-timer stamps at 15 points of every
+layer of every block). The step with the stack against the ops: bench/ab_decode_stack_model.py.
 
     PYTHONPATH=$PWD python3 bench/probe_decode_stack.py -m SMOLLM2.gguf [--prompt 512] [--calls 50]
     PYTHONPATH=$PWD python3 bench/probe_decode_stack.py -m random     # random weights, SmolLM2's shapes
@@ -25,12 +26,33 @@ from glimmer_cupy.runtime.sequence import Sequence  # noqa: E402
 from glimmer_cupy.runtime.step_planner import plan_step  # noqa: E402
 
 
+STAGES = ["start", "wqkv in", "qkv sent", "qkv gathered", "attn local", "partials in", "att gathered", "wo in",
+          "o gathered", "normed", "wgu in", "act gathered", "wd in", "down gathered", "layer end"]
+
+
+def stage_stamps(stack, x, step, kv, n_layers: int) -> None:
+    """One call with the kernel's stamps on: µs from each block's layer start to each stage, medians
+    over blocks and the layers after the first two, and the layer's time."""
+    import cupy
+    stack.stamps = cupy.zeros((fused_stack.CLUSTER, n_layers, 16), np.uint64)
+    stack(x, step, kv)
+    cupy.cuda.Device().synchronize()
+    st = cupy.asnumpy(stack.stamps).astype(np.int64)
+    stack.stamps = None
+    rel = (st[:, :, :15] - st[:, :, :1]) / 1e3
+    print(f"  layer time (block 0, start to start): median {np.median(np.diff(st[0, :, 0]) / 1e3):.2f} us", flush=True)
+    for i, name in enumerate(STAGES):
+        print(f"  {name:14s} median {np.median(rel[:, 2:, i]):7.2f} us, max {np.max(rel[:, 2:, i]):7.2f}", flush=True)
+
+
 def main(argv=None) -> int:
     import cupy
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--chunks", default="0,16384,4096",
+                    help="bulk copy pieces to try, bytes (decode_stack.cu: STACK_CHUNK; 0 = one copy a matrix)")
     a = ap.parse_args(argv)
     if a.model == "random":                                # SmolLM2-135M's geometry, 30 layers, Q4_1
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -62,25 +84,11 @@ def main(argv=None) -> int:
 
     if stack:
         fused_stack.ENABLED = True
-        print(f"stack alone: {timed(lambda: stack(x, step, ex.kv)):.1f} us a call", flush=True)
-        n = model.cfg.n_layers
-        stack.stamps = cupy.zeros((fused_stack.CLUSTER, n, 16), np.uint64)
-        stack(x, step, ex.kv)
-        cupy.cuda.Device().synchronize()
-        st = cupy.asnumpy(stack.stamps).astype(np.int64)
-        stack.stamps = None
-        rel = (st[:, :, :15] - st[:, :, :1]) / 1e3                  # µs from each block's layer start
-        layer_us = np.diff(st[0, :, 0]) / 1e3
-        print(f"layer time (block 0, start to start): median {np.median(layer_us):.2f} us", flush=True)
-        names = ["start", "wqkv in", "qkv sent", "qkv gathered", "attn local", "partials in", "att gathered",
-                 "wo in", "o gathered", "normed", "wgu in", "act gathered", "wd in", "down gathered", "layer end"]
-        for i, nm in enumerate(names):
-            print(f"  {nm:14s} median over blocks and layers 2..: {np.median(rel[:, 2:, i]):7.2f} us, "
-                  f"max {np.max(rel[:, 2:, i]):7.2f}", flush=True)
-    for on in (False, True):
-        fused_stack.ENABLED = on
-        print(f"decoder.forward, stack {'on' if on else 'off'}: {timed(lambda: ex.decoder.forward(step, ex.kv)):.1f} us",
-              flush=True)
+        for chunk in (int(c) for c in a.chunks.split(",")):
+            st = fused_stack.DecodeStack(model.cfg, ex.decoder.w, defines={"STACK_CHUNK": chunk})
+            print(f"stack alone, copies in pieces of {chunk or 'whole'}: "
+                  f"{timed(lambda: st(x, step, ex.kv)):.1f} us a call", flush=True)
+            stage_stamps(st, x, step, ex.kv, model.cfg.n_layers)
     return 0
 
 

@@ -57,14 +57,23 @@ enum Off {
     oWqkv, oWo, oWgu, oWd,                    // this block's rows of the four matrices (bulk copies)
     oX, oQkv, oPart, oAtt, oO, oAct, oDown,   // the residual; what the exchanges gather
     oXq, oXd, oXs,                            // int8 codes of the next matmul's input
-    oWarp, oRed, oNA, oNF, oRope, oBars, kOffs
+    oWarp, oRed, oNA, oNF, oRope, oTable, oBars, kOffs
 };
 // weight barriers of the four matrices, then the six exchanges' barriers
 enum Bar { bQkv, bO, bGu, bD, xQkv, xPart, xAtt, xO, xAct, xDown, kBars };
 
+// STACK_CHUNK (bytes, a multiple of 16; 0: whole): a copy is issued as pieces of at most this size
+#ifndef STACK_CHUNK
+#define STACK_CHUNK 0
+#endif
+
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+    const unsigned piece = STACK_CHUNK > 0 ? (unsigned)STACK_CHUNK : bytes;
+    for (unsigned at = 0; at < bytes; at += piece)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_addr(static_cast<unsigned char*>(dst) + at)),
+                     "l"(static_cast<const unsigned char*>(src) + at), "r"(min(piece, bytes - at)),
+                     "r"(smem_addr(bar)) : "memory");
 }
 
 __device__ __forceinline__ float bf16_round(float v) { return __uint_as_float((unsigned)bf16_bits(v) << 16); }
@@ -334,6 +343,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     float* norm_a = reinterpret_cast<float*>(sm + off[oNA]);     // attention norms, by layer parity (H each)
     float* norm_f = reinterpret_cast<float*>(sm + off[oNF]);     // FFN norms, the same
     float* rope = reinterpret_cast<float*>(sm + off[oRope]);
+    unsigned long long* tab = reinterpret_cast<unsigned long long*>(sm + off[oTable]);   // the table, read once
     unsigned long long* bar = reinterpret_cast<unsigned long long*>(sm + off[oBars]);
 
     const int QD = hq * D, KVD = hkv * D, QKV = QD + 2 * KVD;          // hq = G hkv
@@ -345,7 +355,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     // matrix m of layer l: this block's rows into its buffer, with the norm vector that rides along
     // (thread 0; a barrier's expected bytes are armed with its copies)
     auto load = [&](int m, int l) {
-        const unsigned long long* row = table + (long long)l * kCols;
+        const unsigned long long* row = tab + l * kCols;
         const unsigned char* src;
         switch (m) {
         case bQkv:
@@ -376,11 +386,12 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         }
     };
 
+    for (int i = tid; i < n_layers * kCols; i += kThreads) tab[i] = table[i];   // uploaded once, like weights
     if (tid == 0) {
         for (int b = 0; b < kBars; ++b) mbar_init(&bar[b], 1);
         fence_mbarrier_init();
     }
-    cluster_sync();                                 // every block's barriers exist before anyone sends
+    cluster_sync();                                 // every block's barriers exist before anyone sends; tab is whole
     if (tid == 0)
         for (int m = bQkv; m <= bD; ++m) load(m, 0);
     pdl_release();                                  // the LM head's weights stream while the layers run
@@ -404,7 +415,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
 
     for (int l = 0; l < n_layers; ++l) {
         const unsigned ph = (unsigned)l & 1u;
-        const unsigned long long* row = table + (long long)l * kCols;
+        const unsigned long long* row = tab + l * kCols;
         const unsigned short* kp = reinterpret_cast<const unsigned short*>(row[kKPool]);
         const unsigned short* vp = reinterpret_cast<const unsigned short*>(row[kVPool]);
         // this block's old K and V rows into L2 while the q|k|v rows are made (no kernel writes them)

@@ -38,7 +38,7 @@ ENABLED = False                # on: one-token steps of the models it serves run
 
 # kOffs order in decode_stack.cu
 OFFSETS = ("wqkv", "wo", "wgu", "wd", "x", "qkv", "part", "att", "o", "act", "down", "xq", "xd", "xs",
-           "warp", "red", "norm_a", "norm_f", "rope", "bars")
+           "warp", "red", "norm_a", "norm_f", "rope", "table", "bars")
 
 
 def smem_layout(cfg: ModelConfig, qtype: QType, c: int = CLUSTER) -> tuple[list[int], int]:
@@ -52,7 +52,8 @@ def smem_layout(cfg: ModelConfig, qtype: QType, c: int = CLUSTER) -> tuple[list[
         wgu=2 * (f // c) * row_bytes(qtype, h), wd=h // c * row_bytes(qtype, f),
         x=4 * h, qkv=4 * (qd + 2 * kvd), part=4 * c * cfg.n_heads * PART, att=4 * qd, o=4 * h, act=4 * f,
         down=4 * h, xq=widest, xd=4 * (widest // 32), xs=4 * (widest // 32), warp=4 * WARPS * g * (d + 2),
-        red=4 * WARPS, norm_a=2 * 4 * h, norm_f=2 * 4 * h, rope=4 * d, bars=8 * N_BARS)
+        red=4 * WARPS, norm_a=2 * 4 * h, norm_f=2 * 4 * h, rope=4 * d, table=8 * COLS * cfg.n_layers,
+        bars=8 * N_BARS)
     offs, at = [], 0
     for name in OFFSETS:
         offs.append(at)
@@ -100,7 +101,7 @@ def why_not(cfg: ModelConfig, layers) -> str | None:
 class DecodeStack:
     """stack(x, step, kv) -> Q8Rows of the final norm's row, for a one-token step (`serves`)."""
 
-    def __init__(self, cfg: ModelConfig, weights):
+    def __init__(self, cfg: ModelConfig, weights, defines: dict | None = None):
         import cupy
         self.cfg, self.w = cfg, weights
         self.qtype = weights.layers[0].qkv.parts[0].qtype
@@ -109,7 +110,8 @@ class DecodeStack:
         g = cfg.n_heads // cfg.n_kv_heads
         name = (f"decode_stack_kernel<gguf::{TRAITS[self.qtype]}, {cfg.head_dim}, "
                 f"{'true' if cfg.rope_neox else 'false'}, {g}>")
-        self.kern = get_kernel("decode_stack", name, name_expressions=(name,))
+        # defines: compile-time switches of the probe (decode_stack.cu: STACK_CHUNK)
+        self.kern = get_kernel("decode_stack", name, defines=defines, name_expressions=(name,))
         allow_large_clusters(self.kern.fn)
         self.kern.fn.max_dynamic_shared_size_bytes = self.smem
         self._table = None
