@@ -6,7 +6,11 @@ all the layers in one cluster of CLUSTER blocks that exchange vectors through di
 memory instead. It serves the models whose layers fit it (`why_not` says why one does not): one
 small-block type for every layer matrix, head_dim 64, no q/k norms, biases, post norms, windows or
 attention softcap, SiLU, and every matrix's rows dividing evenly over the cluster. Other models,
-and every step that is not one token of one sequence, run the decoder's ops as before.
+and every step that is not one token, run the decoder's ops as before.
+
+Off by default (ENABLED): on SmolLM2-135M the stack measured correct and 2.2x slower than the ops
+(bench/results/NOTES.md, the thirty-seventh session); bench/probe_decode_stack.py shows where its
+layer time goes.
 
 The shared-memory layout is computed here, in one place, and handed to the kernel as byte offsets.
 """
