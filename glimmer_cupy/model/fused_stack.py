@@ -106,21 +106,27 @@ class DecodeStack:
     """stack(x, step, kv) -> Q8Rows of the final norm's row, for a one-token step (`serves`)."""
 
     def __init__(self, cfg: ModelConfig, weights, defines: dict | None = None):
-        import cupy
         self.cfg, self.w = cfg, weights
         self.qtype = weights.layers[0].qkv.parts[0].qtype
-        offs, self.smem = smem_layout(cfg, self.qtype)
-        self.layout = cupy.asarray(np.array(offs, np.int32))
-        g = cfg.n_heads // cfg.n_kv_heads
-        name = (f"decode_stack_kernel<gguf::{TRAITS[self.qtype]}, {cfg.head_dim}, "
-                f"{'true' if cfg.rope_neox else 'false'}, {g}>")
-        # defines: compile-time switches of the probe (decode_stack.cu: STACK_CHUNK)
-        self.kern = get_kernel("decode_stack", name, defines=defines, name_expressions=(name,))
-        allow_large_clusters(self.kern.fn)
-        self.kern.fn.max_dynamic_shared_size_bytes = self.smem
+        self.offsets, self.smem = smem_layout(cfg, self.qtype)
+        self.defines = defines         # compile-time switches of the probe (decode_stack.cu: STACK_CHUNK)
+        self.kern = None               # compiled at the first call: a stack that is off costs nothing
         self._table = None
         self._pools = None
         self.stamps = None             # a device uint64 array of CLUSTER x n_layers x 16 to fill (the probe's)
+
+    def _kernel(self):
+        if self.kern is None:
+            import cupy
+            cfg = self.cfg
+            name = (f"decode_stack_kernel<gguf::{TRAITS[self.qtype]}, {cfg.head_dim}, "
+                    f"{'true' if cfg.rope_neox else 'false'}, {cfg.n_heads // cfg.n_kv_heads}>")
+            kern = get_kernel("decode_stack", name, defines=self.defines, name_expressions=(name,))
+            allow_large_clusters(kern.fn)
+            kern.fn.max_dynamic_shared_size_bytes = self.smem
+            self.layout = cupy.asarray(np.array(self.offsets, np.int32))
+            self.kern = kern
+        return self.kern
 
     @classmethod
     def build(cls, cfg: ModelConfig, weights) -> DecodeStack | None:
@@ -152,6 +158,7 @@ class DecodeStack:
         import cupy
         cfg = self.cfg
         h = cfg.hidden
+        kern = self._kernel()
         table = self.table(kv)
         out = cupy.empty((1, h), cupy.float32)
         xq = cupy.empty((1, h // 4), cupy.int32)
@@ -159,7 +166,8 @@ class DecodeStack:
         xs = cupy.empty((1, h // 32), cupy.float32)
         args = (table, self.layout, np.int32(cfg.n_layers), np.int32(h), np.int32(cfg.n_heads),
                 np.int32(cfg.n_kv_heads), np.int32(cfg.ffn), x, step.positions, step.cells, step.tok_seq,
-                step.cell_table, np.int32(step.cell_table.shape[1]), step.seq_lens, self.w.out_norm, np.float32(cfg.rms_eps), np.float32(cfg.attn_scale), out, xq, xd, xs,
+                step.cell_table, np.int32(step.cell_table.shape[1]), step.seq_lens, self.w.out_norm,
+                np.float32(cfg.rms_eps), np.float32(cfg.attn_scale), out, xq, xd, xs,
                 np.uint64(0) if self.stamps is None else self.stamps)
-        launch_cluster(self.kern, (CLUSTER,), (THREADS,), args, self.smem, (CLUSTER, 1, 1))
+        launch_cluster(kern, (CLUSTER,), (THREADS,), args, self.smem, (CLUSTER, 1, 1))
         return Q8Rows(out, xq, xd, xs)
