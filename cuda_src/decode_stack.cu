@@ -49,8 +49,9 @@ __device__ __forceinline__ unsigned long long global_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-#define DSTAMP(i) \
-    if (stamps && threadIdx.x == 0) stamps[((long long)rank * n_layers + l) * dstack::kStamps + (i)] = dstack::global_ns()
+#define DSTAMP(i)                                   \
+    if (stamps && threadIdx.x == 0 && (i) >= 0)     \
+    stamps[((long long)rank * n_layers + l) * dstack::kStamps + (i)] = dstack::global_ns()
 
 #define kNegInf (-__int_as_float(0x7f800000))        // NVRTC has no INFINITY
 
@@ -176,6 +177,12 @@ __device__ __forceinline__ void slice_rows(const unsigned char* w, long long sec
             if (r0 + i < last) emit(r0 + i, &acc[i]);
     }
 }
+
+// P: how many matrices a matmul stage reads side by side (a tag for the stage's generic lambda)
+template <int N>
+struct Mats {
+    static constexpr int P = N;
+};
 
 // 4 rows' values (v[j][p]) from row r of this block's slice into every block's vector at base + r,
 // one float4 a block from lanes 0..C-1 (f picks or combines the P values of a row)
@@ -320,8 +327,9 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     const unsigned long long* __restrict__ table, const int* __restrict__ layout, int n_layers, int H, int hq, int hkv,
     int F, const float* __restrict__ x_in, const int* __restrict__ positions, const int* __restrict__ cells,
     const int* __restrict__ tok_seq, const int* __restrict__ cell_table, int table_width,
-    const int* __restrict__ seq_lens, const float* __restrict__ out_norm, float eps, float scale, float* __restrict__ h_out, int* __restrict__ xq_out, float* __restrict__ xd_out,
-    float* __restrict__ xs_out, unsigned long long* __restrict__ stamps) {
+    const int* __restrict__ seq_lens, const float* __restrict__ out_norm, float eps, float scale,
+    float* __restrict__ h_out, int* __restrict__ xq_out, float* __restrict__ xd_out, float* __restrict__ xs_out,
+    unsigned long long* __restrict__ stamps) {
     using namespace dstack;
     static_assert(D == 64, "the attention's registers are laid out for head_dim 64");
     extern __shared__ __align__(128) unsigned char sm[];
@@ -437,19 +445,30 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             rope_table<D>(rope, pos, b);
             base = b;
         }
+        // A matmul stage: this block's `rows` rows of the P matrices in buffer wb (the second `second`
+        // bytes after the first) against the codes, fn of each row's P values sent into every block's
+        // vector at dst (a slice of `rows` a block, `bytes` in all, counted on barrier xb); the buffer
+        // refilled with layer l + 1's rows once read; back when every block's slice is in. Stamps
+        // (-1: none) when the weights are in, the slice sent, and the vector gathered.
+        auto stage = [&](auto mats, int wb, int xb, const unsigned char* w, long long second, int rows, int k, int rb,
+                         float* dst, unsigned bytes, auto fn, int s_in, int s_sent, int s_gathered) {
+            constexpr int P = decltype(mats)::P;
+            if (tid == 0) mbar_arrive_expect_tx(&bar[xb], bytes);
+            mbar_wait_cluster(&bar[wb], ph);
+            DSTAMP(s_in);
+            slice_rows<QT, P>(w, second, rows, k, rb, xq, xd, xs, [&](int r, const float (*v)[P]) {
+                send_rows<P>(dst + rank * rows, r, v, &bar[xb], C, fn);
+            });
+            __syncthreads();
+            if (tid == 0 && l + 1 < n_layers) load(wb, l + 1);
+            DSTAMP(s_sent);
+            mbar_wait_cluster(&bar[xb], ph);
+            DSTAMP(s_gathered);
+        };
+        const auto first = [](const float* u) { return u[0]; };
         // ---- q|k|v rows
         DSTAMP(0);
-        if (tid == 0) mbar_arrive_expect_tx(&bar[xQkv], (unsigned)QKV * 4u);
-        mbar_wait_cluster(&bar[bQkv], ph);
-        DSTAMP(1);
-        slice_rows<QT, 1>(wqkv, 0, rq, H, rbH, xq, xd, xs, [&](int r, const float (*v)[1]) {
-            send_rows<1>(qkv + rank * rq, r, v, &bar[xQkv], C, [](const float* u) { return u[0]; });
-        });
-        __syncthreads();
-        if (tid == 0 && l + 1 < n_layers) load(bQkv, l + 1);
-        DSTAMP(2);
-        mbar_wait_cluster(&bar[xQkv], ph);
-        DSTAMP(3);
+        stage(Mats<1>{}, bQkv, xQkv, wqkv, 0, rq, H, rbH, qkv, (unsigned)QKV * 4u, first, 1, 2, 3);
         rope_heads<D, NEOX>(qkv, hq + hkv, rope);
         __syncthreads();
         const float* knew = qkv + QD;
@@ -549,43 +568,16 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         make_codes(att, QD, 1.f, nullptr, xq, xd, xs);
         __syncthreads();
         // ---- o rows, the residual, the FFN's norm
-        if (tid == 0) mbar_arrive_expect_tx(&bar[xO], (unsigned)H * 4u);
-        mbar_wait_cluster(&bar[bO], ph);
-        DSTAMP(7);
-        slice_rows<QT, 1>(wo, 0, ro, QD, rbQ, xq, xd, xs, [&](int r, const float (*v)[1]) {
-            send_rows<1>(ob + rank * ro, r, v, &bar[xO], C, [](const float* u) { return u[0]; });
-        });
-        __syncthreads();
-        if (tid == 0 && l + 1 < n_layers) load(bO, l + 1);
-        mbar_wait_cluster(&bar[xO], ph);
-        DSTAMP(8);
+        stage(Mats<1>{}, bO, xO, wo, 0, ro, QD, rbQ, ob, (unsigned)H * 4u, first, 7, -1, 8);
         add_norm_codes(x, ob, H, norm_f + (l & 1) * H, eps, red, xq, xd, xs);
         // ---- gate|up rows: SiLU(g) * u of this block's rows
-        if (tid == 0) mbar_arrive_expect_tx(&bar[xAct], (unsigned)F * 4u);
         DSTAMP(9);
-        mbar_wait_cluster(&bar[bGu], ph);
-        DSTAMP(10);
-        slice_rows<QT, 2>(wgu, (long long)rf * rbH, rf, H, rbH, xq, xd, xs, [&](int r, const float (*v)[2]) {
-            send_rows<2>(act + rank * rf, r, v, &bar[xAct], C,
-                         [](const float* gu) { return gu[0] / (1.f + expf(-gu[0])) * gu[1]; });
-        });
-        __syncthreads();
-        if (tid == 0 && l + 1 < n_layers) load(bGu, l + 1);
-        mbar_wait_cluster(&bar[xAct], ph);
-        DSTAMP(11);
+        stage(Mats<2>{}, bGu, xAct, wgu, (long long)rf * rbH, rf, H, rbH, act, (unsigned)F * 4u,
+              [](const float* gu) { return gu[0] / (1.f + expf(-gu[0])) * gu[1]; }, 10, -1, 11);
         make_codes(act, F, 1.f, nullptr, xq, xd, xs);
         __syncthreads();
         // ---- down rows, the residual, the next norm (the final one after the last layer)
-        if (tid == 0) mbar_arrive_expect_tx(&bar[xDown], (unsigned)H * 4u);
-        mbar_wait_cluster(&bar[bD], ph);
-        DSTAMP(12);
-        slice_rows<QT, 1>(wd, 0, rd, F, rbF, xq, xd, xs, [&](int r, const float (*v)[1]) {
-            send_rows<1>(dn + rank * rd, r, v, &bar[xDown], C, [](const float* u) { return u[0]; });
-        });
-        __syncthreads();
-        if (tid == 0 && l + 1 < n_layers) load(bD, l + 1);
-        mbar_wait_cluster(&bar[xDown], ph);
-        DSTAMP(13);
+        stage(Mats<1>{}, bD, xDown, wd, 0, rd, F, rbF, dn, (unsigned)H * 4u, first, 12, -1, 13);
         add_norm_codes(x, dn, H, norm_a + ((l + 1) & 1) * H, eps, red, xq, xd, xs, l + 1 == n_layers ? ob : nullptr);
         DSTAMP(14);
     }
