@@ -83,7 +83,6 @@ def main(argv=None) -> int:
         return cupy.cuda.get_elapsed_time(start, end) * 1e3 / a.calls
 
     if stack:
-        fused_stack.ENABLED = True
         for chunk in (int(c) for c in a.chunks.split(",")):
             st = fused_stack.DecodeStack(model.cfg, ex.decoder.w, defines={"STACK_CHUNK": chunk})
             print(f"stack alone, copies in pieces of {chunk or 'whole'}: "
