@@ -11,15 +11,21 @@
 // (cp.async.bulk, counted on the matrix's mbarrier) issued as soon as the same matrix of the layer
 // before has been read, a layer ahead of its use.
 //
+// Small code, on purpose. Every layer runs through the whole loop body once, and an SM holds little
+// code: 16 KB stayed in it where 64 KB did not, and straight-line code it does not hold runs at
+// ~2.5 ns an instruction from L2 against ~0.6 held (bench/probe_cold_code.py). The first build of
+// this kernel inlined and unrolled everything: 250 KB of machine code, ~163 KB of it run once a
+// layer, which is ~26 µs a layer at L2's rate, and it measured 33 (bench/results/NOTES.md, the
+// thirty-seventh and thirty-eighth sessions). So here the matmul, the norm and the int8 codes are
+// each one function called from every place that needs it (__noinline__), loops stay rolled, and
+// only the attention's loads are unrolled, so that a tile's loads are in flight together.
+// bench/code_size.py reports the kernel's size; tests/test_cuda_compile.py holds it to a budget.
+//
 // The arithmetic is the unfused step's: int8 codes of x per 32 values and dp4a (quant_dot.cuh),
 // RMSNorm in float32, RoPE angles in double reduced to [-pi, pi] then sincosf (prepare_qkv.cu), K/V
 // rounded to bfloat16 in the pool, the attention's softmax in float32 over the positions split
 // across the blocks, SiLU(g) * u. Sums are ordered differently, so the bits are not the unfused
 // step's; tests/test_decode_stack_gpu.py compares the two.
-//
-// Measured on SmolLM2-135M (bench/results/NOTES.md, the thirty-seventh session): correct, and 2.2x
-// slower than the unfused step (1,092 µs against 491), for reasons not yet measured; so the library
-// runs it only when asked (model/fused_stack.py: ENABLED).
 //
 // decode_stack_kernel<QT, D, NEOX, G>
 //   QT: the small-block type of every layer matrix (Q4_0, Q4_1, Q5_0, Q8_0); D: head_dim (64);
@@ -56,15 +62,18 @@ __device__ __forceinline__ unsigned long long global_ns() {
 #define kNegInf (-__int_as_float(0x7f800000))        // NVRTC has no INFINITY
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kRowsWarp = 8;              // rows a warp sums before reducing them together
-constexpr int kPart = 68;                 // a head's partial: m, l, D = 64 sums, 2 of padding (17 float4s)
+constexpr int kPart = 68;                 // a head's partial: D = 64 sums, m, l, 2 of padding (17 float4s)
+constexpr int kMaxG = 4;                  // query heads a KV head, at most (a warp's slots)
 
 enum Col { kWqkv, kWo, kWgu, kWd, kAttnNorm, kFfnNorm, kKPool, kVPool, kLog2Base, kCols };
 enum Off {
     oWqkv, oWo, oWgu, oWd,                    // this block's rows of the four matrices (bulk copies)
     oX, oQkv, oPart, oAtt, oO, oAct, oDown,   // the residual; what the exchanges gather
+    oRows,                                    // this block's rows of a matmul, before they are sent
     oXq, oXd, oXs,                            // int8 codes of the next matmul's input
-    oWarp, oRed, oNA, oNF, oRope, oTable, oBars, kOffs
+    oWarp, oProb, oRed, oNA, oNF, oRope, oTable,
+    oCells,                                   // the cells of this block's positions (as many as fit)
+    oBars, kOffs
 };
 // weight barriers of the four matrices, then the six exchanges' barriers
 enum Bar { bQkv, bO, bGu, bD, xQkv, xPart, xAtt, xO, xAct, xDown, kBars };
@@ -83,34 +92,20 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
                      "r"(smem_addr(bar)) : "memory");
 }
 
-__device__ __forceinline__ float bf16_round(float v) { return __uint_as_float((unsigned)bf16_bits(v) << 16); }
-
 __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-// the sum over the block of v (every thread calls it; red: kWarps floats)
-__device__ __forceinline__ float block_sum(float v, float* red) {
-    v = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += red[w];
-    __syncthreads();                          // red is free again
-    return s;
-}
-
-// int8 codes of v[0, n) * scale * (w ? w : 1) per 32 values, n % 32 == 0; out (if given) gets the values
-__device__ __forceinline__ void make_codes(const float* v, int n, float scale, const float* w, int* xq, float* xd, float* xs,
-                           float* out = nullptr) {
+// int8 codes of v[0, n) * scale * (w ? w : 1) per 32 values, n % 32 == 0; out (if given) gets the values.
+// Whole groups of 8 lanes (32 values) are on or off together, so q8_lane's shuffles see whole groups.
+__device__ __noinline__ void make_codes(const float* v, int n, float scale, const float* w, int* xq, float* xd,
+                                        float* xs, float* out) {
+#pragma unroll 1
     for (int base = 0; base < n / 4; base += kThreads) {
         const int t = base + threadIdx.x;
         const bool on = t < n / 4;
@@ -126,73 +121,74 @@ __device__ __forceinline__ void make_codes(const float* v, int n, float scale, c
     }
 }
 
-// x += add (if given), then the RMSNorm of x with weight w into int8 codes (and into out)
-__device__ __forceinline__ void add_norm_codes(float* x, const float* add, int n, const float* w, float eps, float* red, int* xq,
-                               float* xd, float* xs, float* out = nullptr) {
+// x += add (if given), then the RMSNorm of x with weight w into int8 codes (and into out); returns
+// with the codes published to the block
+__device__ __noinline__ void add_norm_codes(float* x, const float* add, int n, const float* w, float eps, float* red,
+                                            int* xq, float* xd, float* xs, float* out) {
     float ss = 0.f;
+#pragma unroll 1
     for (int i = threadIdx.x; i < n; i += kThreads) {
         const float v = add ? x[i] + add[i] : x[i];
         x[i] = v;
         ss += v * v;
     }
-    ss = block_sum(ss, red);                  // its barriers also publish x
-    make_codes(x, n, rsqrtf(ss / (float)n + eps), w, xq, xd, xs, out);
-    __syncthreads();
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();                          // also publishes x
+    float tot = 0.f;
+#pragma unroll 1
+    for (int i = 0; i < kWarps; ++i) tot += red[i];
+    make_codes(x, n, rsqrtf(tot / (float)n + eps), w, xq, xd, xs, out);
+    __syncthreads();                          // the codes are whole; red is free again
 }
 
-// The warp's rows of a slice of `rows` rows (row bytes rb, K = k) dotted with the codes, P matrices
-// side by side (the p-th `second` bytes after w): warp w takes `per` consecutive rows (a multiple of
-// 4), kRowsWarp at a time summed before their reductions run side by side; emit(r, v) for each 4
-// rows from r (rows % 4 == 0), v[j][p] on every lane, so that one float4 carries them.
-template <class QT, int P, class Emit>
-__device__ __forceinline__ void slice_rows(const unsigned char* w, long long second, int rows, int k, int rb,
-                                           const int* xq, const float* xd, const float* xs, Emit emit) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsub = k / 32;
-    const int per = (rows + 4 * kWarps - 1) / (4 * kWarps) * 4;
-    const int first = warp * per, last = min(rows, first + per);
-    for (int r0 = first; r0 < last; r0 += kRowsWarp) {
-        float acc[kRowsWarp][P];
-#pragma unroll
-        for (int i = 0; i < kRowsWarp; ++i) {
-#pragma unroll
-            for (int p = 0; p < P; ++p) acc[i][p] = 0.f;
-            const int r = r0 + i;
-            if (r >= last) continue;
-            for (int s = lane; s < nsub; s += 32) {
-#pragma unroll
-                for (int p = 0; p < P; ++p) {
-                    int wv[8];
-                    float d0, d1, mw;
-                    gguf::Dot<QT>::load(w + p * second + (long long)r * rb, s, wv, d0, d1, mw);
-                    dp4a_sub_block<1>(&acc[i][p], wv, d0, d1, mw, s, xq, xd, xs, k, nsub);
-                }
+// This block's `rows` rows of a matrix (QT blocks, K = k, row bytes rb, in shared memory at w)
+// dotted with the codes, into buf; `gated`: the buffer holds 2 rows rows (gate rows, then up rows)
+// and SiLU(g) * u of each pair is what is sent. Then the block's slice goes four values to a float4
+// into every block's vector at dst + rank * rows, counted on barrier `bar` (this block's
+// shared-window address) in each. S lanes a row, a power of two: as many as keep the rows within
+// one pass of the block; each lane sums every S-th sub-block of 32 values, and the S partial sums
+// meet by shuffles.
+template <class QT>
+__device__ __noinline__ void mat_rows(const unsigned char* w, int rows, int k, int rb, bool gated, const int* xq,
+                                      const float* xd, const float* xs, float* buf, float* dst, unsigned bar,
+                                      unsigned C, unsigned rank) {
+    const int nsub = k / 32, total = gated ? 2 * rows : rows;
+    int S = 32;
+    while (S > 1 && total * S > kThreads) S >>= 1;
+#pragma unroll 1
+    for (int base = 0; base < total * S; base += kThreads) {       // the same passes for every lane
+        const int t = base + (int)threadIdx.x, r = t / S, part = t % S;
+        float acc = 0.f;
+        if (r < total) {
+            const unsigned char* row = w + (long long)r * rb;
+#pragma unroll 2
+            for (int s = part; s < nsub; s += S) {
+                int wv[8];
+                float d0, d1, mw;
+                gguf::Dot<QT>::load(row, s, wv, d0, d1, mw);
+                dp4a_sub_block<1>(&acc, wv, d0, d1, mw, s, xq, xd, xs, k, nsub);
             }
         }
-#pragma unroll
-        for (int i = 0; i < kRowsWarp; ++i)
-#pragma unroll
-            for (int p = 0; p < P; ++p) acc[i][p] = warp_sum(acc[i][p]);
-#pragma unroll
-        for (int i = 0; i < kRowsWarp; i += 4)
-            if (r0 + i < last) emit(r0 + i, &acc[i]);
+#pragma unroll 1
+        for (int o = S / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (r < total && part == 0) buf[r] = acc;
     }
-}
-
-// P: how many matrices a matmul stage reads side by side (a tag for the stage's generic lambda)
-template <int N>
-struct Mats {
-    static constexpr int P = N;
-};
-
-// 4 rows' values (v[j][p]) from row r of this block's slice into every block's vector at base + r,
-// one float4 a block from lanes 0..C-1 (f picks or combines the P values of a row)
-template <int P, class Fn>
-__device__ __forceinline__ void send_rows(float* base, int r, const float (*v)[P], unsigned long long* bar,
-                                          unsigned C, Fn f) {
-    const int lane = threadIdx.x & 31;
-    if (lane >= (int)C) return;
-    const float q[4] = {f(v[0]), f(v[1]), f(v[2]), f(v[3])};
-    st_async<4>(map_rank(smem_addr(base + r), (unsigned)lane), q, map_rank(smem_addr(bar), (unsigned)lane));
+    __syncthreads();
+    if (gated) {
+#pragma unroll 1
+        for (int r = threadIdx.x; r < rows; r += kThreads) {
+            const float g = buf[r];
+            buf[r] = g / (1.f + expf(-g)) * buf[rows + r];
+        }
+        __syncthreads();
+    }
+#pragma unroll 1
+    for (int t = threadIdx.x; t < rows / 4 * (int)C; t += kThreads) {
+        const unsigned to = (unsigned)t % C;
+        const int r = 4 * (t / (int)C);
+        st_async<4>(map_rank(smem_addr(dst + rank * rows + r), to), buf + r, map_rank(bar, to));
+    }
 }
 
 // cos and sin of pos * base^(-2i / D) for the D / 2 pairs, the angle as prepare_qkv.cu makes it
@@ -210,6 +206,7 @@ __device__ void rope_table(float* cs, int pos, double log2_base) {
 // RoPE on the first `heads` heads of qkv (the q and k heads), in place, by the table
 template <int D, bool NEOX>
 __device__ void rope_heads(float* qkv, int heads, const float* cs) {
+#pragma unroll 1
     for (int t = threadIdx.x; t < heads * (D / 2); t += kThreads) {
         const int h = t / (D / 2), i = t % (D / 2);
         float* v = qkv + h * D;
@@ -220,103 +217,85 @@ __device__ void rope_heads(float* qkv, int heads, const float* cs) {
     }
 }
 
-// Attention of the G = hq / hkv query heads of KV head g over this warp's tiles of 32 positions
-// (t0 = j0, j0 + step, ... below j1): lane j loads position t0 + j's K row and makes its score per
-// head; its V loads are laid LPR lanes a row, 8 features a lane, PPI rows an instruction, so that
-// every K and V load of a tile is issued before the first is used (one memory trip a tile). The
-// running state (m, l per head; each lane's sums of its features over its positions) is merged
-// across lanes by the caller. This step's row (position pos) comes from the block's own k and v,
-// rounded to bfloat16 as the pool holds it.
-template <int G>
-struct AttnState {
-    float m[G], l[G], acc[G][8];
-};
+__device__ __forceinline__ float bf16_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned u) { return __uint_as_float(u & 0xFFFF0000u); }
 
-__device__ __forceinline__ void bf16x8(const uint4 u, float* f) {
-    const unsigned w4[4] = {u.x, u.y, u.z, u.w};
+// One tile of up to 32 positions [jb, je) of KV head g for its G query heads (q: their G * 64 values),
+// merged into the warp's slots (64 sums, m, l per head; `first`: the warp's first tile). Lane j holds
+// position jb + j's K row (the score is its own) and lane i features 2i, 2i + 1 of every position's
+// V row; all 40 loads of a lane are issued before the first is used. row: lane j's position's row of
+// KV head g in the pools, in rows of D values (cell * hkv + g; DecodeStack.table keeps the pools
+// within 2^32 words, so 32-bit offsets serve).
+template <int D>
+__device__ __forceinline__ void attend_tile(float* slots, float* prob, const float* q, int G, int jb, int je,
+                                            unsigned row, const uint4* kp, const unsigned* vp, float scale,
+                                            bool first) {
+    static_assert(D == 64, "a lane holds one K row in 8 uint4 and 2 features of each V row");
+    const int lane = threadIdx.x & 31;
+    const bool on = jb + lane < je;
+    uint4 kr[D / 8];
+    unsigned vr[32];
+    if (on) {
+        const uint4* k4 = kp + row * (D / 8);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        f[2 * e] = __uint_as_float(w4[e] << 16);
-        f[2 * e + 1] = __uint_as_float(w4[e] & 0xFFFF0000u);
+        for (int c = 0; c < D / 8; ++c) kr[c] = k4[c];
     }
-}
-
-template <int D, int G>
-__device__ __forceinline__ void attend_tiles(AttnState<G>& st, const float* q, const float* knew, const float* vnew, int g,
-                             int hkv, int j0, int j1, int step, int pos, const int* cell_table,
-                             const unsigned short* kp, const unsigned short* vp, float scale) {
-    constexpr int LPR = D / 8, PPI = 32 / LPR, IT = 32 / PPI;
-    const int lane = threadIdx.x & 31, pi = lane / LPR, fc = lane % LPR;
-    for (int t0 = j0; t0 < j1; t0 += step) {
-        const int j = t0 + lane;
-        const bool on = j < j1, mine = on && j == pos;
-        const long long cell = on && !mine ? (long long)cell_table[j] : 0;
-        uint4 kr[D / 8], vr[IT];
-        if (on && !mine) {
-            const uint4* k4 = reinterpret_cast<const uint4*>(kp + (cell * hkv + g) * D);
 #pragma unroll
-            for (int c = 0; c < D / 8; ++c) kr[c] = k4[c];
-        }
-#pragma unroll
-        for (int it = 0; it < IT; ++it) {
-            const int jj = it * PPI + pi;
-            const long long cj = __shfl_sync(0xffffffffu, cell, jj);
-            if (t0 + jj < j1 && t0 + jj != pos)
-                vr[it] = reinterpret_cast<const uint4*>(vp + (cj * hkv + g) * D)[fc];
-        }
-        float s[G];
-#pragma unroll
-        for (int h = 0; h < G; ++h) s[h] = 0.f;
+    for (int p = 0; p < 32; ++p) {
+        const unsigned rp = __shfl_sync(0xffffffffu, row, p) * (D / 2) + lane;
+        vr[p] = jb + p < je ? vp[rp] : 0u;
+    }
+#pragma unroll 1
+    for (int hi = 0; hi < G; ++hi) {
+        const float* qh = q + hi * D;
+        float s = 0.f;
         if (on) {
 #pragma unroll
             for (int c = 0; c < D / 8; ++c) {
-                float kv[8];
-                if (mine) {
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) kv[e] = bf16_round(knew[8 * c + e]);
-                } else {
-                    bf16x8(kr[c], kv);
-                }
-#pragma unroll
-                for (int h = 0; h < G; ++h) {
-                    const float* qh = q + h * D + 8 * c;
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) s[h] = fmaf(qh[e], kv[e], s[h]);
-                }
+                const float4 qa = reinterpret_cast<const float4*>(qh)[2 * c];
+                const float4 qb = reinterpret_cast<const float4*>(qh)[2 * c + 1];
+                s = fmaf(qa.x, bf16_lo(kr[c].x), s);
+                s = fmaf(qa.y, bf16_hi(kr[c].x), s);
+                s = fmaf(qa.z, bf16_lo(kr[c].y), s);
+                s = fmaf(qa.w, bf16_hi(kr[c].y), s);
+                s = fmaf(qb.x, bf16_lo(kr[c].z), s);
+                s = fmaf(qb.y, bf16_hi(kr[c].z), s);
+                s = fmaf(qb.z, bf16_lo(kr[c].w), s);
+                s = fmaf(qb.w, bf16_hi(kr[c].w), s);
             }
         }
-        float p[G];
+        const float sc = on ? s * scale : kNegInf;
+        const float mt = warp_max(sc);                         // finite: lane 0 is always on
+        const float p = on ? expf(sc - mt) : 0.f;
+        const float lt = warp_sum(p);
+        prob[lane] = p;
+        __syncwarp();
+        float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-        for (int h = 0; h < G; ++h) {
-            const float sc = on ? s[h] * scale : kNegInf;
-            const float mn = fmaxf(st.m[h], warp_max(sc));          // finite: lane 0 is always on
-            const float corr = st.m[h] == kNegInf ? 0.f : expf(st.m[h] - mn);
-            p[h] = on ? expf(sc - mn) : 0.f;
-            st.l[h] = st.l[h] * corr + warp_sum(p[h]);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) st.acc[h][e] *= corr;
-            st.m[h] = mn;
+        for (int j = 0; j < 32; j += 4) {
+            const float4 pj = reinterpret_cast<const float4*>(prob)[j / 4];
+            a0 = fmaf(pj.x, bf16_lo(vr[j]), a0);
+            a1 = fmaf(pj.x, bf16_hi(vr[j]), a1);
+            a0 = fmaf(pj.y, bf16_lo(vr[j + 1]), a0);
+            a1 = fmaf(pj.y, bf16_hi(vr[j + 1]), a1);
+            a0 = fmaf(pj.z, bf16_lo(vr[j + 2]), a0);
+            a1 = fmaf(pj.z, bf16_hi(vr[j + 2]), a1);
+            a0 = fmaf(pj.w, bf16_lo(vr[j + 3]), a0);
+            a1 = fmaf(pj.w, bf16_hi(vr[j + 3]), a1);
         }
-#pragma unroll
-        for (int it = 0; it < IT; ++it) {
-            const int jj = it * PPI + pi;
-            float vv[8];
-            if (t0 + jj == pos) {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) vv[e] = bf16_round(vnew[8 * fc + e]);
-            } else if (t0 + jj < j1) {
-                bf16x8(vr[it], vv);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) vv[e] = 0.f;
-            }
-#pragma unroll
-            for (int h = 0; h < G; ++h) {
-                const float pj = __shfl_sync(0xffffffffu, p[h], jj);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) st.acc[h][e] = fmaf(pj, vv[e], st.acc[h][e]);
-            }
+        float* slot = slots + hi * (D + 2);                    // [64 sums, m, l]
+        const float mo = first ? kNegInf : slot[D];
+        const float mn = fmaxf(mo, mt);
+        const float co = first ? 0.f : expf(mo - mn), ct = expf(mt - mn);
+        const float lo = first ? 0.f : slot[D + 1];
+        const float2 ao = first ? make_float2(0.f, 0.f) : reinterpret_cast<const float2*>(slot)[lane];
+        __syncwarp();                                          // every lane has read the slot
+        reinterpret_cast<float2*>(slot)[lane] = make_float2(ao.x * co + a0 * ct, ao.y * co + a1 * ct);
+        if (lane == 0) {
+            slot[D] = mn;
+            slot[D + 1] = lo * co + lt * ct;
         }
+        __syncwarp();                                          // prob and the slot are free again
     }
 }
 
@@ -332,6 +311,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     unsigned long long* __restrict__ stamps) {
     using namespace dstack;
     static_assert(D == 64, "the attention's registers are laid out for head_dim 64");
+    static_assert(G <= kMaxG, "a warp has kMaxG slots");
     extern __shared__ __align__(128) unsigned char sm[];
     __shared__ int off[kOffs];
     const unsigned C = cluster_size(), rank = cluster_rank();
@@ -349,15 +329,19 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     float* ob = reinterpret_cast<float*>(sm + off[oO]);
     float* act = reinterpret_cast<float*>(sm + off[oAct]);
     float* dn = reinterpret_cast<float*>(sm + off[oDown]);
+    float* rowbuf = reinterpret_cast<float*>(sm + off[oRows]);
     int* xq = reinterpret_cast<int*>(sm + off[oXq]);
     float* xd = reinterpret_cast<float*>(sm + off[oXd]);
     float* xs = reinterpret_cast<float*>(sm + off[oXs]);
-    float* wpart = reinterpret_cast<float*>(sm + off[oWarp]);
+    float* wpart = reinterpret_cast<float*>(sm + off[oWarp]);    // kWarps x kMaxG slots of D + 2
+    float* prob = reinterpret_cast<float*>(sm + off[oProb]);     // kWarps x 32
     float* red = reinterpret_cast<float*>(sm + off[oRed]);
     float* norm_a = reinterpret_cast<float*>(sm + off[oNA]);     // attention norms, by layer parity (H each)
     float* norm_f = reinterpret_cast<float*>(sm + off[oNF]);     // FFN norms, the same
     float* rope = reinterpret_cast<float*>(sm + off[oRope]);
     unsigned long long* tab = reinterpret_cast<unsigned long long*>(sm + off[oTable]);   // the table, read once
+    int* pcells = reinterpret_cast<int*>(sm + off[oCells]);
+    const int cell_cap = (off[oBars] - off[oCells]) / 4;
     unsigned long long* bar = reinterpret_cast<unsigned long long*>(sm + off[oBars]);
 
     const int QD = hq * D, KVD = hkv * D, QKV = QD + 2 * KVD;          // hq = G hkv
@@ -365,6 +349,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     const int rbH = H / QT::kValues * QT::kBytes, rbQ = QD / QT::kValues * QT::kBytes;
     const int rbF = F / QT::kValues * QT::kBytes;
     const unsigned nvec = (unsigned)H * 4u;
+    const int own = (hq + (int)C - 1) / (int)C;                       // heads an owner block merges, at most
 
     // matrix m of layer l: this block's rows into its buffer, with the norm vector that rides along
     // (thread 0; a barrier's expected bytes are armed with its copies)
@@ -416,17 +401,21 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     const int n_pos = min(seq_lens[seq], pos + 1);  // causal: positions 0..pos that the sequence holds
     const int* ctab = cell_table + (long long)seq * table_width;
     const int owned = hq > (int)rank ? (hq - 1 - (int)rank) / (int)C + 1 : 0;    // heads h with h % C == rank
+    // positions [j0, j1) of this block, in tiles of 32; KV head g has warps g, g + hkv, ... (wpg of them)
+    const int per = (n_pos + (int)C - 1) / (int)C;
+    const int j0 = min(n_pos, (int)rank * per), j1 = min(n_pos, j0 + per);
+    const int n_tiles = (j1 - j0 + 31) / 32, wpg = kWarps / hkv, busy = min(wpg, n_tiles);
+    // the block that writes the step's K and V rows: the one whose positions hold pos (it then reads
+    // them back from the pool like any other row), block 0 when no block attends to pos
+    const bool writer = pos < n_pos ? (j0 <= pos && pos < j1) : rank == 0;
+    for (int i = tid; i < min(j1 - j0, cell_cap); i += kThreads) pcells[i] = ctab[j0 + i];
     for (int i = tid; i < H; i += kThreads) x[i] = x_in[i];
     mbar_wait_cluster(&bar[bQkv], 0u);              // layer 0's attention norm came with its q|k|v rows
     __syncthreads();
-    add_norm_codes(x, nullptr, H, norm_a, eps, red, xq, xd, xs);
-
-    // positions [j0, j1) of this block; KV head g has warps g, g + hkv, ... (wpg of them)
-    const int per = (n_pos + (int)C - 1) / (int)C;
-    const int j0 = min(n_pos, (int)rank * per), j1 = min(n_pos, j0 + per);
-    const int wpg = kWarps / hkv;
+    add_norm_codes(x, nullptr, H, norm_a, eps, red, xq, xd, xs, nullptr);
     double base = -1.0;
 
+#pragma unroll 1
     for (int l = 0; l < n_layers; ++l) {
         const unsigned ph = (unsigned)l & 1u;
         const unsigned long long* row = tab + l * kCols;
@@ -434,9 +423,9 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         const unsigned short* vp = reinterpret_cast<const unsigned short*>(row[kVPool]);
         // this block's old K and V rows into L2 while the q|k|v rows are made (no kernel writes them)
         for (int t = tid; t < (j1 - j0) * hkv; t += kThreads) {
-            const int j = j0 + t / hkv, g = t % hkv;
-            if (j == pos) continue;
-            const long long c = ctab[j];
+            const int i = t / hkv, g = t % hkv;
+            if (j0 + i == pos) continue;
+            const long long c = i < cell_cap ? pcells[i] : ctab[j0 + i];
             prefetch_l2(kp + (c * hkv + g) * D);
             prefetch_l2(vp + (c * hkv + g) * D);
         }
@@ -445,41 +434,35 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
             rope_table<D>(rope, pos, b);
             base = b;
         }
-        // A matmul stage: this block's `rows` rows of the P matrices in buffer wb (the second `second`
-        // bytes after the first) against the codes, fn of each row's P values sent into every block's
-        // vector at dst (a slice of `rows` a block, `bytes` in all, counted on barrier xb); the buffer
+        // A matmul stage: this block's `rows` rows of the matrix in buffer wb against the codes, sent
+        // into every block's vector at dst (`bytes` in all, counted on barrier xb); the buffer
         // refilled with layer l + 1's rows once read; back when every block's slice is in. Stamps
         // (-1: none) when the weights are in, the slice sent, and the vector gathered.
-        auto stage = [&](auto mats, int wb, int xb, const unsigned char* w, long long second, int rows, int k, int rb,
-                         float* dst, unsigned bytes, auto fn, int s_in, int s_sent, int s_gathered) {
-            constexpr int P = decltype(mats)::P;
+        auto stage = [&](int wb, int xb, const unsigned char* w, int rows, int k, int rb, bool gated, float* dst,
+                         unsigned bytes, int s_in, int s_sent, int s_gathered) {
             if (tid == 0) mbar_arrive_expect_tx(&bar[xb], bytes);
             mbar_wait_cluster(&bar[wb], ph);
             DSTAMP(s_in);
-            slice_rows<QT, P>(w, second, rows, k, rb, xq, xd, xs, [&](int r, const float (*v)[P]) {
-                send_rows<P>(dst + rank * rows, r, v, &bar[xb], C, fn);
-            });
+            mat_rows<QT>(w, rows, k, rb, gated, xq, xd, xs, rowbuf, dst, smem_addr(&bar[xb]), C, rank);
             __syncthreads();
             if (tid == 0 && l + 1 < n_layers) load(wb, l + 1);
             DSTAMP(s_sent);
             mbar_wait_cluster(&bar[xb], ph);
             DSTAMP(s_gathered);
         };
-        const auto first = [](const float* u) { return u[0]; };
         // ---- q|k|v rows
         DSTAMP(0);
-        stage(Mats<1>{}, bQkv, xQkv, wqkv, 0, rq, H, rbH, qkv, (unsigned)QKV * 4u, first, 1, 2, 3);
+        stage(bQkv, xQkv, wqkv, rq, H, rbH, false, qkv, (unsigned)QKV * 4u, 1, 2, 3);
         rope_heads<D, NEOX>(qkv, hq + hkv, rope);
         __syncthreads();
-        const float* knew = qkv + QD;
-        const float* vnew = qkv + QD + KVD;
-        if (rank == 0) {                            // this step's K and V into the pools
+        if (writer) {                               // this step's K and V into the pools
             unsigned short* kw = reinterpret_cast<unsigned short*>(row[kKPool]);
             unsigned short* vw = reinterpret_cast<unsigned short*>(row[kVPool]);
             for (int i = tid; i < KVD; i += kThreads) {
-                kw[cell * KVD + i] = bf16_bits(knew[i]);
-                vw[cell * KVD + i] = bf16_bits(vnew[i]);
+                kw[cell * KVD + i] = bf16_bits(qkv[QD + i]);
+                vw[cell * KVD + i] = bf16_bits(qkv[QD + KVD + i]);
             }
+            __syncthreads();                        // the block reads them back below
         }
         // ---- attention: this block's positions, then every block's partial rows merged
         if (tid == 0) {
@@ -488,96 +471,83 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         }
         {
             const int g = warp % hkv, k = warp / hkv;
-            AttnState<G> st;
-#pragma unroll
-            for (int h = 0; h < G; ++h) {
-                st.m[h] = kNegInf;
-                st.l[h] = 0.f;
-#pragma unroll
-                for (int e = 0; e < 8; ++e) st.acc[h][e] = 0.f;
-            }
-            if (k < wpg)
-                attend_tiles<D, G>(st, qkv + g * G * D, knew + g * D, vnew + g * D, g, hkv, j0 + 32 * k, j1, 32 * wpg,
-                                pos, ctab, kp, vp, scale);
-            // lanes of one feature chunk hold sums over different positions: add them up
-#pragma unroll
-            for (int h = 0; h < G; ++h)
-#pragma unroll
-                for (int e = 0; e < 8; ++e)
-#pragma unroll
-                    for (int o = D / 8; o < 32; o <<= 1) st.acc[h][e] += __shfl_xor_sync(0xffffffffu, st.acc[h][e], o);
-            if (k < wpg) {
-                for (int h = 0; h < G; ++h) {       // (m, l, acc[D]) per head of the group, in the warp's slot
-                    float* slot = wpart + ((k * hkv + g) * G + h) * (D + 2);
-                    if (lane == 0) {
-                        slot[0] = st.m[h];
-                        slot[1] = st.l[h];
-                    }
-                    if (lane < D / 8)
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) slot[2 + 8 * lane + e] = st.acc[h][e];
-                }
+#pragma unroll 1
+            for (int t = k; k < wpg && t < n_tiles; t += wpg) {
+                const int jb = j0 + 32 * t, je = min(j1, jb + 32), j = jb + lane;
+                const int c = j >= je ? 0 : j - j0 < cell_cap ? pcells[j - j0] : ctab[j];
+                attend_tile<D>(wpart + warp * kMaxG * (D + 2), prob + warp * 32, qkv + g * G * D, G, jb, je,
+                               (unsigned)(c * hkv + g), reinterpret_cast<const uint4*>(kp),
+                               reinterpret_cast<const unsigned*>(vp), scale, t == k);
             }
         }
         __syncthreads();
         DSTAMP(4);
-        // the block's partial of head h (its KV head's warps merged) to the head's owner, block h % C
+        // the block's partial of head h (its KV head's busy warps merged) to the head's owner, block h % C
+#pragma unroll 1
         for (int t = tid; t < hq * (kPart / 4); t += kThreads) {
             const int h = t / (kPart / 4), e0 = 4 * (t % (kPart / 4)), g = h / G, hi = h % G;
             float mx = kNegInf;
-            for (int k = 0; k < wpg; ++k) mx = fmaxf(mx, wpart[((k * hkv + g) * G + hi) * (D + 2)]);
-            float v[4];
+#pragma unroll 1
+            for (int k = 0; k < busy; ++k) mx = fmaxf(mx, wpart[((g + hkv * k) * kMaxG + hi) * (D + 2) + D]);
+            float v[4] = {e0 == D ? mx : 0.f, 0.f, 0.f, 0.f};       // [64 sums, m, l, 0, 0]
+#pragma unroll 1
+            for (int k = 0; k < busy; ++k) {
+                const float* sl = wpart + ((g + hkv * k) * kMaxG + hi) * (D + 2);
+                const float wgt = expf(sl[D] - mx);
+                if (e0 < D) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int e = e0 + j;
-                v[j] = e == 0 ? mx : 0.f;
-                if (e > 0 && e < D + 2 && mx != kNegInf)
-                    for (int k = 0; k < wpg; ++k) {
-                        const float* sl = wpart + ((k * hkv + g) * G + hi) * (D + 2);
-                        if (sl[0] != kNegInf) v[j] += expf(sl[0] - mx) * sl[e];
-                    }
+                    for (int j = 0; j < 4; ++j) v[j] += wgt * sl[e0 + j];
+                } else {
+                    v[1] += wgt * sl[D + 1];
+                }
             }
             const unsigned to = (unsigned)h % C;
-            st_async<4>(map_rank(smem_addr(part + ((int)rank * hq + h) * kPart + e0), to), v,
+            st_async<4>(map_rank(smem_addr(part + ((int)rank * own + h / (int)C) * kPart + e0), to), v,
                         map_rank(smem_addr(&bar[xPart]), to));
         }
         // an owner merges its heads' C partials and sends each head's D outputs to every block
         mbar_wait_cluster(&bar[xPart], ph);
         DSTAMP(5);
+#pragma unroll 1
         for (int t = tid; t < owned * (D / 4) * (int)C; t += kThreads) {
-            const int h = (int)rank + (int)C * (t / ((D / 4) * (int)C)), e0 = 4 * ((t / (int)C) % (D / 4));
+            const int hl = t / ((D / 4) * (int)C), h = (int)rank + (int)C * hl, e0 = 4 * ((t / (int)C) % (D / 4));
             const unsigned to = (unsigned)(t % (int)C);
             float mx = kNegInf;
-            for (unsigned r = 0; r < C; ++r) mx = fmaxf(mx, part[(r * hq + h) * kPart]);
+#pragma unroll 1
+            for (int r = 0; r < (int)C; ++r) mx = fmaxf(mx, part[(r * own + hl) * kPart + D]);
             float num[4] = {0.f, 0.f, 0.f, 0.f}, den = 0.f;
-            for (unsigned r = 0; r < C; ++r) {
-                const float* sl = part + (r * hq + h) * kPart;
-                if (sl[0] == kNegInf) continue;
-                const float wgt = expf(sl[0] - mx);
-                den += wgt * sl[1];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) num[j] += wgt * sl[2 + e0 + j];
+#pragma unroll 1
+            for (int r = 0; r < (int)C; ++r) {
+                const float* sl = part + (r * own + hl) * kPart;
+                if (sl[D] == kNegInf) continue;
+                const float wgt = expf(sl[D] - mx);
+                den += wgt * sl[D + 1];
+                const float4 a = *reinterpret_cast<const float4*>(sl + e0);
+                num[0] += wgt * a.x;
+                num[1] += wgt * a.y;
+                num[2] += wgt * a.z;
+                num[3] += wgt * a.w;
             }
+            const float inv = __fdividef(1.f, den);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) num[j] /= den;
+            for (int j = 0; j < 4; ++j) num[j] *= inv;
             st_async<4>(map_rank(smem_addr(att + h * D + e0), to), num, map_rank(smem_addr(&bar[xAtt]), to));
         }
         mbar_wait_cluster(&bar[xAtt], ph);
         DSTAMP(6);
         __syncthreads();
-        make_codes(att, QD, 1.f, nullptr, xq, xd, xs);
+        make_codes(att, QD, 1.f, nullptr, xq, xd, xs, nullptr);
         __syncthreads();
         // ---- o rows, the residual, the FFN's norm
-        stage(Mats<1>{}, bO, xO, wo, 0, ro, QD, rbQ, ob, (unsigned)H * 4u, first, 7, -1, 8);
-        add_norm_codes(x, ob, H, norm_f + (l & 1) * H, eps, red, xq, xd, xs);
+        stage(bO, xO, wo, ro, QD, rbQ, false, ob, (unsigned)H * 4u, 7, -1, 8);
+        add_norm_codes(x, ob, H, norm_f + (l & 1) * H, eps, red, xq, xd, xs, nullptr);
         // ---- gate|up rows: SiLU(g) * u of this block's rows
         DSTAMP(9);
-        stage(Mats<2>{}, bGu, xAct, wgu, (long long)rf * rbH, rf, H, rbH, act, (unsigned)F * 4u,
-              [](const float* gu) { return gu[0] / (1.f + expf(-gu[0])) * gu[1]; }, 10, -1, 11);
-        make_codes(act, F, 1.f, nullptr, xq, xd, xs);
+        stage(bGu, xAct, wgu, rf, H, rbH, true, act, (unsigned)F * 4u, 10, -1, 11);
+        make_codes(act, F, 1.f, nullptr, xq, xd, xs, nullptr);
         __syncthreads();
         // ---- down rows, the residual, the next norm (the final one after the last layer)
-        stage(Mats<1>{}, bD, xDown, wd, 0, rd, F, rbF, dn, (unsigned)H * 4u, first, 12, -1, 13);
+        stage(bD, xDown, wd, rd, F, rbF, false, dn, (unsigned)H * 4u, 12, -1, 13);
         add_norm_codes(x, dn, H, norm_a + ((l + 1) & 1) * H, eps, red, xq, xd, xs, l + 1 == n_layers ? ob : nullptr);
         DSTAMP(14);
     }

@@ -165,3 +165,28 @@ def test_stamped_verification_compiles(tmp_path: Path):
     rc, log = compile_cubin(CUDA_SRC / "speculative.cu", tmp_path, defines=("GLIMMER_INSTANTIATE", "GLIMMER_STAMPS"))
     assert rc == 0, f"speculative.cu does not compile with its stamps:\n{log}"
     assert len(ptxas_report(log)) >= 11
+
+
+# The layer stack runs its whole loop body once a layer, and an SM holds little code: 16 KB stayed
+# in one where 64 KB did not (bench/probe_cold_code.py). Its first build inlined everything into
+# 250 KB and spent ~26 µs a layer fetching it (bench/results/NOTES.md, the thirty-eighth session).
+STACK_CODE_BUDGET = 96 * 1024
+
+
+def test_decode_stack_code_stays_small(tmp_path: Path):
+    """SmolLM2's instance of decode_stack_kernel (bench/code_size.py counts the same bytes) stays
+    within STACK_CODE_BUDGET, its three shared functions called, not inlined."""
+    from bench.code_size import text_sizes
+    src = tmp_path / "stack_one.cu"
+    src.write_text('#include "decode_stack.cu"\n'
+                   "void* glimmer_name_expressions[] = {(void*)&decode_stack_kernel<gguf::Q4_1, 64, false, 3>};\n")
+    rc, log = compile_cubin(src, tmp_path)
+    assert rc == 0, f"decode_stack.cu does not compile:\n{log}"
+    assert_no_spills(ptxas_report(log), "decode_stack")
+    sizes = text_sizes((tmp_path / "stack_one.cubin").read_bytes())
+    [kernel] = [n for n in sizes if n.startswith("_Z19decode_stack_kernel")]
+    assert sizes[kernel] <= STACK_CODE_BUDGET, (
+        f"decode_stack_kernel is {sizes[kernel]} bytes of machine code (budget {STACK_CODE_BUDGET})")
+    calls = re.findall(r"Function properties for (_ZN6dstack\w+)", log)
+    assert {"make_codes", "add_norm_codes", "mat_rows"} <= {re.sub(r"^_ZN6dstack\d+|I.*$|E.*$", "", c)
+                                                            for c in calls}, calls

@@ -70,8 +70,8 @@ EARLY_FETCH = {
     # the offsets table, the barriers and layer 0's rows of every matrix (bulk copies of weights); the
     # token, the step's indices, the pools and every exchange after the wait
     "decode_stack_kernel": (r"x_in", r"positions\[", r"cells\[", r"cell_table", r"seq_lens", r"_out\[",
-                            r"send_rows", r"st_async", r"stage\(", r"_pool", r"\bkw\[", r"\bvw\[", r"slice_rows",
-                            r"\bx\[", r"_codes\("),
+                            r"mat_rows", r"st_async", r"stage\(", r"_pool", r"\bkw\[", r"\bvw\[", r"attend_tile",
+                            r"pcells\[", r"ctab", r"\bx\[", r"_codes\("),
     "gemv_dp4a_kernel": (r"\by\[", r"dp4a_pass", r"store_row_sums", r"\bx[qds]\b", r"atomic"),
     # the warp's rows of W copied into its shared memory (cp.async, not waited on); x after the wait
     "gemv_staged_kernel": (r"\by\[", r"__dp4a", r"\bx[qds]\b", r"cp_wait", r"atomic", r"__syncthreads"),

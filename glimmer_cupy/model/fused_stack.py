@@ -8,9 +8,10 @@ small-block type for every layer matrix, head_dim 64, no q/k norms, biases, post
 attention softcap, SiLU, and every matrix's rows dividing evenly over the cluster. Other models,
 and every step that is not one token, run the decoder's ops as before.
 
-Off by default (ENABLED): on SmolLM2-135M the stack measured correct and 2.2x slower than the ops
-(bench/results/NOTES.md, the thirty-seventh session); bench/probe_decode_stack.py shows where its
-layer time goes.
+Off by default (ENABLED): its first build measured correct and 2.2x slower than the ops on
+SmolLM2-135M, its machine code too large for an SM to hold (bench/results/NOTES.md, the
+thirty-seventh and thirty-eighth sessions); bench/probe_decode_stack.py shows where its layer time
+goes.
 
 The shared-memory layout is computed here, in one place, and handed to the kernel as byte offsets.
 """
@@ -36,28 +37,31 @@ MAX_GROUP = 4                  # query heads a KV head: the kernel is instantiat
 SMEM_LIMIT = 227 * 1024        # dynamic shared memory a block may ask for on sm_90
 TYPES = (QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q8_0)
 N_BARS = 10                    # kBars
-PART = 68                      # kPart: a head's partial (m, l, 64 sums, padding)
+PART = 68                      # kPart: a head's partial (64 sums, m, l, padding)
 COLS = 9                       # kCols: a layer's words in the table
 ENABLED = False                # on: one-token steps of the models it serves run the stack (measured slower)
 
 # kOffs order in decode_stack.cu
-OFFSETS = ("wqkv", "wo", "wgu", "wd", "x", "qkv", "part", "att", "o", "act", "down", "xq", "xd", "xs",
-           "warp", "red", "norm_a", "norm_f", "rope", "table", "bars")
+OFFSETS = ("wqkv", "wo", "wgu", "wd", "x", "qkv", "part", "att", "o", "act", "down", "rows", "xq", "xd", "xs",
+           "warp", "prob", "red", "norm_a", "norm_f", "rope", "table", "cells", "bars")
+MAX_CELLS = 2048               # cells of a block's positions kept in shared memory (more are read from the table)
 
 
 def smem_layout(cfg: ModelConfig, qtype: QType, c: int = CLUSTER) -> tuple[list[int], int]:
     """(byte offset of each OFFSETS entry, total bytes) of a block's dynamic shared memory."""
     h, f, d = cfg.hidden, cfg.ffn, cfg.head_dim
     qd, kvd = cfg.q_dim, cfg.kv_dim
-    g = cfg.n_heads // cfg.n_kv_heads
     widest = max(h, qd, f)
+    own = -(-cfg.n_heads // c)                      # heads an owner block merges, at most
+    rows = max((qd + 2 * kvd) // c, h // c, 2 * (f // c))
     sizes = dict(
         wqkv=(qd + 2 * kvd) // c * row_bytes(qtype, h), wo=h // c * row_bytes(qtype, qd),
         wgu=2 * (f // c) * row_bytes(qtype, h), wd=h // c * row_bytes(qtype, f),
-        x=4 * h, qkv=4 * (qd + 2 * kvd), part=4 * c * cfg.n_heads * PART, att=4 * qd, o=4 * h, act=4 * f,
-        down=4 * h, xq=widest, xd=4 * (widest // 32), xs=4 * (widest // 32), warp=4 * WARPS * g * (d + 2),
-        red=4 * WARPS, norm_a=2 * 4 * h, norm_f=2 * 4 * h, rope=4 * d, table=8 * COLS * cfg.n_layers,
-        bars=8 * N_BARS)
+        x=4 * h, qkv=4 * (qd + 2 * kvd), part=4 * c * own * PART, att=4 * qd, o=4 * h, act=4 * f,
+        down=4 * h, rows=4 * rows, xq=widest, xd=4 * (widest // 32), xs=4 * (widest // 32),
+        warp=4 * WARPS * MAX_GROUP * (d + 2), prob=4 * WARPS * 32, red=4 * WARPS, norm_a=2 * 4 * h,
+        norm_f=2 * 4 * h, rope=4 * d, table=8 * COLS * cfg.n_layers,
+        cells=4 * min(MAX_CELLS, -(-cfg.context // c)), bars=8 * N_BARS)
     offs, at = [], 0
     for name in OFFSETS:
         offs.append(at)
@@ -142,6 +146,10 @@ class DecodeStack:
         pools = tuple(int(p.data.ptr) for pair in kv for p in pair)
         if self._pools != pools:
             cfg = self.cfg
+            words = kv[0][0].size // 2                  # the kernel indexes a pool by 32-bit words
+            if words >= 2 ** 32:
+                raise ValueError(f"DecodeStack: a KV pool of {words} 4-byte words is beyond the kernel's "
+                                 f"32-bit offsets ({2 ** 32})")
             t = np.zeros((cfg.n_layers, COLS), np.uint64)
             for i, (lw, (kp, vp)) in enumerate(zip(self.w.layers, kv)):
                 ptrs = (lw.qkv.parts[0].data, lw.wo.parts[0].data, lw.gate_up.parts[0].data, lw.down.parts[0].data,

@@ -1,0 +1,90 @@
+"""Machine-code bytes of every kernel in cuda_src/*.cu, from the cubins nvcc makes for sm_90 (no GPU).
+
+An SM holds little code: straight-line code that is not in it runs at ~1.3-2.5 ns an instruction
+from L2 and up to 5.4 from DRAM, against ~0.6 held, and 16 KB were held where 64 KB were not
+(bench/probe_cold_code.py, bench/results/NOTES.md). A kernel that runs through more code than that
+on every pass of a loop pays the fetch on every pass; this report shows which kernels are that big.
+
+    python3 bench/code_size.py                     # every .cu, the largest kernels first
+    python3 bench/code_size.py decode_stack -n 8   # one file's eight largest
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA_SRC = ROOT / "cuda_src"
+INSTR_BYTES = 16                 # one sm_90 instruction
+
+
+def text_sizes(cubin: bytes) -> dict[str, int]:
+    """{function name: bytes of its .text section} of a 64-bit little-endian ELF (a cubin)."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError("not a 64-bit ELF file")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_at = sections[shstrndx][4]
+
+    def name(off: int) -> str:
+        end = cubin.index(b"\0", names_at + off)
+        return cubin[names_at + off:end].decode()
+
+    return {name(s[0])[len(".text."):]: s[5] for s in sections if name(s[0]).startswith(".text.")}
+
+
+def compile_sizes(src: Path, defines=()) -> dict[str, int]:
+    """text_sizes of src compiled with every template instance (GLIMMER_INSTANTIATE)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "k.cubin"
+        arch = "sm_90a" if "wgmma" in src.read_text() else "sm_90"
+        cmd = ["nvcc", f"-arch={arch}", "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-DGLIMMER_INSTANTIATE",
+               *(f"-D{d}" for d in defines), str(src), "-o", str(out)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"nvcc failed on {src.name}:\n{run.stderr}")
+        return text_sizes(out.read_bytes())
+
+
+def demangle(names: list[str]) -> list[str]:
+    if not shutil.which("c++filt"):
+        return names
+    run = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
+    return run.stdout.splitlines() if run.returncode == 0 else names
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", help="cuda_src file stems (default: every .cu)")
+    ap.add_argument("-n", type=int, default=40, help="kernels to list (largest first)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], help="a define, as NAME=VALUE")
+    args = ap.parse_args(argv)
+    if not shutil.which("nvcc"):
+        print("code_size: nvcc is not on PATH", file=sys.stderr)
+        return 2
+    srcs = [CUDA_SRC / f"{f}.cu" for f in args.files] or sorted(CUDA_SRC.glob("*.cu"))
+    missing = [s.name for s in srcs if not s.exists()]
+    if missing:
+        print(f"code_size: no such source in cuda_src: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    rows = []
+    for src in srcs:
+        for fn, size in compile_sizes(src, args.defines).items():
+            rows.append((size, src.stem, fn))
+    rows.sort(reverse=True)
+    rows = rows[:args.n]
+    print("| KB | instructions | file | kernel |\n|---|---|---|---|")
+    for (size, stem, _), pretty in zip(rows, demangle([r[2] for r in rows])):
+        print(f"| {size / 1024:.1f} | {size // INSTR_BYTES} | {stem} | `{pretty[:110]}` |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
