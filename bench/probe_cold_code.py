@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy.benchmarks.timing import run_meta  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel, sm_count  # noqa: E402
 
-SIZES = (256, 1024, 4096, 16384)
+SIZES = (256, 1024, 1536, 2048, 3072, 4096, 16384)     # 16 KB was held in an SM, 64 KB not: where between?
 EVICTOR = 16383
 NAMES = tuple(f"cold_chain<{n}>" for n in SIZES + (EVICTOR,))
 FLUSH_BYTES = 512 << 20

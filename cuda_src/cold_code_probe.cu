@@ -38,6 +38,9 @@ __global__ void __launch_bounds__(32) cold_chain(float* __restrict__ out, unsign
 #ifdef GLIMMER_INSTANTIATE
 template __global__ void cold_chain<256>(float*, unsigned long long*, float);
 template __global__ void cold_chain<1024>(float*, unsigned long long*, float);
+template __global__ void cold_chain<1536>(float*, unsigned long long*, float);
+template __global__ void cold_chain<2048>(float*, unsigned long long*, float);
+template __global__ void cold_chain<3072>(float*, unsigned long long*, float);
 template __global__ void cold_chain<4096>(float*, unsigned long long*, float);
 template __global__ void cold_chain<16384>(float*, unsigned long long*, float);
 template __global__ void cold_chain<16383>(float*, unsigned long long*, float);   // the evictor: other code
