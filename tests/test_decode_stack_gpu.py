@@ -3,9 +3,11 @@
 A random llama model with SmolLM2-135M's layer geometry (hidden 576, 9 query heads over 3 KV heads
 of 64, FFN 1536; Q4_1 matrices) and 3 layers: a prompt runs through the ops, then one-token steps
 run through the stack and, from the same K/V, through the ops, over scattered cells and past the
-lengths where the positions split into several 32-position tiles a block. Both paths quantize the
-same activations to int8 and K/V to bf16, in different orders of summation: logits within
-test_cuda_executor's LOGIT_RTOL, and against the NumPy path with the GPU's roundings emulated.
+lengths where the positions split into several 32-position tiles a block (2,100: a warp merges
+three tiles, and most cells come from the table, past the 16 a block keeps of a 256-token context).
+Both paths quantize the same activations to int8 and K/V to bf16, in different orders of summation:
+logits within test_cuda_executor's LOGIT_RTOL, and against the NumPy path with the GPU's roundings
+emulated.
 """
 
 from pathlib import Path
@@ -52,15 +54,15 @@ def test_who_the_stack_serves(smol_dec, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("prompt_len", [1, 5, 40, 700])
+@pytest.mark.parametrize("prompt_len", [1, 5, 40, 700, 2100])
 def test_stack_equals_the_ops(smol_dec, prompt_len, monkeypatch):
     from glimmer_cupy.runtime.cuda_executor import CudaExecutor
 
     rng = np.random.default_rng(prompt_len)
-    ex = CudaExecutor(smol_dec, 1024, graphs=False)
+    ex = CudaExecutor(smol_dec, 4096, graphs=False)
     assert ex.decoder.stack is not None
-    host = GpuRoundingExecutor(smol_dec, 1024)
-    pools = CellPool(1024), CellPool(1024)
+    host = GpuRoundingExecutor(smol_dec, 4096)
+    pools = CellPool(4096), CellPool(4096)
     for pool in pools:                                   # scattered cells, the same in both
         pool.alloc(50)
         pool._free = type(pool._free)(np.random.default_rng(7).permutation(list(pool._free)))
