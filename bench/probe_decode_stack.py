@@ -30,6 +30,15 @@ STAGES = ["start", "wqkv in", "qkv sent", "qkv gathered", "attn local", "partial
           "o gathered", "normed", "wgu in", "act gathered", "wd in", "down gathered", "layer end"]
 
 
+def random_smollm2() -> str:
+    """A GGUF file of random weights with SmolLM2-135M's geometry (30 layers, Q4_1), made once."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import gguf_factory
+    from glimmer_cupy.weights import QType
+    gguf_factory.TINY.update(hidden=576, ffn=1536, layers=30, heads=9, kv_heads=3, head_dim=64, vocab=49152)
+    return str(gguf_factory.tiny_model(Path("/tmp/random_smol.gguf"), "llama", QType.Q4_1))
+
+
 def stage_stamps(stack, x, step, kv, n_layers: int) -> None:
     """One call with the kernel's stamps on: µs from each block's layer start to each stage, medians
     over blocks and the layers after the first two, and the layer's time."""
@@ -54,12 +63,8 @@ def main(argv=None) -> int:
     ap.add_argument("--chunks", default="0,16384,4096",
                     help="bulk copy pieces to try, bytes (decode_stack.cu: STACK_CHUNK; 0 = one copy a matrix)")
     a = ap.parse_args(argv)
-    if a.model == "random":                                # SmolLM2-135M's geometry, 30 layers, Q4_1
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        import gguf_factory
-        from glimmer_cupy.weights import QType
-        gguf_factory.TINY.update(hidden=576, ffn=1536, layers=30, heads=9, kv_heads=3, head_dim=64, vocab=49152)
-        a.model = str(gguf_factory.tiny_model(Path("/tmp/random_smol.gguf"), "llama", QType.Q4_1))
+    if a.model == "random":
+        a.model = random_smollm2()
     model = load_model(a.model)
     ex = CudaExecutor(model.decoder, 4096, graphs=False)
     stack = ex.decoder.stack

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import glimmer_cupy.kernels.launch as launch  # noqa: E402
 import glimmer_cupy.model.fused_stack as fused_stack  # noqa: E402
 import glimmer_cupy.ops.attention as attention  # noqa: E402
-from glimmer_cupy.benchmarks.timing import run_meta  # noqa: E402
+from glimmer_cupy.benchmarks.timing import graph_time_us, run_meta  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel, sm_count  # noqa: E402
 
 EVICTOR = "cold_chain<4096>"
@@ -68,40 +68,11 @@ class Recorder:
             module.launch_cluster = self._cluster
 
 
-def graph_us(fns, reps: int, replays: int) -> float:
-    """µs a replay of a graph of `fns` called in turn, `reps` times (median over `replays`)."""
-    import cupy
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        for f in fns:                                   # compiled, loaded and run once before capture
-            f()
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(reps):
-            for f in fns:
-                f()
-        graph = stream.end_capture()
-        graph.launch(stream)
-        stream.synchronize()
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        times = []
-        for _ in range(replays):
-            start.record(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
-    return float(np.median(times))
-
-
 def load(name: str):
     from glimmer_cupy.model.model import load_model
-    if name == "random":                               # SmolLM2-135M's geometry, 30 layers, Q4_1
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-        import gguf_factory
-        from glimmer_cupy.weights import QType
-        gguf_factory.TINY.update(hidden=576, ffn=1536, layers=30, heads=9, kv_heads=3, head_dim=64, vocab=49152)
-        name = str(gguf_factory.tiny_model(Path("/tmp/random_smol.gguf"), "llama", QType.Q4_1))
+    if name == "random":
+        from probe_decode_stack import random_smollm2
+        name = random_smollm2()
     elif name.startswith("synthetic:"):
         from glimmer_cupy.weights.synthetic import cached_synthetic_gguf
         name = str(cached_synthetic_gguf(name.split(":", 1)[1]))
@@ -139,23 +110,26 @@ def probe(label: str, model, prompt: int, reps: int, replays: int) -> dict:
     def evictor():
         evict((blocks,), (32,), (out, stamps, np.float32(0.999)))
 
-    with ex.stream:
-        alone = graph_us([evictor], reps, replays)
-        print(f"# {label}: {len(rec.launches)} launches in {len(kinds)} kinds; evictor alone "
-              f"{alone / reps:.2f} us; µs a launch, graphs of {reps}, median of {replays} replays", flush=True)
-        print("| kernel | grid | block | a step | warm | cold | cold - warm | x a step |\n|---|---|---|---|---|---|---|---|")
-        rows, total = [], 0.0
-        for key, fns in kinds.items():
-            fn = fns[0]
-            warm = graph_us([fn], reps, replays) / reps
-            cold = (graph_us([evictor, fn], reps, replays) - alone) / reps
-            total += len(fns) * (cold - warm)
-            rows.append(dict(kernel=key[0], grid=key[1], block=key[2], count=len(fns), warm_us=warm, cold_us=cold))
-            print(f"| `{key[0][:60]}` | {key[1]} | {key[2]} | {len(fns)} | {warm:.2f} | {cold:.2f} | "
-                  f"{cold - warm:.2f} | {len(fns) * (cold - warm):.1f} |", flush=True)
+    def timed(*fns) -> float:
+        """µs a graph of `reps` rounds of fns takes, a round (graph_time_us: median of `replays`)."""
+        return graph_time_us(lambda i: [f() for f in fns], 1, reps, replays)
+
+    alone = timed(evictor)
+    print(f"# {label}: {len(rec.launches)} launches in {len(kinds)} kinds; evictor alone "
+          f"{alone:.2f} us; µs a launch, graphs of {reps}, median of {replays} replays", flush=True)
+    print("| kernel | grid | block | a step | warm | cold | cold - warm | x a step |\n|---|---|---|---|---|---|---|---|")
+    rows, total = [], 0.0
+    for key, fns in kinds.items():
+        fn = fns[0]
+        warm = timed(fn)
+        cold = timed(evictor, fn) - alone
+        total += len(fns) * (cold - warm)
+        rows.append(dict(kernel=key[0], grid=key[1], block=key[2], count=len(fns), warm_us=warm, cold_us=cold))
+        print(f"| `{key[0][:60]}` | {key[1]} | {key[2]} | {len(fns)} | {warm:.2f} | {cold:.2f} | "
+              f"{cold - warm:.2f} | {len(fns) * (cold - warm):.1f} |", flush=True)
     print(f"# {label}: the step's launches would pay {total:.1f} us for cold code (sum of count x (cold - warm))",
           flush=True)
-    return dict(label=label, launches=len(rec.launches), evictor_us=alone / reps, rows=rows, total_us=total)
+    return dict(label=label, launches=len(rec.launches), evictor_us=alone, rows=rows, total_us=total)
 
 
 def main(argv=None) -> int:
