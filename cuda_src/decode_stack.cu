@@ -224,8 +224,8 @@ __device__ __forceinline__ float bf16_hi(unsigned u) { return __uint_as_float(u 
 // merged into the warp's slots (64 sums, m, l per head; `first`: the warp's first tile). Lane j holds
 // position jb + j's K row (the score is its own) and lane i features 2i, 2i + 1 of every position's
 // V row; all 40 loads of a lane are issued before the first is used. row: lane j's position's row of
-// KV head g in the pools, in rows of D values (cell * hkv + g; DecodeStack.table keeps the pools
-// within 2^32 words, so 32-bit offsets serve).
+// KV head g in the pools, in rows of D values (cell * hkv + g; fused_stack.why_not refuses pools of
+// 2^32 words or more, so 32-bit offsets serve).
 template <int D>
 __device__ __forceinline__ void attend_tile(float* slots, float* prob, const float* q, int G, int jb, int je,
                                             unsigned row, const uint4* kp, const unsigned* vp, float scale,

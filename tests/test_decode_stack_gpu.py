@@ -45,6 +45,9 @@ def smol_dec(tmp_path_factory):
 def test_who_the_stack_serves(smol_dec, tmp_path):
     cfg = smol_dec.cfg
     assert fused_stack.why_not(cfg, smol_dec.w.layers) is None
+    most = 2 ** 33 // cfg.kv_dim                   # cells whose pools stay below 2^32 4-byte words
+    assert fused_stack.why_not(cfg, smol_dec.w.layers, n_cells=most) is None
+    assert "32-bit offsets" in fused_stack.why_not(cfg, smol_dec.w.layers, n_cells=most + 1)
     offs, total = fused_stack.smem_layout(cfg, QType.Q4_1)
     assert total <= fused_stack.SMEM_LIMIT and offs == sorted(offs) and all(o % 128 == 0 for o in offs)
     qwen = load_decoder(tiny_model(tmp_path / "qwen3.gguf", "qwen3"))

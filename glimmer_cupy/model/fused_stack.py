@@ -69,8 +69,9 @@ def smem_layout(cfg: ModelConfig, qtype: QType, c: int = CLUSTER) -> tuple[list[
     return offs, at
 
 
-def why_not(cfg: ModelConfig, layers) -> str | None:
-    """Why DecodeStack cannot run these layers (LayerWeights with device parts), or None."""
+def why_not(cfg: ModelConfig, layers, n_cells: int = 0) -> str | None:
+    """Why DecodeStack cannot run these layers (LayerWeights with device parts) over KV pools of
+    n_cells cells, or None."""
     if cfg.head_dim != HEAD_DIM:
         return f"head_dim {cfg.head_dim} (the stack's attention is laid out for {HEAD_DIM})"
     if cfg.qk_norm or cfg.post_norms or cfg.qkv_bias or cfg.attn_softcap or cfg.sliding_window:
@@ -98,6 +99,9 @@ def why_not(cfg: ModelConfig, layers) -> str | None:
                     (cfg.hidden, cfg.ffn)):
         if rows // c * row_bytes(qtype, k) % 16 or k % 32:
             return f"a block's rows of a {rows}x{k} matrix are not whole 16-byte pieces"
+    words = n_cells * cfg.kv_dim // 2                # the kernel indexes a pool by 32-bit words
+    if words >= 2 ** 32:
+        return f"KV pools of {n_cells} cells ({words} 4-byte words) are beyond the kernel's 32-bit offsets"
     need = smem_layout(cfg, qtype)[1]
     if need > SMEM_LIMIT:
         return f"a block would need {need} bytes of shared memory (at most {SMEM_LIMIT})"
@@ -131,9 +135,9 @@ class DecodeStack:
         return self.kern
 
     @classmethod
-    def build(cls, cfg: ModelConfig, weights) -> DecodeStack | None:
-        """A stack for these device weights, or None when the model is not one it serves."""
-        return None if why_not(cfg, weights.layers) else cls(cfg, weights)
+    def build(cls, cfg: ModelConfig, weights, n_cells: int = 0) -> DecodeStack | None:
+        """A stack for these device weights and pools of n_cells cells, or None when it does not serve them."""
+        return None if why_not(cfg, weights.layers, n_cells) else cls(cfg, weights)
 
     @staticmethod
     def serves(step) -> bool:
@@ -146,10 +150,6 @@ class DecodeStack:
         pools = tuple(int(p.data.ptr) for pair in kv for p in pair)
         if self._pools != pools:
             cfg = self.cfg
-            words = kv[0][0].size // 2                  # the kernel indexes a pool by 32-bit words
-            if words >= 2 ** 32:
-                raise ValueError(f"DecodeStack: a KV pool of {words} 4-byte words is beyond the kernel's "
-                                 f"32-bit offsets ({2 ** 32})")
             t = np.zeros((cfg.n_layers, COLS), np.uint64)
             for i, (lw, (kp, vp)) in enumerate(zip(self.w.layers, kv)):
                 ptrs = (lw.qkv.parts[0].data, lw.wo.parts[0].data, lw.gate_up.parts[0].data, lw.down.parts[0].data,

@@ -316,7 +316,7 @@ class CudaExecutor:
             shape = (self.n_cells, cfg.n_kv_heads, cfg.head_dim)
             self.kv = [(cupy.zeros(shape, cupy.uint16), cupy.zeros(shape, cupy.uint16)) for _ in range(cfg.n_layers)]
             if int(cupy.cuda.Device().compute_capability) >= 90:      # thread-block clusters of 16
-                self.decoder.stack = DecodeStack.build(cfg, self.decoder.w)
+                self.decoder.stack = DecodeStack.build(cfg, self.decoder.w, self.n_cells)
             cupy.cuda.get_current_stream().synchronize()
         except cupy.cuda.memory.OutOfMemoryError as e:
             raise GlimmerError(f"out of device memory while loading the model ({_mb(need_w)} of weights, "
