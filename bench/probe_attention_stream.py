@@ -88,8 +88,6 @@ def probe(b: int, ctx: int, splits, q8: bool = False, warm: bool = False, evict:
     print_stages(s[used], t0, STAGES)
     print_spans(s[used], STAGES, PAIRS)
     print_by_sm(s[used], smids[used], 4, 5)
-    del k_pool, v_pool
-    cupy.get_default_memory_pool().free_all_blocks()
 
 
 def main(argv=None) -> int:
@@ -99,6 +97,8 @@ def main(argv=None) -> int:
     cases = [tuple(int(v) for v in a.split(":")) for a in argv if not a.startswith("-")] or CASES
     for case in cases:
         probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0, warm, evict)
+        import cupy
+        cupy.get_default_memory_pool().free_all_blocks()       # the case's pools, before the next one's
     return 0
 
 
