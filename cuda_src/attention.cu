@@ -33,10 +33,6 @@
 typedef unsigned int u32;
 constexpr u32 kFull = 0xffffffffu;
 
-// the two bfloat16 halves of a 32-bit word (low half is the lower address)
-__device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xFFFF0000u); }
-
 __device__ __forceinline__ u32 pack2(float a, float b) { return (u32)bf16_bits(a) | ((u32)bf16_bits(b) << 16); }
 
 __global__ void __launch_bounds__(256)

@@ -8,6 +8,10 @@ __device__ __forceinline__ unsigned short bf16_bits(float f) {
     return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
+// the two bfloat16 halves of a 32-bit word as floats (the low half is the lower address)
+__device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xFFFF0000u); }
+
 // c (16x8 float32) += A (16x16 bf16, row) · B (16x8 bf16, col): mma.sync.m16n8k16, fragments as PTX
 // defines them (g = lane / 4, t = lane % 4): a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
 // a3 = A[g+8][2t+8..]; b0 = B[2t..][g], b1 = B[2t+8..][g]; c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][..]

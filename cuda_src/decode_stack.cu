@@ -40,8 +40,8 @@
 //   h_out, xq_out, xd_out, xs_out: the final norm's row and its int8 codes (the LM head's input).
 //   stamps: null, or C x n_layers x kStamps global-timer stamps (bench/probe_decode_stack.py).
 //   grid=(C,) cluster=(C,) block=(kThreads,)
+#include "attn_split.cuh"
 #include "bf16.cuh"
-#include "cluster.cuh"
 #include "pdl.cuh"
 #include "q8.cuh"
 #include "quant_dot.cuh"
@@ -58,8 +58,6 @@ __device__ __forceinline__ unsigned long long global_ns() {
 #define DSTAMP(i)                                   \
     if (stamps && threadIdx.x == 0 && (i) >= 0)     \
     stamps[((long long)rank * n_layers + l) * dstack::kStamps + (i)] = dstack::global_ns()
-
-#define kNegInf (-__int_as_float(0x7f800000))        // NVRTC has no INFINITY
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kPart = 68;                 // a head's partial: D = 64 sums, m, l, 2 of padding (17 float4s)
@@ -90,15 +88,6 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
                      ::"r"(smem_addr(static_cast<unsigned char*>(dst) + at)),
                      "l"(static_cast<const unsigned char*>(src) + at), "r"(min(piece, bytes - at)),
                      "r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
 }
 
 // int8 codes of v[0, n) * scale * (w ? w : 1) per 32 values, n % 32 == 0; out (if given) gets the values.
@@ -132,7 +121,7 @@ __device__ __noinline__ void add_norm_codes(float* x, const float* add, int n, c
         x[i] = v;
         ss += v * v;
     }
-    ss = warp_sum(ss);
+    ss = attn::warp_sum(ss);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
     __syncthreads();                          // also publishes x
     float tot = 0.f;
@@ -217,9 +206,6 @@ __device__ void rope_heads(float* qkv, int heads, const float* cs) {
     }
 }
 
-__device__ __forceinline__ float bf16_lo(unsigned u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf16_hi(unsigned u) { return __uint_as_float(u & 0xFFFF0000u); }
-
 // One tile of up to 32 positions [jb, je) of KV head g for its G query heads (q: their G * 64 values),
 // merged into the warp's slots (64 sums, m, l per head; `first`: the warp's first tile). Lane j holds
 // position jb + j's K row (the score is its own) and lane i features 2i, 2i + 1 of every position's
@@ -265,9 +251,9 @@ __device__ __forceinline__ void attend_tile(float* slots, float* prob, const flo
             }
         }
         const float sc = on ? s * scale : kNegInf;
-        const float mt = warp_max(sc);                         // finite: lane 0 is always on
+        const float mt = attn::warp_max(sc);                   // finite: lane 0 is always on
         const float p = on ? expf(sc - mt) : 0.f;
-        const float lt = warp_sum(p);
+        const float lt = attn::warp_sum(p);
         prob[lane] = p;
         __syncwarp();
         float a0 = 0.f, a1 = 0.f;
