@@ -9,6 +9,8 @@
 // cycle; thread 0 of each block stamps the global timer at entry and exit.
 //   grid=(blocks,) block=(32,); stamps[2 b], stamps[2 b + 1]: block b's entry and exit (ns)
 // cold_chain<16383> is the probe's evictor: 256 KB of code that is none of the others'.
+#include "timer.cuh"
+
 #ifndef COLD_CHAINS
 #define COLD_CHAINS 8
 #endif
@@ -16,8 +18,7 @@
 template <int N>
 __global__ void __launch_bounds__(32) cold_chain(float* __restrict__ out, unsigned long long* __restrict__ stamps,
                                                  float a) {
-    unsigned long long t0, t1;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned long long t0 = global_ns();
     float x[COLD_CHAINS];
 #pragma unroll
     for (int c = 0; c < COLD_CHAINS; ++c) x[c] = (float)(threadIdx.x + c);
@@ -28,7 +29,7 @@ __global__ void __launch_bounds__(32) cold_chain(float* __restrict__ out, unsign
 #pragma unroll
     for (int c = 0; c < COLD_CHAINS; ++c) s += x[c];
     out[blockIdx.x * 32 + threadIdx.x] = s;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    const unsigned long long t1 = global_ns();
     if (threadIdx.x == 0) {
         stamps[2 * blockIdx.x] = t0;
         stamps[2 * blockIdx.x + 1] = t1;

@@ -45,19 +45,15 @@
 #include "pdl.cuh"
 #include "q8.cuh"
 #include "quant_dot.cuh"
+#include "timer.cuh"
 
 namespace dstack {
 
 // stamps (if given): the global timer at kStamps points of every layer, per block (bench/probe_decode_stack.py)
 constexpr int kStamps = 16;
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 #define DSTAMP(i)                                   \
     if (stamps && threadIdx.x == 0 && (i) >= 0)     \
-    stamps[((long long)rank * n_layers + l) * dstack::kStamps + (i)] = dstack::global_ns()
+    stamps[((long long)rank * n_layers + l) * dstack::kStamps + (i)] = global_ns()
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kPart = 68;                 // a head's partial: D = 64 sums, m, l, 2 of padding (17 float4s)

@@ -8,6 +8,7 @@
 // only reads of data no kernel writes (weights) may come before it. After waiting, it lets the
 // next kernel be scheduled. Without the launch attribute both are no-ops.
 #pragma once
+#include "timer.cuh"
 
 // Ask for a 128-byte line of data no kernel of the step writes (weights, or what the step's upload
 // copied) before waiting: into L2, or into this SM's L1 for data this thread reads itself. Holds no
@@ -37,10 +38,8 @@ __device__ unsigned glimmer_log_n;
 __device__ unsigned long long glimmer_log[kLogLaunches][3];
 __device__ __forceinline__ void log_wait() {
     if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     const unsigned i = atomicAdd(&glimmer_log_n, 1u) % kLogLaunches;
-    glimmer_log[i][0] = t;
+    glimmer_log[i][0] = global_ns();
     glimmer_log[i][1] = gridDim.x | (unsigned long long)gridDim.y << 24 | (unsigned long long)gridDim.z << 44;
     glimmer_log[i][2] = blockDim.x | (unsigned long long)blockDim.y << 16 | (unsigned long long)blockDim.z << 32;
 }

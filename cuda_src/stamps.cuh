@@ -3,6 +3,7 @@
 // GPU, so stamps of different kernels and SMs compare) at stage `i` into glimmer_stamps[block][i].
 // Without the define STAMP is nothing, so the kernels that carry stamps are unchanged.
 #pragma once
+#include "timer.cuh"
 
 #ifdef GLIMMER_STAMPS
 constexpr int kStampBlocks = 4096, kStamps = 16;
@@ -12,9 +13,7 @@ __device__ unsigned glimmer_smids[kStampBlocks];      // the SM of row b's stage
 // and at stage 0 its SM into glimmer_smids[b]
 __device__ __forceinline__ void stamp_row(unsigned b, int i) {
     if (threadIdx.x == 0 && threadIdx.y == 0 && b < kStampBlocks) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        glimmer_stamps[b][i] = t;
+        glimmer_stamps[b][i] = global_ns();
         if (i == 0) {
             unsigned sm;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));

@@ -15,14 +15,9 @@
 //
 // grid=(C,) block=(512,) cluster=(C,) dynamic shared memory 2 * max(n_e) * 4 bytes
 #include "cluster.cuh"
+#include "timer.cuh"
 
 constexpr int kMaxX = 8;
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 template <int MODE>
 __global__ void __launch_bounds__(512) xchg_chain(float* __restrict__ out, int layers, int nx, const int* __restrict__ sizes) {
@@ -42,7 +37,7 @@ __global__ void __launch_bounds__(512) xchg_chain(float* __restrict__ out, int l
         fence_mbarrier_init();
     }
     cluster_sync();
-    const unsigned long long t0 = globaltimer();
+    const unsigned long long t0 = global_ns();
     int prev_n = nmax, b = 0;
     unsigned uses[2] = {0u, 0u};
     for (int l = 0; l < layers; ++l) {
@@ -78,7 +73,7 @@ __global__ void __launch_bounds__(512) xchg_chain(float* __restrict__ out, int l
             prev_n = n;
         }
     }
-    const unsigned long long t1 = globaltimer();
+    const unsigned long long t1 = global_ns();
     __syncthreads();
     if (threadIdx.x == 0) {
         float s = 0.f;
