@@ -28,8 +28,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.kernels.launch as launch  # noqa: E402
-import glimmer_cupy.model.fused_stack as fused_stack  # noqa: E402
-import glimmer_cupy.ops.attention as attention  # noqa: E402
 from glimmer_cupy.benchmarks.timing import graph_time_us, run_meta  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel, sm_count  # noqa: E402
 
@@ -42,6 +40,9 @@ class Recorder:
     def __init__(self):
         self.launches: list[tuple[tuple, object]] = []
         self._call, self._cluster = launch.Kernel.__call__, launch.launch_cluster
+        # every loaded module of the package that holds launch_cluster under that name
+        self._modules = [m for name, m in list(sys.modules.items()) if name.startswith("glimmer_cupy")
+                         and getattr(m, "launch_cluster", None) is self._cluster]
 
     def __enter__(self):
         call, cluster, rec = self._call, self._cluster, self.launches
@@ -58,13 +59,13 @@ class Recorder:
             return cluster(kern, grid, block, args, shared_mem, shape)
 
         launch.Kernel.__call__ = recorded_call
-        for module in (launch, attention, fused_stack):
+        for module in self._modules:
             module.launch_cluster = recorded_cluster
         return self
 
     def __exit__(self, *exc):
         launch.Kernel.__call__ = self._call
-        for module in (launch, attention, fused_stack):
+        for module in self._modules:
             module.launch_cluster = self._cluster
 
 

@@ -36,10 +36,10 @@ class Decoder:
         # head reads the final norm's row and its int8 codes as they are, with no gather of rows and no
         # quantization of x of its own (SmolLM2's step -7 µs, bench/results/NOTES.md)
         whole = t == 1 and step.logit_rows.shape[0] == 1
-        # q8: on the GPU, a norm or activation that feeds a matmul also makes the int8 form its
-        # small-step GEMV reads (ops/q8.py); the NumPy path ignores it
         if whole and self.stack is not None and self.stack.serves(step):
             return self._head(self.stack(x, step, kv), step, whole)
+        # q8: on the GPU, a norm or activation that feeds a matmul also makes the int8 form its
+        # small-step GEMV reads (ops/q8.py); the NumPy path ignores it
         h = ops.rms_norm(x, w.layers[0].attn_norm, cfg.rms_eps, q8=True)
         for i, lw in enumerate(w.layers):
             k_pool, v_pool = kv[i]
