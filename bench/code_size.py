@@ -20,8 +20,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from glimmer_cupy.kernels.build import ARCH_SPECIFIC  # noqa: E402
+
 CUDA_SRC = ROOT / "cuda_src"
+ARCH = "sm_90"                   # the H200's
 INSTR_BYTES = 16                 # one sm_90 instruction
+
+
+def arch_flags(src: Path) -> list[str]:
+    """nvcc's target for a cuda_src file as the build layer compiles it: sm_90a for the modules of
+    architecture-specific instructions (kernels/build.py: ARCH_SPECIFIC), sm_90 for the others."""
+    return [f"-gencode=arch=compute_{ARCH[3:]}a,code={ARCH}a"] if src.stem in ARCH_SPECIFIC else [f"-arch={ARCH}"]
 
 
 def text_sizes(cubin: bytes) -> dict[str, int]:
@@ -44,8 +55,7 @@ def compile_sizes(src: Path, defines=()) -> dict[str, int]:
     """text_sizes of src compiled with every template instance (GLIMMER_INSTANTIATE)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "k.cubin"
-        arch = "sm_90a" if "wgmma" in src.read_text() else "sm_90"
-        cmd = ["nvcc", f"-arch={arch}", "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-DGLIMMER_INSTANTIATE",
+        cmd = ["nvcc", *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-DGLIMMER_INSTANTIATE",
                *(f"-D{d}" for d in defines), str(src), "-o", str(out)]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode:

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from code_size import arch_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "cuda_src"
 FUNC = re.compile(r"^(?:template\s*<[^>]*>\s*)?(?:__\w+__\s+)*(?:[\w:<>,*&]+\s+)+\**(\w+)\s*\(")
@@ -76,7 +78,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
-        subprocess.run(["nvcc", "-arch=sm_90", "-std=c++17", f"-I{SRC}", "--cubin", "-lineinfo", "-DGLIMMER_INSTANTIATE",
+        subprocess.run(["nvcc", *arch_flags(SRC / f"{a.source}.cu"), "-std=c++17", f"-I{SRC}", "--cubin", "-lineinfo", "-DGLIMMER_INSTANTIATE",
                         *(f"-D{d}" for d in a.define), "-o", str(cubin), str(SRC / f"{a.source}.cu")], check=True)
         sass = subprocess.run([a.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
     c = counts(sass, a.kernel)

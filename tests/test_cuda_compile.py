@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.code_size import arch_flags, text_sizes
+
 REPO = Path(__file__).resolve().parents[1]
 CUDA_SRC = REPO / "cuda_src"
-ARCH = "sm_90"
 NVCC = shutil.which("nvcc")
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -28,12 +29,6 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 # ops module -> cuda_src file whose name expressions it uses
 OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embed": "embed", "attention": "attention",
                "prepare_qkv": "prepare_qkv"}
-
-
-def arch_flags(src: Path) -> list[str]:
-    """sm_90, or sm_90a for the modules of architecture-specific instructions (kernels/build.py)."""
-    from glimmer_cupy.kernels.build import ARCH_SPECIFIC
-    return [f"-gencode=arch=compute_{ARCH[3:]}a,code={ARCH}a"] if src.stem in ARCH_SPECIFIC else [f"-arch={ARCH}"]
 
 
 def compile_cubin(src: Path, out_dir: Path, defines=()) -> tuple[int, str]:
@@ -176,7 +171,6 @@ STACK_CODE_BUDGET = 96 * 1024
 def test_decode_stack_code_stays_small(tmp_path: Path):
     """SmolLM2's instance of decode_stack_kernel (bench/code_size.py counts the same bytes) stays
     within STACK_CODE_BUDGET, its three shared functions called, not inlined."""
-    from bench.code_size import text_sizes
     src = tmp_path / "stack_one.cu"
     src.write_text('#include "decode_stack.cu"\n'
                    "void* glimmer_name_expressions[] = {(void*)&decode_stack_kernel<gguf::Q4_1, 64, false, 3>};\n")
