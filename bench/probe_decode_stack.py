@@ -39,6 +39,16 @@ def random_smollm2() -> str:
     return str(gguf_factory.tiny_model(Path("/tmp/random_smol.gguf"), "llama", QType.Q4_1))
 
 
+def after_prompt(model, prompt: int, cells: int = 4096):
+    """An executor (graphs off) that has run a prompt of `prompt` tokens, and the host step of the
+    one token that follows it."""
+    ex = CudaExecutor(model.decoder, cells, graphs=False)
+    pool, seq = CellPool(cells), Sequence([int(t) for t in np.arange(prompt) % 1000 + 10], GREEDY)
+    ex.logits(plan_step(pool, [(seq, prompt)]))
+    seq.tokens.append(42)
+    return ex, plan_step(pool, [(seq, 1)])
+
+
 def stage_stamps(stack, x, step, kv, n_layers: int) -> None:
     """One call with the kernel's stamps on: µs from each block's layer start to each stage, medians
     over blocks and the layers after the first two, and the layer's time."""
@@ -66,13 +76,10 @@ def main(argv=None) -> int:
     if a.model == "random":
         a.model = random_smollm2()
     model = load_model(a.model)
-    ex = CudaExecutor(model.decoder, 4096, graphs=False)
+    ex, host_step = after_prompt(model, a.prompt)
     stack = ex.decoder.stack
     print(f"stack: {'serves' if stack else 'does not serve'} {a.model}", flush=True)
-    pool, seq = CellPool(4096), Sequence([int(t) for t in np.arange(a.prompt) % 1000 + 10], GREEDY)
-    ex.logits(plan_step(pool, [(seq, a.prompt)]))
-    seq.tokens.append(42)
-    step = ex.upload_step(plan_step(pool, [(seq, 1)]))
+    step = ex.upload_step(host_step)
     import glimmer_cupy.ops as ops
     x = ops.embed(ex.decoder.w.embed, step.tokens, model.cfg.embed_scale)
     start, end = cupy.cuda.Event(), cupy.cuda.Event()

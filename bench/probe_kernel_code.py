@@ -85,17 +85,9 @@ def load(name: str):
 
 def probe(label: str, model, prompt: int, reps: int, replays: int) -> dict:
     import cupy
-    from glimmer_cupy.reference.sampling import GREEDY
-    from glimmer_cupy.runtime.cell_pool import CellPool
-    from glimmer_cupy.runtime.cuda_executor import CudaExecutor
-    from glimmer_cupy.runtime.sequence import Sequence
-    from glimmer_cupy.runtime.step_planner import plan_step
+    from probe_decode_stack import after_prompt
 
-    ex = CudaExecutor(model.decoder, 4096, graphs=False)
-    pool, seq = CellPool(4096), Sequence([int(t) for t in np.arange(prompt) % 1000 + 10], GREEDY)
-    ex.logits(plan_step(pool, [(seq, prompt)]))
-    seq.tokens.append(42)
-    step = plan_step(pool, [(seq, 1)])
+    ex, step = after_prompt(model, prompt)
     ex.logits(step)                                    # every kernel of the step compiled and run once
     ex.synchronize()
     with Recorder() as rec:
