@@ -391,6 +391,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
     // them back from the pool like any other row), block 0 when no block attends to pos
     const bool writer = pos < n_pos ? (j0 <= pos && pos < j1) : rank == 0;
     for (int i = tid; i < min(j1 - j0, cell_cap); i += kThreads) pcells[i] = ctab[j0 + i];
+    auto cell_at = [&](int j) { return j - j0 < cell_cap ? pcells[j - j0] : ctab[j]; };   // j in [j0, j1)
     for (int i = tid; i < H; i += kThreads) x[i] = x_in[i];
     mbar_wait_cluster(&bar[bQkv], 0u);              // layer 0's attention norm came with its q|k|v rows
     __syncthreads();
@@ -405,9 +406,9 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
         const unsigned short* vp = reinterpret_cast<const unsigned short*>(row[kVPool]);
         // this block's old K and V rows into L2 while the q|k|v rows are made (no kernel writes them)
         for (int t = tid; t < (j1 - j0) * hkv; t += kThreads) {
-            const int i = t / hkv, g = t % hkv;
-            if (j0 + i == pos) continue;
-            const long long c = i < cell_cap ? pcells[i] : ctab[j0 + i];
+            const int j = j0 + t / hkv, g = t % hkv;
+            if (j == pos) continue;
+            const long long c = cell_at(j);
             prefetch_l2(kp + (c * hkv + g) * D);
             prefetch_l2(vp + (c * hkv + g) * D);
         }
@@ -456,7 +457,7 @@ __global__ void __launch_bounds__(dstack::kThreads, 1) decode_stack_kernel(
 #pragma unroll 1
             for (int t = k; k < wpg && t < n_tiles; t += wpg) {
                 const int jb = j0 + 32 * t, je = min(j1, jb + 32), j = jb + lane;
-                const int c = j >= je ? 0 : j - j0 < cell_cap ? pcells[j - j0] : ctab[j];
+                const int c = j >= je ? 0 : cell_at(j);
                 attend_tile<D>(wpart + warp * kMaxG * (D + 2), prob + warp * 32, qkv + g * G * D, G, jb, je,
                                (unsigned)(c * hkv + g), reinterpret_cast<const uint4*>(kp),
                                reinterpret_cast<const unsigned*>(vp), scale, t == k);
