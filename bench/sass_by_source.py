@@ -7,6 +7,13 @@ which code a block that runs a stretch once has to fetch (bench/results/NOTES.md
 session: the last block's merge).
 
     python3 bench/sass_by_source.py attention_stream 'attn_stream_kernelILi128ELi3' [--top 25]
+
+--stamps: built with GLIMMER_STAMPS (cuda_src/stamps.cuh) as the stage probes build it, the
+instructions between the kernel's stamps instead, in address order: how much code each stage between
+two stamps runs through, the code a block runs once per launch when the stage has no loop (a stage's
+share of a launch's cold-code cost, with bench/probe_cold_code.py's ns an instruction).
+
+    python3 bench/sass_by_source.py attention_stream 'attn_stream_kernelILi128ELi3' --stamps
 """
 
 from __future__ import annotations
@@ -68,6 +75,42 @@ def counts(sass: str, kernel: str) -> collections.Counter:
     return c
 
 
+INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*)")
+TIMER = re.compile(r"CS2R (R\d+), SR_GLOBALTIMER")
+# a stamp's store of the timer read into R: STG.E.64 [Rb.64+0xOFF], R; OFF / 8 is its index in the row
+STAMP_STORE = r"STG\.E\.64 \S*\[R\d+\.64(?:\+0x([0-9a-f]+))?\], {} ;"
+
+
+def stamp_regions(sass: str, kernel: str) -> list[tuple[int | None, int, int]]:
+    """(stamp index or None, address, instructions since the previous stamp or the function's
+    start) for each read of the global timer in the first function whose name contains `kernel`,
+    in address order, then (None, end, instructions after the last stamp)."""
+    lines = sass.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l), None)
+    if start is None:
+        raise SystemExit(f"sass_by_source: no function matching {kernel!r}")
+    ins = []
+    for line in lines[start + 1:]:
+        if line.startswith("//-----") or line.startswith(".text."):
+            break
+        m = INSTR.match(line)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(2)))
+    out, prev = [], 0
+    for i, (addr, text) in enumerate(ins):
+        timer = TIMER.search(text)
+        if not timer:
+            continue
+        pattern = re.compile(STAMP_STORE.format(timer.group(1)))
+        store = next((m for m in (pattern.search(t) for _, t in ins[i + 1:i + 40]) if m), None)
+        index = int(store.group(1) or "0", 16) // 8 if store else None
+        out.append((index, addr, i - prev))
+        prev = i
+    if ins:
+        out.append((None, ins[-1][0] + 16, len(ins) - prev))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("source", help="a file of cuda_src without .cu, e.g. attention_stream")
@@ -75,12 +118,22 @@ def main(argv=None) -> int:
     ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "nvdisasm")
     ap.add_argument("--define", action="append", default=[], metavar="NAME[=V]")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--stamps", action="store_true", help="instructions between the stamps of a GLIMMER_STAMPS build")
     a = ap.parse_args(argv)
+    if a.stamps:
+        a.define.append("GLIMMER_STAMPS")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
         subprocess.run(["nvcc", *arch_flags(SRC / f"{a.source}.cu"), "-std=c++17", f"-I{SRC}", "--cubin", "-lineinfo", "-DGLIMMER_INSTANTIATE",
                         *(f"-D{d}" for d in a.define), "-o", str(cubin), str(SRC / f"{a.source}.cu")], check=True)
         sass = subprocess.run([a.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
+    if a.stamps:
+        print(f"{a.kernel} (GLIMMER_STAMPS): instructions from the stamp before, in address order")
+        regions = stamp_regions(sass, a.kernel)
+        for j, (index, addr, n) in enumerate(regions):
+            name = "end" if j == len(regions) - 1 else f"stamp {'?' if index is None else index}"
+            print(f"  {addr:#8x}  {name:9s} {n:6d} ({n * 16 / 1024:5.1f} KB)")
+        return 0
     c = counts(sass, a.kernel)
     total = sum(c.values())
     by_func = collections.Counter()
