@@ -832,6 +832,39 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv,d,lens,splits", [
+    (32, 8, 128, [600], None),          # the 8B step's shape: a pushed cluster merge
+    (32, 8, 128, [5, 1000, 77], None),  # rows of few positions, partial tiles
+    (9, 3, 64, [600, 2100], None),      # SmolLM2's heads
+    (8, 1, 256, [300, 33], None),       # head dim 256 (Gemma 3)
+    (32, 8, 128, [32768], None),        # batch 1 at 32k: a global merge
+])
+def test_stream_lean_start_equals_default(monkeypatch, hq, hkv, d, lens, splits):
+    """attn_stream_kernel built with ATTN_LEAN_START (a tile's copies by a rolled loop, q's rows from
+    one base pointer) against the default build: the same loads and values, so the same output and
+    int8 codes bit for bit; and the reference's attention."""
+    import cupy
+    rng = np.random.default_rng(hq + d + len(lens) + lens[0])
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
+    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
+
+    def run():
+        work = cupy.full(workspace_size(len(lens), hq, d), np.nan, dtype=cupy.float32)
+        res = ops.attention(*args, d ** -0.5, workspace=work, force_splits=splits, q8=True, kernel="stream")
+        return cupy.asnumpy(res.x), [cupy.asnumpy(a) for a in (res.q, res.d)]
+
+    default, default_codes = run()
+    with monkeypatch.context() as m:
+        use_stream_defines(m, ["ATTN_LEAN_START"])
+        lean, lean_codes = run()
+    np.testing.assert_array_equal(lean, default)
+    for a, b in zip(lean_codes, default_codes):
+        np.testing.assert_array_equal(a, b)
+    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, d ** -0.5)
+    assert_close(lean, ref, (hq, hkv, d, lens), "stream")
+
+
+@gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_stream_positions_past_the_length(d):
     """attn_stream_kernel loads a token's first cells for the range ending at its own position

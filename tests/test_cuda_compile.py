@@ -153,6 +153,16 @@ def test_probe_stamps_compile(tmp_path: Path):
     assert_no_spills(kernels, "stamped kernels")
 
 
+def test_lean_start_compiles(tmp_path: Path):
+    """attention_stream.cu's ATTN_LEAN_START switch (bench/ab_attention_model.py's "lean start" arm)
+    compiles at every head dim and depth without spills."""
+    rc, log = compile_cubin(CUDA_SRC / "attention_stream.cu", tmp_path, defines=("GLIMMER_INSTANTIATE", "ATTN_LEAN_START"))
+    assert rc == 0, f"attention_stream.cu does not compile with ATTN_LEAN_START:\n{log}"
+    kernels = ptxas_report(log)
+    assert len(kernels) == 8
+    assert_no_spills(kernels, "attn_stream_kernel with ATTN_LEAN_START")
+
+
 @pytest.mark.parametrize("module", ["norm", "activation", "gemv_kq", "embed"])
 def test_launch_log_compiles(module: str, tmp_path: Path):
     """The launch log in pdl_wait (cuda_src/pdl.cuh, for bench/probe_decode_stamps.py) compiles into
