@@ -797,6 +797,30 @@ def use_stream_defines(monkeypatch, names) -> None:
     monkeypatch.setattr(att, "_stream_kernel", lambda d, stages: built(d, stages, defines))
 
 
+def assert_switch_same_bits(monkeypatch, switch, hq, hkv, d, lens, splits, seed):
+    """One decode step on attn_stream_kernel in its default build and built with `switch`
+    (use_stream_defines): the same output and int8 codes bit for bit, and the reference's attention."""
+    import cupy
+    rng = np.random.default_rng(seed)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
+    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
+
+    def run():
+        work = cupy.full(workspace_size(len(lens), hq, d), np.nan, dtype=cupy.float32)
+        res = ops.attention(*args, d ** -0.5, workspace=work, force_splits=splits, q8=True, kernel="stream")
+        return cupy.asnumpy(res.x), [cupy.asnumpy(a) for a in (res.q, res.d)]
+
+    default, default_codes = run()
+    with monkeypatch.context() as m:
+        use_stream_defines(m, [switch])
+        built, built_codes = run()
+    np.testing.assert_array_equal(built, default)
+    for a, b in zip(built_codes, default_codes):
+        np.testing.assert_array_equal(a, b)
+    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, d ** -0.5)
+    assert_close(default, ref, (hq, hkv, d, lens, splits), "stream")
+
+
 @gpu
 @pytest.mark.parametrize("hq,hkv,d,lens,splits", [
     (32, 8, 128, [32768], None),        # batch 1 at 32k: 33 splits, one batch staged
@@ -810,25 +834,7 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
     (merge_rolled) against the same kernel built with ATTN_MERGE_PULLED (merge_splits' loads):
     the same sums in the same order, so the same output and codes bit for bit; and the
     reference's attention."""
-    import cupy
-    rng = np.random.default_rng(hq + d + len(lens))
-    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
-    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
-
-    def run():
-        work = cupy.full(workspace_size(len(lens), hq, d), np.nan, dtype=cupy.float32)
-        res = ops.attention(*args, d ** -0.5, workspace=work, force_splits=splits, q8=True, kernel="stream")
-        return cupy.asnumpy(res.x), [cupy.asnumpy(a) for a in (res.q, res.d)]
-
-    staged, staged_codes = run()
-    with monkeypatch.context() as m:
-        use_stream_defines(m, ["ATTN_MERGE_PULLED"])
-        pulled, pulled_codes = run()
-    np.testing.assert_array_equal(staged, pulled)
-    for a, b in zip(staged_codes, pulled_codes):
-        np.testing.assert_array_equal(a, b)
-    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, d ** -0.5)
-    assert_close(staged, ref, (hq, hkv, d, lens, splits), "stream")
+    assert_switch_same_bits(monkeypatch, "ATTN_MERGE_PULLED", hq, hkv, d, lens, splits, hq + d + len(lens))
 
 
 @gpu
@@ -843,25 +849,7 @@ def test_stream_lean_start_equals_default(monkeypatch, hq, hkv, d, lens, splits)
     """attn_stream_kernel built with ATTN_LEAN_START (a tile's copies by a rolled loop, q's rows from
     one base pointer) against the default build: the same loads and values, so the same output and
     int8 codes bit for bit; and the reference's attention."""
-    import cupy
-    rng = np.random.default_rng(hq + d + len(lens) + lens[0])
-    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
-    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)]
-
-    def run():
-        work = cupy.full(workspace_size(len(lens), hq, d), np.nan, dtype=cupy.float32)
-        res = ops.attention(*args, d ** -0.5, workspace=work, force_splits=splits, q8=True, kernel="stream")
-        return cupy.asnumpy(res.x), [cupy.asnumpy(a) for a in (res.q, res.d)]
-
-    default, default_codes = run()
-    with monkeypatch.context() as m:
-        use_stream_defines(m, ["ATTN_LEAN_START"])
-        lean, lean_codes = run()
-    np.testing.assert_array_equal(lean, default)
-    for a, b in zip(lean_codes, default_codes):
-        np.testing.assert_array_equal(a, b)
-    ref = ref_attention(q, bf16_float(k_pool), bf16_float(v_pool), table, seq_lens, tok_seq, tok_pos, d ** -0.5)
-    assert_close(lean, ref, (hq, hkv, d, lens), "stream")
+    assert_switch_same_bits(monkeypatch, "ATTN_LEAN_START", hq, hkv, d, lens, splits, hq + d + len(lens) + lens[0])
 
 
 @gpu
