@@ -51,13 +51,18 @@ def text_sizes(cubin: bytes) -> dict[str, int]:
     return {name(s[0])[len(".text."):]: s[5] for s in sections if name(s[0]).startswith(".text.")}
 
 
+def nvcc_command(src: Path, out: Path, defines=(), flags=(), nvcc: str = "nvcc", kind: str = "cubin") -> list[str]:
+    """nvcc's command line for a cubin (or, kind "ptx", the PTX) of src as the build layer compiles
+    it (arch_flags, C++17, cuda_src on the include path), with -D of each define and the extra flags."""
+    return [nvcc, *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", f"--{kind}", *flags,
+            *(f"-D{d}" for d in defines), "-o", str(out), str(src)]
+
+
 def compile_sizes(src: Path, defines=()) -> dict[str, int]:
     """text_sizes of src compiled with every template instance (GLIMMER_INSTANTIATE)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "k.cubin"
-        cmd = ["nvcc", *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-DGLIMMER_INSTANTIATE",
-               *(f"-D{d}" for d in defines), str(src), "-o", str(out)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
+        run = subprocess.run(nvcc_command(src, out, ("GLIMMER_INSTANTIATE", *defines)), capture_output=True, text=True)
         if run.returncode:
             raise RuntimeError(f"nvcc failed on {src.name}:\n{run.stderr}")
         return text_sizes(out.read_bytes())

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from code_size import arch_flags
+from code_size import INSTR_BYTES, nvcc_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "cuda_src"
@@ -124,15 +124,15 @@ def main(argv=None) -> int:
         a.define.append("GLIMMER_STAMPS")
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "k.cubin"
-        subprocess.run(["nvcc", *arch_flags(SRC / f"{a.source}.cu"), "-std=c++17", f"-I{SRC}", "--cubin", "-lineinfo", "-DGLIMMER_INSTANTIATE",
-                        *(f"-D{d}" for d in a.define), "-o", str(cubin), str(SRC / f"{a.source}.cu")], check=True)
+        subprocess.run(nvcc_command(SRC / f"{a.source}.cu", cubin, ("GLIMMER_INSTANTIATE", *a.define), ("-lineinfo",)),
+                       check=True)
         sass = subprocess.run([a.nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
     if a.stamps:
         print(f"{a.kernel} (GLIMMER_STAMPS): instructions from the stamp before, in address order")
         regions = stamp_regions(sass, a.kernel)
         for j, (index, addr, n) in enumerate(regions):
             name = "end" if j == len(regions) - 1 else f"stamp {'?' if index is None else index}"
-            print(f"  {addr:#8x}  {name:9s} {n:6d} ({n * 16 / 1024:5.1f} KB)")
+            print(f"  {addr:#8x}  {name:9s} {n:6d} ({n * INSTR_BYTES / 1024:5.1f} KB)")
         return 0
     c = counts(sass, a.kernel)
     total = sum(c.values())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.code_size import arch_flags, text_sizes
+from bench.code_size import nvcc_command, text_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA_SRC = REPO / "cuda_src"
@@ -32,8 +32,7 @@ OPS_SOURCES = {"norm": "norm", "rope": "rope", "activation": "activation", "embe
 
 
 def compile_cubin(src: Path, out_dir: Path, defines=()) -> tuple[int, str]:
-    cmd = [NVCC, *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", "--cubin", "-Xptxas", "-v",
-           *(f"-D{d}" for d in defines), "-o", str(out_dir / (src.stem + ".cubin")), str(src)]
+    cmd = nvcc_command(src, out_dir / (src.stem + ".cubin"), defines, ("-Xptxas", "-v"), nvcc=NVCC)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -83,8 +82,7 @@ def test_arch_specific_sources_hold_warpgroup_multiplies(tmp_path: Path):
     for name in sorted(ARCH_SPECIFIC):
         src = CUDA_SRC / f"{name}.cu"
         ptx = tmp_path / f"{name}.ptx"
-        cmd = [NVCC, *arch_flags(src), "-std=c++17", f"-I{CUDA_SRC}", "--ptx", "-DGLIMMER_INSTANTIATE",
-               "-o", str(ptx), str(src)]
+        cmd = nvcc_command(src, ptx, ("GLIMMER_INSTANTIATE",), nvcc=NVCC, kind="ptx")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         assert "wgmma.mma_async" in ptx.read_text(), f"{name}.cu: no wgmma in its sm_90a PTX"
