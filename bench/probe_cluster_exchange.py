@@ -30,7 +30,7 @@ NAMES = ("xchg_chain<0>", "xchg_chain<1>")
 SMOLLM2 = (960, 576, 576, 576, 1536, 576)
 
 
-def expected(sizes, layers: int, c: int) -> np.ndarray:
+def expected(sizes, layers: int) -> np.ndarray:
     """The chain's last vector, as the kernel makes it (float32)."""
     nmax = max(sizes)
     prev = np.ones(nmax, np.float32)
@@ -60,7 +60,7 @@ def run(mode: str, c: int, sizes, layers: int, reps: int) -> dict:
         end.synchronize()
         ev.append(cupy.cuda.get_elapsed_time(start, end) * 1e3)
         inner.append(float(cupy.asnumpy(out)[1::2].max()) / 1e3)
-    want = float(expected(sizes, layers, c).sum(dtype=np.float32))
+    want = float(expected(sizes, layers).sum(dtype=np.float32))
     got = cupy.asnumpy(out)[0::2]
     if not np.allclose(got, want, rtol=1e-4):
         raise SystemExit(f"{mode} C={c}: the chain's last vector sums to {got} on the blocks, NumPy {want}")
