@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from gguf_factory import tiny_model
 from gpu_rounding import GpuRoundingExecutor
+from test_attention_gpu import bf16_float
 from test_cuda_executor import assert_logits_close, load_decoder, to_host
 
 from glimmer_cupy.model import fused_stack
@@ -114,6 +115,5 @@ def test_stack_writes_the_pools_as_the_ops_do(smol_dec, monkeypatch):
     cupy.cuda.Device().synchronize()
     for layer, ((k, v), (wk, wv)) in enumerate(zip(ex.kv, want)):
         for got, ref, name in ((to_host(k[cell]), wk, "K"), (to_host(v[cell]), wv, "V")):
-            g = (got.astype(np.uint32) << 16).view(np.float32)
-            r = (ref.astype(np.uint32) << 16).view(np.float32)
+            g, r = bf16_float(got), bf16_float(ref)
             assert np.abs(g - r).max() <= 2e-2 * np.abs(r).max() + 1e-6, f"layer {layer} {name}"
