@@ -1,6 +1,6 @@
 """Time decode attention over the KV cell pool on the GPU, against the copy ceiling and PyTorch SDPA.
 
-Qwen3-8B geometry: 32 query heads, 8 KV heads, head_dim 128, bf16 K and V in a pool whose cells
+Qwen3-8B geometry (--heads for another): 32 query heads, 8 KV heads, head_dim 128, bf16 K and V in a pool whose cells
 each sequence holds in scattered (permuted) order (--run-cells R: in runs of R consecutive cells,
 the runs scattered). One query token per sequence, batch 1, 8, 32, 64 at context 1k, 8k, 32k
 and 128k (where the pool fits). For each case: µs per call (CUDA graph of many calls, pools
@@ -241,7 +241,7 @@ def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) 
 
 
 def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages=(), rows_list=()) -> dict:
-    """Causal attention of one T-token prompt over its own T cells (scattered), Qwen3-8B heads:
+    """Causal attention of one T-token prompt over its own T cells (scattered), the run's heads:
     TFLOP/s counting the causal half (2 T^2 q_heads D multiply-adds), both kernels and SDPA
     (is_causal, contiguous bf16 copies) in the same run, and each against SDPA's output. stages,
     rows_list: the tensor-core kernel also at these pipeline depths and rows per block (each
@@ -261,7 +261,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     row = {"prefill": t}
     results = {}
     variants = [("simt", {})] + ([("mma", {})] if mma else [])
-    if mma and wgmma_runs(D, HQ // HKV):         # the default prefill kernel on Hopper, each depth and block
+    if mma and wgmma_runs(D, HQ // HKV, "wgmma"):   # the warpgroup kernel on Hopper, each depth and block
         variants += [("wgmma", {})] + [(f"wgmma_r{r}_s{st}", dict(kernel="wgmma", force_rows=r, force_stages=st))
                                        for d, st, r in WGMMA_VARIANTS if d == D and (st, r) != (WGMMA_DEPTH, WGMMA_ROWS)]
     if mma:
@@ -390,7 +390,8 @@ def fits(b: int, ctx: int, torch) -> bool:
 
 def markdown(meta, rows) -> str:
     lines = [f"# attention decode — {meta['gpu']}, {meta['date']}, commit {meta['commit']}", "",
-             f"Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, "
+             ("Qwen3-8B geometry (32 q / 8 KV heads, head_dim 128, bf16 KV, " if meta.get("heads", [32, 8, 128]) == [32, 8, 128]
+              else "{} q / {} KV heads, head_dim {} (bf16 KV, ".format(*meta["heads"]))
              + ("scattered cells" if meta.get("run_cells", 1) == 1 else f"cells in runs of {meta['run_cells']}")
              + "). "
              f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run."
@@ -407,7 +408,7 @@ def markdown(meta, rows) -> str:
     pre = [r for r in rows if "prefill" in r]
     if pre:
         lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
-                  "| T | simt µs | TFLOP/s | mma µs | TFLOP/s | wgmma µs (the default) | TFLOP/s | torch SDPA µs "
+                  "| T | simt µs | TFLOP/s | mma µs | TFLOP/s | wgmma µs | TFLOP/s | torch SDPA µs "
                   "| TFLOP/s | wgmma / SDPA |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in pre:
             cell = lambda k: f"{r[k + '_us']:.1f} | {r[k + '_tflops']:.1f}" if k + "_us" in r else "– | –"  # noqa: E731
@@ -418,6 +419,7 @@ def markdown(meta, rows) -> str:
 
 
 def main(argv=None) -> int:
+    global HQ, HKV, D
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--launches", type=int, default=50)
@@ -440,8 +442,14 @@ def main(argv=None) -> int:
                     "many consecutive cells, the runs scattered (1: every cell scattered)")
     ap.add_argument("--define", action="append", default=[], metavar="NAME",
                     help="compile every kernel with -DNAME=1 too (a source's switch, e.g. ATTN_MERGE_PULLED, for an A/B)")
+    ap.add_argument("--heads", default=f"{HQ},{HKV},{D}", metavar="HQ,HKV,D",
+                    help="query heads, kv heads and head dim of every case (default Qwen3-8B's; SmolLM2's 9,3,64)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
+    try:
+        HQ, HKV, D = (int(x) for x in args.heads.split(","))
+    except ValueError:
+        ap.error(f"--heads: three integers q_heads,kv_heads,head_dim, got {args.heads!r}")
     import cupy
     from glimmer_cupy.kernels import build
     build.add_defines(*args.define)
@@ -449,7 +457,7 @@ def main(argv=None) -> int:
     torch = None if args.no_torch else torch_or_none()
     copy_bw = copy_bandwidth()
     meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__,
-                    run_cells=args.run_cells, defines=args.define)
+                    run_cells=args.run_cells, defines=args.define, heads=[HQ, HKV, D])
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()

@@ -58,6 +58,22 @@ def nvcc_command(src: Path, out: Path, defines=(), flags=(), nvcc: str = "nvcc",
             *(f"-D{d}" for d in defines), "-o", str(out), str(src)]
 
 
+def nvdisasm_path() -> str | None:
+    """nvdisasm on PATH, else the one pip installs with nvidia-cuda-nvdisasm (a dev dependency: the
+    CUDA toolkit's nvcc packages may leave it out); None where neither is."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for path in sorted(Path(root).glob("*/bin/nvdisasm")):
+            return str(path)
+    return None
+
+
 def compile_sizes(src: Path, defines=()) -> dict[str, int]:
     """text_sizes of src compiled with every template instance (GLIMMER_INSTANTIATE)."""
     with tempfile.TemporaryDirectory() as tmp:

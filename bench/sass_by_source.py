@@ -1,6 +1,6 @@
 """How a kernel's SASS divides among the source functions it inlines: compiles a cuda_src file for
 sm_90 with line information (nvcc -lineinfo), disassembles it (nvdisasm, which pip installs as
-nvidia-cuda-nvdisasm; give its path with --nvdisasm if it is not on PATH), and counts the
+nvidia-cuda-nvdisasm, found there when it is not on PATH, or give --nvdisasm), and counts the
 instructions attributed to each source line (the innermost one in cuda_src: an intrinsic counts for
 its caller), then to the function that line lies in. The sizes tell
 which code a block that runs a stretch once has to fetch (bench/results/NOTES.md, twenty-fourth
@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import collections
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from code_size import INSTR_BYTES, nvcc_command
+from code_size import INSTR_BYTES, nvcc_command, nvdisasm_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "cuda_src"
@@ -76,26 +75,84 @@ def counts(sass: str, kernel: str) -> collections.Counter:
 
 
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*)")
+LABEL = re.compile(r"^(\.L_x_\d+):")
+BRANCH = re.compile(r"\bBRA\b.*?(\.L_x_\d+)")
 TIMER = re.compile(r"CS2R (R\d+), SR_GLOBALTIMER")
 # a stamp's store of the timer read into R: STG.E.64 [Rb.64+0xOFF], R; OFF / 8 is its index in the row
 STAMP_STORE = r"STG\.E\.64 \S*\[R\d+\.64(?:\+0x([0-9a-f]+))?\], {} ;"
+
+
+def listing(sass: str, kernel: str) -> list[tuple[str | None, int | None, str]]:
+    """The .text section of the first function whose mangled name contains `kernel`, in address
+    order: (None, address, instruction) for an instruction (as listed, its predicate kept) and
+    (label, None, "") where a branch target's label starts."""
+    lines = sass.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l), None)
+    if start is None:
+        raise SystemExit(f"sass_by_source: no function matching {kernel!r}")
+    out = []
+    for line in lines[start + 1:]:
+        if line.startswith("//-----") or line.startswith(".text."):
+            break
+        m = INSTR.match(line)
+        if m:
+            out.append((None, int(m.group(1), 16), m.group(2)))
+        elif LABEL.match(line):
+            out.append((LABEL.match(line).group(1), None, ""))
+    return out
+
+
+def written(text: str) -> set[int]:
+    """The general registers an instruction writes: its first operand where that is a register
+    (the second for SHFL, whose first is a predicate), with the width its opcode gives (.64 / .WIDE
+    two, .128 four, a warpgroup multiply's 64xN accumulators N / 2)."""
+    m = re.match(r"(?:@!?U?P\w+\s+)?([A-Za-z0-9_.]+)\s+([^;]*)", text)
+    if not m:
+        return set()
+    op, operands = m.group(1), [o.strip() for o in m.group(2).split(",")]
+    first = operands[1] if op.startswith("SHFL") and len(operands) > 1 else operands[0]
+    reg = re.fullmatch(r"R(\d+)(?:\.reuse)?", first)
+    if not reg:
+        return set()
+    acc = re.match(r"HGMMA\.64x(\d+)", op)
+    width = int(acc.group(1)) // 2 if acc else 4 if ".128" in op else 2 if (".64" in op or ".WIDE" in op) else 1
+    return set(range(int(reg.group(1)), int(reg.group(1)) + width))
+
+
+def loop_clobbers(sass: str, kernel: str, reader: str, width: int) -> list[str]:
+    """Registers that instructions matching `reader` (a regex whose group 1 is the first of `width`
+    consecutive registers read) read inside their innermost loop, and that the loop writes after a
+    read without defining them again before it: values the compiler let die on the loop's back edge,
+    so the next pass reads whatever was written over them. Each as "R<n> (read by ...; written by
+    ...)". Raises ValueError where no loop holds the readers."""
+    ins = listing(sass, kernel)
+    labels = {label: i for i, (label, _, _) in enumerate(ins) if label}
+    reads = [(i, int(m.group(1))) for i, (_, _, t) in enumerate(ins) for m in [re.search(reader, t)] if m]
+    if not reads:
+        raise ValueError(f"no instruction of {kernel} matches {reader!r}")
+    first, last = reads[0][0], reads[-1][0]
+    edges = [(labels[m.group(1)], i) for i, (_, _, t) in enumerate(ins) for m in [BRANCH.search(t)]
+             if m and i > last and labels.get(m.group(1), first + 1) <= first]
+    if not edges:
+        raise ValueError(f"no loop of {kernel} holds the instructions matching {reader!r}")
+    head, back = max(edges, key=lambda e: (e[0], -e[1]))     # the innermost: the latest head, the first edge
+    writes = [written(t) for _, _, t in ins]
+    out = []
+    for i, r0 in reads:
+        for r in range(r0, r0 + width):
+            if any(r in writes[j] for j in range(head, i)):
+                continue
+            by = next((ins[j][2] for j in range(first + 1, back + 1) if r in writes[j]), None)
+            if by is not None:
+                out.append(f"R{r} (read by {ins[i][2].rstrip(' ;')}; written by {by.rstrip(' ;')})")
+    return out
 
 
 def stamp_regions(sass: str, kernel: str) -> list[tuple[int | None, int, int]]:
     """(stamp index or None, address, instructions since the previous stamp or the function's
     start) for each read of the global timer in the first function whose name contains `kernel`,
     in address order, then (None, end, instructions after the last stamp)."""
-    lines = sass.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.startswith(".text.") and kernel in l), None)
-    if start is None:
-        raise SystemExit(f"sass_by_source: no function matching {kernel!r}")
-    ins = []
-    for line in lines[start + 1:]:
-        if line.startswith("//-----") or line.startswith(".text."):
-            break
-        m = INSTR.match(line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2)))
+    ins = [(addr, text) for _, addr, text in listing(sass, kernel) if addr is not None]
     out, prev = [], 0
     for i, (addr, text) in enumerate(ins):
         timer = TIMER.search(text)
@@ -115,7 +172,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("source", help="a file of cuda_src without .cu, e.g. attention_stream")
     ap.add_argument("kernel", help="a part of the mangled kernel name, e.g. attn_stream_kernelILi128ELi3")
-    ap.add_argument("--nvdisasm", default=shutil.which("nvdisasm") or "nvdisasm")
+    ap.add_argument("--nvdisasm", default=nvdisasm_path() or "nvdisasm")
     ap.add_argument("--define", action="append", default=[], metavar="NAME[=V]")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--stamps", action="store_true", help="instructions between the stamps of a GLIMMER_STAMPS build")

@@ -3,16 +3,17 @@
 //
 // The same inputs, outputs and visibility rules as attn_mma_kernel (attention_mma.cu; the NumPy spec
 // is glimmer_cupy/reference/attention.py) and the same argument list, for blocks of several tokens
-// with no split: ops/attention.py sends prefill-shaped steps here on an sm_90 device (head dim 128;
-// the template also compiles for 64, whose outputs were wrong on the GPU: not served). Its GPU tests are tests/test_attention_gpu.py (every test runs every kernel), its
-// timings bench/results/attention_wgmma_*.md.
+// with no split: ops/attention.py sends prefill-shaped steps here on an sm_90 device (head dim 128 by
+// default; 64 where a caller asks for kernel "wgmma"). Its GPU tests are tests/test_attention_gpu.py
+// (every test runs every kernel), its timings bench/results/attention_wgmma_*.md.
 //
 // attn_wgmma_kernel<D, STAGES, WGS>  a block of WGS warpgroups (4 WGS warps) takes M = 64 WGS query rows
 //     of one kv head, (token, query head) pairs exactly as attn_mma_kernel's blocks of M rows lay
 //     them out (hpb heads of the GQA group times tpb consecutive tokens, token blocks in reverse):
 //     warp w holds rows 16 w .. 16 w + 15, so warpgroup i rows 64 i .. 64 i + 63. One warpgroup
 //     (two blocks an SM) or two (one block an SM, each K/V tile copied once for 128 rows).
-//   q is read once, scaled, into registers as the bf16 A fragments of S = Q K^T (D / 16 k-steps).
+//   q is read once, scaled, into registers as the bf16 A fragments of S = Q K^T (D / 16 k-steps);
+//     at head dim 64 they are kept in shared memory and read back for each tile (Q_SHARED below).
 //   The block walks K/V tiles of 64 positions of its tokens' sequence (one pass per distinct
 //     sequence, as attn_mma_kernel): all 256 threads gather a tile's K and V rows from the pool
 //     through the cell table with cp.async (16-byte pieces) into the 128-byte-swizzled layout the
@@ -25,8 +26,9 @@
 //     m64n64k16, B = the V tile read N-major (imm-trans-b).
 //   End: as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
 //   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS,)
-//   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages, or the block end's
-//   merge where that is larger, and 1024 bytes to start the swizzled tiles on 1024.
+//   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages (then q's fragments
+//   where Q_SHARED), or the block end's merge where that is larger, and 1024 bytes to start the
+//   swizzled tiles on 1024.
 // Error against the float64 reference: q and P rounded to bf16, as attn_mma_kernel.
 
 #include "attn_mma_end.cuh"
@@ -62,6 +64,12 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     constexpr u32 PANEL = TILE / PANELS;              // bytes of a tile's 64-wide panel
     constexpr int PIECES = kTile * D / 8 / THREADS;   // 16-byte pieces of a tile's K (or V) per thread
     constexpr int ROW_STEP = THREADS / (D / 8);
+    // Where q's fragments live across the tile loop: registers (read once), or shared memory, read back
+    // for each tile's scores. At head dim 64 ptxas (13.0, and the JIT of the GPU runs) gives the
+    // registers of the loop-invariant fragments to the softmax's temporaries and to P, so every tile
+    // after the first multiplied by the last tile's P (the SASS writes them inside the loop; NMSE 6-68
+    // on every multi-tile test). Read back, the fragments are defined inside the loop.
+    constexpr bool Q_SHARED = D == 64;
     static_assert(D == 64 || D == 128, "head dims of this kernel");
     static_assert(PIECES * THREADS == kTile * D / 8 && ROW_STEP % 8 == 0, "tile copy keeps each piece's swizzle");
     static_assert(STAGES >= 2, "pipeline");
@@ -72,6 +80,7 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
     unsigned char* sbase = smem_raw + (base - raw);
     const u32 sK = base, sV = base + STAGES * TILE;   // stage s of K at sK + s * TILE
+    uint4* qs = reinterpret_cast<uint4*>(sbase + 2 * STAGES * TILE);   // Q_SHARED: k-step ks at [ks * THREADS + tid]
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
@@ -112,6 +121,9 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
                 const float2 v = p != nullptr ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.f, 0.f);
                 qf[ks][j] = pack_bf16(v.x * q_scale, v.y * q_scale);
             }
+        if constexpr (Q_SHARED)
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) qs[ks * THREADS + tid] = make_uint4(qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
         wg::hold(qf);
     }
 
@@ -157,14 +169,23 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
         }
         // S = Q K^T of the tile in stage `stage` into sc, issued (the caller waits)
         auto scores = [&](int stage, float (&sc)[NT][4]) {
+            u32 qa[KS][4];
+            if constexpr (Q_SHARED) {
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks) {
+                    const uint4 v = qs[ks * THREADS + tid];
+                    qa[ks][0] = v.x, qa[ks][1] = v.y, qa[ks][2] = v.z, qa[ks][3] = v.w;
+                }
+                wg::hold(qa);
+            }
 #pragma unroll
             for (int n = 0; n < NT; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
             wg::hold(sc);
             wg::fence();
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks)
-                wg::mma_rs<0>(sc, qf[ks], wg::sw128_desc(sK + stage * TILE + (ks >> 2) * PANEL + (ks & 3) * 32, 16, 1024),
-                              ks > 0);
+                wg::mma_rs<0>(sc, Q_SHARED ? qa[ks] : qf[ks],
+                              wg::sw128_desc(sK + stage * TILE + (ks >> 2) * PANEL + (ks & 3) * 32, 16, 1024), ks > 0);
             wg::commit();
         };
         // softcap, mask, online softmax of the tile at pb: P as bf16 A fragments, O rescaled
@@ -232,5 +253,5 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
 #define ATTN_WGMMA(D, S) \
     template __global__ void attn_wgmma_kernel<D, S, 1>(ATTN_TC_TYPES); \
     template __global__ void attn_wgmma_kernel<D, S, 2>(ATTN_TC_TYPES);
-ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
+ATTN_WGMMA(64, 2) ATTN_WGMMA(64, 3) ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
 #endif

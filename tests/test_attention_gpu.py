@@ -544,26 +544,27 @@ def run_wgmma(*step, **kw):
     """run_both on the warpgroup kernel (Hopper only: elsewhere the test is skipped)."""
     from glimmer_cupy.ops.attention import wgmma_runs
     hq, d = step[0].shape[1:]
-    if not wgmma_runs(d, hq // step[1].shape[1]):
+    if not wgmma_runs(d, hq // step[1].shape[1], "wgmma"):
         pytest.skip("attn_wgmma_kernel needs an sm_90 device and head dim 64 or 128")
     return run_both(*step, kernel="wgmma", **kw)
 
 
 @gpu
 def test_wgmma_serves_prefill_on_hopper():
-    """On an sm_90 device the default route sends prefill-shaped steps of head dim 64 and 128 to
-    attn_wgmma_kernel, and its module compiles for sm_90a."""
+    """On an sm_90 device the default route sends prefill-shaped steps of head dim 128 to
+    attn_wgmma_kernel, kernel "wgmma" those of head dim 64 too, and its module compiles for sm_90a."""
     import cupy
     from glimmer_cupy.ops.attention import WGMMA_VARIANTS, _wgmma_kernel, wgmma_runs
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("not an sm_90 device")
     assert wgmma_runs(128, 1) and wgmma_runs(128, 4) and not wgmma_runs(64, 4) and not wgmma_runs(256, 4)
+    assert wgmma_runs(64, 3, "wgmma") and not wgmma_runs(256, 4, "wgmma") and not wgmma_runs(128, 4, "mma")
     for v in WGMMA_VARIANTS:
         assert _wgmma_kernel(*v).fn.ptr, v
 
 
 @gpu
-@pytest.mark.parametrize("d", [128])
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("length", [7, 511, 512, 513, 4095])
 @pytest.mark.parametrize("per_seq", [16, 70])
 def test_wgmma_lengths(d, length, per_seq):
@@ -577,21 +578,22 @@ def test_wgmma_lengths(d, length, per_seq):
 
 @gpu
 @pytest.mark.parametrize("length", [700, 2048])
-def test_wgmma_causal_prompt(length):
-    """A whole prompt of Qwen3-8B's heads (32 q / 8 kv, D 128), causal from position 0, as a
-    prefill step runs it; and the same step on attn_mma_kernel gives nearly the same output (both
-    round q and P to bf16, in different summation orders)."""
-    rng = np.random.default_rng(30 + length)
-    step = make_step(rng, [length], 32, 8, 128, per_seq=length)
+@pytest.mark.parametrize("heads", [(32, 8, 128), (9, 3, 64)], ids=["qwen3-8b", "smollm2"])
+def test_wgmma_causal_prompt(length, heads):
+    """A whole prompt of Qwen3-8B's heads (32 q / 8 kv, D 128) or SmolLM2's (9 / 3, D 64), causal
+    from position 0, as a prefill step runs it; and the same step on attn_mma_kernel gives nearly
+    the same output (both round q and P to bf16, in different summation orders)."""
+    rng = np.random.default_rng(30 + length + heads[2])
+    step = make_step(rng, [length], *heads, per_seq=length)
     got, ref = run_wgmma(*step)
-    assert_close(got, ref, ("prompt", length), "wgmma")
+    assert_close(got, ref, ("prompt", length, heads), "wgmma")
     other, _ = run_mma(*step)
     assert nmse(other, got) < MMA_NMSE_BUDGET
 
 
 @gpu
 @pytest.mark.parametrize("per_seq", [3, 40])
-@pytest.mark.parametrize("d", [128])
+@pytest.mark.parametrize("d", [64, 128])
 def test_wgmma_variants_are_bit_identical(per_seq, d):
     """Eight sequences of mixed lengths (blocks hold tokens of several sequences: one pass each),
     on every variant: 64- and 128-row blocks, each depth. Each against the
@@ -621,7 +623,7 @@ def test_wgmma_gqa_groups(q_heads, kv_heads):
 
 @gpu
 @pytest.mark.parametrize("length", [511, 512, 513, 3000])
-@pytest.mark.parametrize("d,per_seq", [(128, 4), (128, 70), (128, 600)])
+@pytest.mark.parametrize("d,per_seq", [(64, 70), (128, 4), (128, 70), (128, 600)])
 def test_wgmma_sliding_window(length, d, per_seq):
     rng = np.random.default_rng(length + d + per_seq)
     step = make_step(rng, [length, length + 1], 8, 4, d, per_seq=min(per_seq, length))
@@ -630,7 +632,7 @@ def test_wgmma_sliding_window(length, d, per_seq):
 
 
 @gpu
-@pytest.mark.parametrize("d", [128])
+@pytest.mark.parametrize("d", [64, 128])
 def test_wgmma_softcap_and_visible_mask(d):
     rng = np.random.default_rng(41 + d)
     q, *rest = make_step(rng, [1200], 8, 2, d, per_seq=50)

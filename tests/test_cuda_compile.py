@@ -14,6 +14,7 @@ import importlib
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,34 @@ def test_arch_specific_sources_hold_warpgroup_multiplies(tmp_path: Path):
         assert "wgmma.mma_async" in ptx.read_text(), f"{name}.cu: no wgmma in its sm_90a PTX"
         rc, log = compile_cubin(src, tmp_path, defines=("GLIMMER_INSTANTIATE",))
         assert rc == 0 and "serialized" not in log, log
+
+
+# A warpgroup multiply with A from registers reads them asynchronously; at head dim 64 ptxas gave the
+# registers of attn_wgmma_kernel's loop-invariant q fragments to other values inside the tile loop,
+# so every tile after the first was multiplied by the last tile's P (wrong outputs on the GPU, NMSE
+# 6-68). sass_by_source.loop_clobbers finds such registers in the listing.
+REGISTER_A = r"HGMMA\.\S+ R\d+, R(\d+), gdesc"
+
+
+@pytest.mark.parametrize("module", ["attention_wgmma", "mma_wg"])
+def test_warpgroup_register_operands_live_through_their_loops(module: str, tmp_path: Path):
+    """Every kernel of the sm_90a modules that multiplies with A from registers inside a loop either
+    defines those registers again on each pass or never writes them inside the loop."""
+    sys.path.insert(0, str(REPO / "bench"))          # sass_by_source imports code_size as the scripts do
+    from code_size import nvdisasm_path
+    from sass_by_source import loop_clobbers
+    nvdisasm = nvdisasm_path()
+    if nvdisasm is None:
+        pytest.skip("nvdisasm is neither on PATH nor installed by pip (nvidia-cuda-nvdisasm)")
+    rc, log = compile_cubin(CUDA_SRC / f"{module}.cu", tmp_path, defines=("GLIMMER_INSTANTIATE",))
+    assert rc == 0, log
+    sass = subprocess.run([nvdisasm, "-c", str(tmp_path / f"{module}.cubin")], capture_output=True, text=True,
+                          check=True).stdout
+    kernels = [k for k in re.findall(r"^\.text\.(\S+):", sass, re.M)
+               if re.search(REGISTER_A, sass.split(f".text.{k}:")[1].split(".text.")[0])]
+    assert kernels, f"{module}.cu: no warpgroup multiply with A from registers"
+    for kernel in kernels:
+        assert loop_clobbers(sass, kernel, REGISTER_A, 4) == [], kernel
 
 
 @pytest.mark.parametrize("module", sorted(OPS_SOURCES))

@@ -287,14 +287,18 @@ def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = (
 
 # Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS>,
 # sm_90a): unsplit blocks of WGS warpgroups, 64 WGS rows laid out as attn_mma_kernel's blocks of as
-# many rows (rows // group tokens). The default for prefill-shaped steps where it runs ("stream" and
-# "wgmma"; "mma" keeps attn_mma_kernel). Head dim 128 only: at 64 its outputs were wrong in every
-# GPU test (NMSE 6-68, deterministic; not found yet), and 256 would not fit its registers, so both
-# stay on attn_mma_kernel. Measured on the H200 (bench/results/attention_wgmma_*.md), causal prefill
-# T = 2048, Qwen3-8B heads: 64-row blocks (two an SM) 167 us, 128-row blocks 194, attn_mma_kernel
-# 248, SDPA 83; 2 or 3 stages the same (a variant that overlapped each tile's softmax with the next
-# tile's scores, measured no faster, was removed).
-WGMMA_DIMS = (128,)
+# many rows (rows // group tokens). The default for prefill-shaped steps of head dim 128 ("stream";
+# "mma" keeps attn_mma_kernel). Measured on the H200 (bench/results/attention_wgmma_*.md), causal
+# prefill T = 2048, Qwen3-8B heads: 64-row blocks (two an SM) 167 us, 128-row blocks 194,
+# attn_mma_kernel 248, SDPA 83; 2 or 3 stages the same (a variant that overlapped each tile's softmax
+# with the next tile's scores, measured no faster, was removed).
+# Head dim 64 is built too, and served where a caller asks for kernel="wgmma": its first build's
+# outputs were wrong (ptxas reused the registers of q's fragments inside the tile loop), and the
+# build that reads them back from shared memory (WGMMA_Q_SHARED_DIMS) has not yet been timed
+# against attn_mma_kernel, which the default route keeps for it. 256 would not fit the registers.
+WGMMA_DIMS = (64, 128)
+WGMMA_DEFAULT_DIMS = (128,)
+WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragments in shared memory
 WGMMA_DEPTH = 2
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
@@ -303,14 +307,19 @@ _WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}>" for d, st, r in 
 
 
 def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
-    """Dynamic shared memory of attn_wgmma_kernel<d, stages, rows // 64>: the K and V stages or the
-    block end's merge, whichever is larger, and 1024 bytes to align the swizzled tiles."""
-    return max(2 * stages * MMA_TILE * d * 2, 4 * (rows * d + 2 * rows)) + 1024
+    """Dynamic shared memory of attn_wgmma_kernel<d, stages, rows // 64>: the K and V stages (and
+    q's fragments where they are kept there) or the block end's merge, whichever is larger, and
+    1024 bytes to align the swizzled tiles."""
+    q = rows * d * 2 if d in WGMMA_Q_SHARED_DIMS else 0
+    return max(2 * stages * MMA_TILE * d * 2 + q, 4 * (rows * d + 2 * rows)) + 1024
 
 
-def wgmma_runs(d: int, group: int) -> bool:
-    """Whether attn_wgmma_kernel serves a prefill step of head dim d and GQA group size `group`."""
-    return d in WGMMA_DIMS and group <= min(WGMMA_ROW_CHOICES) and has_arch_specific()
+def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
+    """Whether attn_wgmma_kernel serves a prefill step of head dim d and GQA group size `group`
+    for `kernel` ("wgmma" asks for it at every head dim it is built for; "stream", the default,
+    takes it at WGMMA_DEFAULT_DIMS)."""
+    dims = WGMMA_DIMS if kernel == "wgmma" else WGMMA_DEFAULT_DIMS if kernel == "stream" else ()
+    return d in dims and group <= min(WGMMA_ROW_CHOICES) and has_arch_specific()
 
 
 @cache
@@ -472,7 +481,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     q8: on the GPU, also make the output's int8 codes (ops/q8.py) for a matmul that reads it, and
     return Q8Rows (reshape it to (T, q_heads * D) for the matmul); the NumPy path ignores it.
     kernel: "stream" (the default: decode-shaped steps on attn_stream_kernel, others on
-    attn_wgmma_kernel where wgmma_runs says it serves them, else as "mma"), "wgmma" (the same),
+    attn_wgmma_kernel where wgmma_runs says it serves them, else as "mma"), "wgmma" (the same, and
+    attn_wgmma_kernel also at the head dims it is built for but the default does not take it),
     "mma" (attn_mma_kernel for every step: tensor cores, q and the softmax weights rounded to bf16,
     NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
     force_stages, force_rows (benchmarks and tests, not "simt"): the pipeline depth (MMA_STAGES, or
@@ -521,7 +531,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
                                            force_rows)
     stream = kernel in ("stream", "wgmma") and mw == 1
     wgmma = (kernel in ("stream", "wgmma") and mw != 1 and force_rows in (None, *WGMMA_ROW_CHOICES)
-             and not force_splits and wgmma_runs(d, group))
+             and not force_splits and wgmma_runs(d, group, kernel))
     if stream:                                       # decode: one token a block
         if not force_splits:
             splits = stream_splits(t * hkv * chunks, max_len, sm_count())
