@@ -40,6 +40,19 @@
 // bytes of a K (or V) tile: 64 positions of D bf16
 #define ATTN_WGMMA_TILE_BYTES(D) (64 * (D) * 2)
 
+// The probe's phases (-DGLIMMER_STAMPS, bench/probe_attention_wgmma.py): each thread sums its SM
+// clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
+// are times (start, q's inputs ready, tile loop begun, ended, block done), 5 the tiles, 8-14 the
+// cycles of the phases in loop order (PHASE(i) ends phase i), 15 the tile loop's cycles.
+#ifdef GLIMMER_STAMPS
+#define WG_PHASES 7
+#define PHASE_MARK() (ph_t = clock64())
+#define PHASE(i) do { const long long now_ = clock64(); ph[i] += now_ - ph_t; ph_t = now_; } while (0)
+#else
+#define PHASE_MARK() ((void)0)
+#define PHASE(i) ((void)0)
+#endif
+
 // this thread's cp.async copies but the newest N groups have landed, and then every thread's: visible
 // to the tensor cores (the async proxy) for the block
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -97,9 +110,15 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     const unsigned short* kb = k_pool + (long long)kvh * D;
     const unsigned short* vb = v_pool + (long long)kvh * D;
 
+    STAMP(0);
     block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_lo, s_hi);
     pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
     __syncthreads();
+    STAMP(1);
+#ifdef GLIMMER_STAMPS
+    long long ph[WG_PHASES] = {}, ph_t = 0;
+    int ph_tiles = 0;
+#endif
 
     int rtok[2];
     row_tokens<M>(16 * warp, lane, hpb, ntb, nh, rtok);
@@ -131,6 +150,10 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
 #pragma unroll
     for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
+    STAMP(2);
+#ifdef GLIMMER_STAMPS
+    const long long ph_loop = clock64();
+#endif
     for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
         int LO, HI;
         if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
@@ -218,6 +241,7 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
         };
         int st = 0;
         for (int tile = 0; tile < tiles; ++tile) {
+            PHASE_MARK();
             const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
             issue(tile + STAGES - 1, refill, kb, sK);
             cp_commit();
@@ -226,26 +250,47 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
             const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
             float s[NT][4];
             u32 p[NT / 2][4];
+            PHASE(0);                                 // the next tile's copies issued
             landed<2 * STAGES - 1>();                 // K of this tile
+            PHASE(1);
             scores(st, s);
             wg::wait<0>();
             wg::hold(s);
+            PHASE(2);
             softmax(s, LO + kTile * tile, p);
+            PHASE(3);
             landed<2 * STAGES - 2>();                 // V of this tile
+            PHASE(4);
             values(st, p);
             wg::wait<0>();
             wg::hold(o);
+            PHASE(5);
             if (tid < kTile) s_off[st][tid] = next_off;
             __syncthreads();                          // stage st is refilled next
+            PHASE(6);
+#ifdef GLIMMER_STAMPS
+            ++ph_tiles;
+#endif
             st = st == STAGES - 1 ? 0 : st + 1;
         }
     }
 
+    STAMP(3);
+#ifdef GLIMMER_STAMPS
+    const long long ph_loop_cycles = clock64() - ph_loop;
+#endif
     cp_wait<0>();
     __syncthreads();
     const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
                        counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
     end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+#ifdef GLIMMER_STAMPS
+    STAMP(4);
+    STAMP_VALUE(5, ph_tiles);
+#pragma unroll
+    for (int i = 0; i < WG_PHASES; ++i) STAMP_VALUE(8 + i, ph[i]);
+    STAMP_VALUE(15, ph_loop_cycles);
+#endif
 #endif
 }
 

@@ -21,10 +21,15 @@ __device__ __forceinline__ void stamp_row(unsigned b, int i) {
         }
     }
 }
-__device__ __forceinline__ void stamp(int i) {
-    stamp_row(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), i);
-}
+__device__ __forceinline__ unsigned stamp_block() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
+__device__ __forceinline__ void stamp(int i) { stamp_row(stamp_block(), i); }
 #define STAMP(i) stamp(i)
+// thread 0 writes v, a probe's own count or sum rather than a time, into this block's glimmer_stamps[b][i]
+__device__ __forceinline__ void stamp_value(int i, unsigned long long v) {
+    const unsigned b = stamp_block();
+    if (threadIdx.x == 0 && threadIdx.y == 0 && b < kStampBlocks) glimmer_stamps[b][i] = v;
+}
+#define STAMP_VALUE(i, v) stamp_value(i, v)
 // a kernel whose blocks take several work items stamps per item: STAMP_SLOT(s) names the row s of
 // glimmer_stamps that this block's STAMP_AT(i) then write
 __shared__ unsigned glimmer_stamp_slot;
@@ -33,6 +38,7 @@ __device__ __forceinline__ void stamp_at(int i) { stamp_row(glimmer_stamp_slot, 
 #define STAMP_AT(i) stamp_at(i)
 #else
 #define STAMP(i) ((void)0)
+#define STAMP_VALUE(i, v) ((void)0)
 #define STAMP_SLOT(s) ((void)0)
 #define STAMP_AT(i) ((void)0)
 #endif

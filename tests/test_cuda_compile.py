@@ -180,6 +180,17 @@ def test_probe_stamps_compile(tmp_path: Path):
     assert_no_spills(kernels, "stamped kernels")
 
 
+def test_wgmma_phases_compile(tmp_path: Path):
+    """attn_wgmma_kernel's phase counters for bench/probe_attention_wgmma.py (GLIMMER_STAMPS) compile
+    for sm_90a at every head dim and depth, spill nothing, and serialise no multiply."""
+    rc, log = compile_cubin(CUDA_SRC / "attention_wgmma.cu", tmp_path, defines=("GLIMMER_INSTANTIATE", "GLIMMER_STAMPS"))
+    assert rc == 0, f"attention_wgmma.cu does not compile with its phase counters:\n{log}"
+    assert "serialized" not in log, log
+    kernels = ptxas_report(log)
+    assert len(kernels) == 8
+    assert_no_spills(kernels, "attn_wgmma_kernel with its phase counters")
+
+
 def test_lean_start_compiles(tmp_path: Path):
     """attention_stream.cu's ATTN_LEAN_START switch (bench/ab_attention_model.py's "lean start" arm)
     compiles at every head dim and depth without spills."""

@@ -104,6 +104,14 @@ class _ArchModule:
     def get_function(self, name: str):
         return self.module.get_function(self.mapping.get(name, name))
 
+    def get_global(self, name: str):
+        """A device pointer to the module's global `name`, as RawModule.get_global gives it (its size
+        unknown, so 0: wrap it in an array of the shape the source declares)."""
+        from cupy.cuda import memory
+        from cupy_backends.cuda.api import driver
+        ptr = driver.moduleGetGlobal(self.module.ptr, name)
+        return memory.MemoryPointer(memory.UnownedMemory(ptr, 0, self), 0)
+
 
 def _compile_arch_specific(path: Path, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> _ArchModule:
     from cupy_backends.cuda.libs import nvrtc
