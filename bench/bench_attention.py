@@ -55,9 +55,10 @@ def torch_or_none():
         return None
 
 
-def random_pool(cupy, cells: int, hkv: int = HKV):
-    """A (cells, hkv, D) pool of bf16 bits of N(0, 1) values, made on the device."""
-    pool = cupy.empty((cells, hkv, D), dtype=cupy.uint16)
+def random_pool(cupy, cells: int, hkv: int | None = None, d: int | None = None):
+    """A (cells, hkv, d) pool (the run's heads by default) of bf16 bits of N(0, 1) values, made on
+    the device."""
+    pool = cupy.empty((cells, hkv or HKV, d or D), dtype=cupy.uint16)
     step = 1 << 16                                        # cells per fill: bounds the float32 temporary
     for c in range(0, cells, step):
         x = cupy.random.standard_normal(pool[c:c + step].shape, dtype=cupy.float32)
@@ -240,6 +241,17 @@ def graph_case(name: str, ctx: int, launches: int, reps: int, pdl: bool = True) 
     return row
 
 
+def prompt_inputs(cupy, rng, t: int, hq: int, hkv: int, d: int):
+    """One T-token prompt, causal over its own T cells (scattered; cell 0 unused), on the device:
+    (q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, out)."""
+    cells = t + 1
+    k_pool, v_pool = random_pool(cupy, cells, hkv, d), random_pool(cupy, cells, hkv, d)
+    table = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32)[None, :])
+    q = cupy.asarray(rng.normal(0, 1, (t, hq, d)).astype(np.float32))
+    return (q, k_pool, v_pool, table, cupy.asarray([t], np.int32), cupy.zeros(t, np.int32),
+            cupy.arange(t, dtype=cupy.int32), cupy.empty((t, hq, d), np.float32))
+
+
 def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages=(), rows_list=()) -> dict:
     """Causal attention of one T-token prompt over its own T cells (scattered), the run's heads:
     TFLOP/s counting the causal half (2 T^2 q_heads D multiply-adds), both kernels and SDPA
@@ -247,14 +259,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     rows_list: the tensor-core kernel also at these pipeline depths and rows per block (each
     combination that exists; "mma" alone is mma_plan's rows and MMA_DEPTH)."""
     import cupy
-    cells = t + 1
-    k_pool, v_pool = random_pool(cupy, cells), random_pool(cupy, cells)
-    table = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32)[None, :])
-    seq_lens = cupy.asarray([t], np.int32)
-    tok_seq = cupy.zeros(t, np.int32)
-    tok_pos = cupy.arange(t, dtype=cupy.int32)
-    q = cupy.asarray(rng.normal(0, 1, (t, HQ, D)).astype(np.float32))
-    out = cupy.empty((t, HQ, D), np.float32)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, out = prompt_inputs(cupy, rng, t, HQ, HKV, D)
     scale = D ** -0.5
     flops = 2.0 * t * t * HQ * D                          # causal half of 2 matmuls of 2 flops per MAC
     cupy.cuda.Device().synchronize()

@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.kernels.build as build  # noqa: E402
+from bench_attention import prompt_inputs  # noqa: E402
 from stamp_stats import module_stamps, spread  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.ops.attention import _WGMMA_EXPRS, WGMMA_DEPTH, WGMMA_ROWS, wgmma_runs  # noqa: E402
@@ -33,20 +34,8 @@ START, INPUTS, LOOP, LOOP_END, DONE, TILES, FIRST_PHASE, LOOP_CYCLES = 0, 1, 2, 
 
 def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int) -> None:
     import cupy
-    rng = np.random.default_rng(0)
-    cells = t + 1
-
-    def pool():
-        x = cupy.random.standard_normal((cells, hkv, d), dtype=cupy.float32)
-        return (x.view(cupy.uint32) >> 16).astype(cupy.uint16)
-
-    k_pool, v_pool = pool(), pool()
-    table = cupy.asarray(rng.permutation(np.arange(1, cells)).astype(np.int32)[None, :])
-    seq_lens = cupy.asarray([t], np.int32)
-    tok_seq = cupy.zeros(t, np.int32)
-    tok_pos = cupy.arange(t, dtype=cupy.int32)
-    q = cupy.asarray(rng.normal(0, 1, (t, hq, d)).astype(np.float32))
-    out = cupy.empty((t, hq, d), np.float32)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, out = prompt_inputs(cupy, np.random.default_rng(0), t,
+                                                                              hq, hkv, d)
     mod = build._load("attention_wgmma", (), tuple(_WGMMA_EXPRS))
     st = module_stamps(mod)
     runs = []
