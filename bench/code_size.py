@@ -30,9 +30,12 @@ INSTR_BYTES = 16                 # one sm_90 instruction
 
 
 def arch_flags(src: Path) -> list[str]:
-    """nvcc's target for a cuda_src file as the build layer compiles it: sm_90a for the modules of
-    architecture-specific instructions (kernels/build.py: ARCH_SPECIFIC), sm_90 for the others."""
-    return [f"-gencode=arch=compute_{ARCH[3:]}a,code={ARCH}a"] if src.stem in ARCH_SPECIFIC else [f"-arch={ARCH}"]
+    """nvcc's target for a cuda_src file as the build layer compiles it: sm_90a, with denormals
+    flushed as its NVRTC options ask, for the modules of architecture-specific instructions
+    (kernels/build.py: ARCH_SPECIFIC), sm_90 for the others."""
+    if src.stem in ARCH_SPECIFIC:
+        return [f"-gencode=arch=compute_{ARCH[3:]}a,code={ARCH}a", "-ftz=true"]
+    return [f"-arch={ARCH}"]
 
 
 def text_sizes(cubin: bytes) -> dict[str, int]:
