@@ -75,14 +75,14 @@ def _prompt_ids(model, text: str, chat: bool, history: list[dict] | None = None)
     return encode_chat(model.tokenizer, model.chat_template, (history or []) + [{"role": "user", "content": text}])
 
 
-def _generate_text(model, ids: list[int], args, params, stream: bool, executor=None):
+def _generate_text(model, ids: list[int], args, params, stream: bool, executor=None, session=None):
     from .runtime.generate import GenerationStats, generate
 
     stats = GenerationStats()
     out: list[int] = []
     dec = model.tokenizer.stream()
     for t in generate(model, ids, args.n, params, stop_ids=model.tokenizer.eos_ids, stats=stats,
-                      executor=executor):
+                      executor=None if session is not None else executor, session=session):
         out.append(t)
         if stream and t not in model.tokenizer.eos_ids:
             sys.stdout.write(dec.push(t))
@@ -91,7 +91,8 @@ def _generate_text(model, ids: list[int], args, params, stream: bool, executor=N
         sys.stdout.write(dec.flush() + "\n")
         sys.stdout.flush()
     pf, gen = stats.rates()
-    _say(f"prompt: {stats.prompt_tokens} tokens, {pf:.1f} tok/s | generated: {stats.generated_tokens} "
+    reused = f" ({stats.reused_tokens} already computed)" if stats.reused_tokens else ""
+    _say(f"prompt: {stats.prompt_tokens} tokens{reused}, {pf:.1f} tok/s | generated: {stats.generated_tokens} "
          f"tokens, {gen:.1f} tok/s | stop: {stats.stop_reason}")
     if stats.flagged_rows:
         _say(f"warning: {stats.flagged_rows} steps had non-finite logits (took the argmax)")
@@ -123,8 +124,11 @@ def cmd_chat(args) -> int:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
     model, note, device = _open_model(args)
     params = _sampling(args, model.cfg.vocab)
+    from .runtime.generate import Session
+
     executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl, not args.no_overlap)
     _say(cuda_note or note)
+    session = Session(model, executor)                 # each turn computes only what the last did not
     history: list[dict] = []
     if args.system:
         history.append({"role": "system", "content": args.system})
@@ -134,7 +138,8 @@ def cmd_chat(args) -> int:
         if not text:
             break
         ids = _prompt_ids(model, text, True, history)
-        out = _generate_text(model, ids, args, params, stream=True, executor=executor)
+        check_lengths(model, len(ids), args.n)
+        out = _generate_text(model, ids, args, params, stream=True, session=session)
         history += [{"role": "user", "content": text},
                     {"role": "assistant", "content": model.tokenizer.decode(out)}]
     return 0
