@@ -1,4 +1,4 @@
-"""The `glimmer` command: run, chat, info, fetch, bench."""
+"""The `glimmer` command: run, chat, batch, info, fetch, bench."""
 
 from __future__ import annotations
 
@@ -270,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_args(p)
     p.add_argument("--system", default=None, help="a system message")
     p.set_defaults(func=cmd_chat)
+
+    from .cli_batch import add_parser as add_batch_parser
+    add_batch_parser(sub, _add_generation_args)
 
     p = sub.add_parser("info", help="architecture, sizes and tensor bytes by quant type")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL)
