@@ -6,7 +6,8 @@ settings; a line starting with `{` is a JSON object with "prompt" and any of "n"
 "top_k", "top_p", "min_p", "seed", "chat", "id", each overriding the command line for that request.
 Every line is checked before anything runs: a bad one is one error naming the file and line. A
 request the engine cannot serve (longer than the context or the KV pool) comes back as an object
-with "error", and the others still run.
+with "error", and the others still run. The engine keeps a prefix cache: a request admitted once
+another has run the same leading tokens (a shared instruction, say) takes their K/V.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def cmd_batch(args) -> int:
     _say(cuda_note or note)
     if args.seed is None and any(line.params.temperature > 0 for line in lines):
         _say(f"seed: {base_seed} + each request's index, where its line gives none")
-    engine = Engine(model.decoder, n_cells, executor=executor)
+    engine = Engine(model.decoder, n_cells, executor=executor, prefix_cache=True)
     by_id = {r.id: (i, r) for i, r in enumerate(requests)}
     rejected = 0
     for i, r in enumerate(requests):
@@ -143,7 +144,8 @@ def cmd_batch(args) -> int:
                    "text": model.tokenizer.decode(res.tokens), "stop_reason": res.stop_reason})
     seconds = time.perf_counter() - t0
     _say(f"batch: {len(requests)} requests ({rejected} rejected), {generated} tokens generated in {seconds:.2f} s, "
-         f"{generated / seconds if seconds else 0.0:.1f} tok/s; KV pool {n_cells} cells")
+         f"{generated / seconds if seconds else 0.0:.1f} tok/s; {engine.cache.hits} prompt tokens from the "
+         f"prefix cache; KV pool {n_cells} cells")
     return 0
 
 

@@ -102,3 +102,15 @@ def test_batch_on_the_cuda_executor(tmp_path, capsys, monkeypatch):
     assert runs[0] == runs[1] and [o["index"] for o in runs[0]] == list(range(13))
     assert runs[0][12]["tokens"] == single(capsys, path, "abc", 6, "--temperature", "50", "--top-k", "0",
                                            "--top-p", "1", "--seed", "9", device="cuda")
+
+
+def test_requests_sharing_a_prefix_take_it_from_the_cache(tiny, capsys, monkeypatch):
+    head = "x" * 150                                          # ~150 tokens: a step holds three prompts
+    prompts = [head + f" q{i}" for i in range(5)]
+    rc, out, err = run(capsys, monkeypatch, "\n".join(prompts) + "\n", "batch", "-m", tiny, "-n", "4",
+                       "--temperature", "0", "--device", "cpu")
+    assert rc == 0, err
+    hits = int(err.split(" prompt tokens from the prefix cache")[0].rsplit(" ", 1)[1])
+    assert hits >= 128                                        # the last request's eight or more blocks
+    by_index = {o["index"]: o["tokens"] for o in out}
+    assert by_index[4] == single(capsys, tiny, prompts[4], 4, "--temperature", "0")

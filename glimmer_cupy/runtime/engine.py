@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from ..model.decoder import Decoder
 from .cell_pool import CellPool
 from .host_executor import HostExecutor
+from .prefix_cache import PrefixCache
 from .scheduler import Request, Result, Scheduler
 from .step_planner import MAX_STEP_TOKENS, plan_step, run_width, slice_chunks
 
@@ -20,11 +21,14 @@ OnToken = Callable[[object, int], None]        # (request id, token), called onc
 
 class Engine:
     def __init__(self, decoder: Decoder, n_cells: int, budget: int = MAX_STEP_TOKENS, executor=None,
-                 max_step: int = MAX_STEP_TOKENS):
+                 max_step: int = MAX_STEP_TOKENS, prefix_cache: bool = False):
+        """prefix_cache: keep finished sequences' prompt blocks for later requests that begin with
+        the same tokens (runtime/prefix_cache.py; the tokens are the same either way)."""
         self.decoder = decoder
         self.pool = CellPool(n_cells)
         self.executor = executor or HostExecutor(decoder, n_cells)
-        self.scheduler = Scheduler(self.pool, decoder.cfg.context, decoder.cfg.vocab, budget)
+        self.cache = PrefixCache(self.pool) if prefix_cache else None
+        self.scheduler = Scheduler(self.pool, decoder.cfg.context, decoder.cfg.vocab, budget, self.cache)
         self.max_step = max_step               # wider steps are sliced (the executors' scratch covers it)
         self.widths_run: list[int] = []        # width of every step run (tests, stats): a static width
                                                # the executor pads to (a CUDA graph each), or eager
@@ -51,6 +55,9 @@ class Engine:
             entries += done_here
             tokens += t.tolist()
             flags += f.tolist()
+        if self.cache is not None:                               # the blocks this step completed
+            for seq, _ in chunks:
+                self.cache.insert(seq)
         if not entries:
             return []                                            # prefill chunks only
         done = []

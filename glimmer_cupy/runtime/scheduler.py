@@ -12,7 +12,12 @@ Policy (each schedule() call plans one step of at most `budget` tokens):
      is preempted: its cells are freed and it goes back to the queue (in arrival order) with
      its prompt and the tokens generated so far, to be recomputed by prefill. Generated tokens
      are kept, and sampling is keyed by (seed, position), so recompute changes no token.
-  5. Rejection, at add(): an empty prompt, max_new <= 0, bad sampling parameters, prompt +
+  5. With a prefix cache (runtime/prefix_cache.py), a request admitted with no cells first takes
+     the cached blocks its tokens begin with, so it is admitted for the cells of the rest; every
+     running sequence's blocks are kept as they are computed (Engine.step). Cells the cache alone
+     holds are dropped, least recently used first, before any admission waits or any sequence is
+     preempted for want of them.
+  6. Rejection, at add(): an empty prompt, max_new <= 0, bad sampling parameters, prompt +
      max_new over the model context, or more cells than the whole pool has. Every request that
      passes fits the pool alone, so the oldest running sequence always progresses.
 Every added request ends in results: finished (tokens, stop reason) or rejected (reason).
@@ -27,6 +32,7 @@ from itertools import count
 from ..errors import GlimmerError
 from ..reference.sampling import GREEDY, SamplingParams
 from .cell_pool import CellPool
+from .prefix_cache import PrefixCache
 from .sequence import Sequence
 
 _request_ids = count()
@@ -63,10 +69,11 @@ class Entry:
 
 
 class Scheduler:
-    def __init__(self, pool: CellPool, context: int, vocab: int, budget: int = 64):
+    def __init__(self, pool: CellPool, context: int, vocab: int, budget: int = 64, cache: PrefixCache | None = None):
         if budget < 1:
             raise GlimmerError(f"the step budget must be >= 1 token, got {budget}")
         self.pool, self.context, self.vocab, self.budget = pool, context, vocab, budget
+        self.cache = cache
         self.waiting: deque[Entry] = deque()    # arrival order
         self.running: list[Entry] = []          # arrival order: the newest is last
         self.results: dict[object, Result] = {}
@@ -116,7 +123,8 @@ class Scheduler:
         """The chunks (sequence, n tokens) of the next step; [] when there is nothing to run."""
         decodes = [e for e in self.running if e.state == "decode"]
         while self.pool.n_free < len(decodes):                 # grow or preempt, never crash
-            self.preempt(self.running[-1])
+            if not self._evict(len(decodes)):
+                self.preempt(self.running[-1])
             decodes = [e for e in self.running if e.state == "decode"]
         budget = self.budget - len(decodes)
         free = self.pool.n_free - len(decodes)
@@ -130,8 +138,13 @@ class Scheduler:
                 budget, free = budget - n, free - n
         while self.waiting and budget > 0 and len(self.running) < self.budget:
             e = self.waiting[0]
-            if e.seq.n_pending > self.pool.n_free - len(decodes) - owed:
+            chain = self.cache.match(e.seq.tokens) if self.cache is not None and not e.seq.n_computed else []
+            need = e.seq.n_pending - len(chain) * (self.cache.block if chain else 0)
+            free += self._evict(need + len(decodes) + owed, chain)
+            if need > self.pool.n_free - len(decodes) - owed:
                 break                                          # stays queued until cells free up
+            if chain:
+                self.cache.attach(e.seq, chain)
             self.waiting.popleft()
             e.state = "prefill"
             self.running.append(e)
@@ -142,13 +155,25 @@ class Scheduler:
                 budget, free = budget - n, free - n
         if not chunks and self.running:
             # admitted prefills all stalled on cells that decodes took: make room, try again
-            self.preempt(self.running[-1])
+            if not self._evict(self.pool.n_cells):
+                self.preempt(self.running[-1])
             return self.schedule()
         return chunks
+
+    def _evict(self, free_needed: int, keep=()) -> int:
+        """With a cache, drop blocks only it holds until free_needed cells are free (as far as it
+        can; keep: blocks not to drop); the cells freed."""
+        if self.cache is None:
+            return 0
+        before = self.pool.n_free
+        self.cache.evict(free_needed, keep)
+        return self.pool.n_free - before
 
     def preempt(self, e: Entry) -> None:
         """Free e's cells and requeue it, in arrival order, to be recomputed by prefill."""
         self.running.remove(e)
+        if self.cache is not None:
+            self.cache.forget(e.seq)
         e.seq.free(self.pool)
         e.state = "waiting"
         e.preemptions += 1
@@ -160,6 +185,9 @@ class Scheduler:
 
     def finish(self, e: Entry, stop_reason: str) -> Result:
         self.running.remove(e)
+        if self.cache is not None:
+            self.cache.insert(e.seq)
+            self.cache.forget(e.seq)
         e.seq.free(self.pool)
         del self._by_seq[e.seq.id]
         r = Result(e.request.id, list(e.seq.generated), stop_reason, "", e.preemptions, e.flagged_rows)
