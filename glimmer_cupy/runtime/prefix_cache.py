@@ -97,16 +97,19 @@ class PrefixCache:
         until the pool has free_needed free cells or nothing more can go. keep: blocks not to drop
         (a chain about to be attached)."""
         kept = {blk.key for blk in keep}
+        owners = self.pool.owners
         while self.pool.n_free < free_needed:
-            leaves = [blk for blk in self.blocks.values() if blk.children == 0 and blk.key not in kept
-                      and all(self.pool.owners[c] == 1 for c in blk.cells)]
-            if not leaves:
+            leaves = sorted((blk for blk in self.blocks.values() if blk.children == 0 and blk.key not in kept),
+                            key=lambda blk: blk.last_used)
+            dropped = False
+            for blk in leaves:                            # shared ones are skipped as they come up
+                if all(owners[c] == 1 for c in blk.cells):
+                    self._drop(blk)
+                    dropped = True
+                    if self.pool.n_free >= free_needed:
+                        return
+            if not dropped:
                 return
-            leaves.sort(key=lambda blk: blk.last_used)
-            for blk in leaves:
-                self._drop(blk)
-                if self.pool.n_free >= free_needed:
-                    return
 
     def clear(self) -> None:
         """Drop every block (cells still shared by a sequence stay that sequence's)."""
