@@ -3,7 +3,8 @@ several sequences), one JSON line out per request as it finishes.
 
 Input, one request a line (empty lines skipped): plain text is a prompt with the command line's
 settings; a line starting with `{` is a JSON object with "prompt" and any of "n", "temperature",
-"top_k", "top_p", "min_p", "seed", "chat", "id", each overriding the command line for that request.
+"top_k", "top_p", "min_p", "seed", "chat", "system", "id", each overriding the command line for
+that request.
 Every line is checked before anything runs: a bad one is one error naming the file and line. A
 request the engine cannot serve (longer than the context or the KV pool) comes back as an object
 with "error", and the others still run. The engine keeps a prefix cache: a request admitted once
@@ -23,7 +24,7 @@ from .errors import GlimmerError
 from .reference.sampling import SamplingParams
 
 KEYS = {"prompt": str, "n": int, "temperature": (int, float), "top_k": int, "top_p": (int, float),
-        "min_p": (int, float), "seed": int, "chat": bool, "id": (str, int)}
+        "min_p": (int, float), "seed": int, "chat": bool, "system": str, "id": (str, int)}
 CPU_CELL_CAP = 16384          # the NumPy path's pool: every request at once up to this many cells
 
 
@@ -35,6 +36,7 @@ class Line:
     n: int
     params: SamplingParams
     chat: bool
+    system: str | None                  # with chat: a system message before the prompt
     id: object
 
 
@@ -69,8 +71,11 @@ def read_lines(text: str, name: str, args, vocab: int | None, base_seed: int) ->
                                     min_p=float(fields.get("min_p", args.min_p)), seed=seed).check(vocab)
         except GlimmerError as e:
             raise GlimmerError(f"{where}: {e}") from None
-        out.append(Line(where, fields["prompt"], n, params, fields.get("chat", args.chat),
-                        fields.get("id", len(out))))
+        chat = fields.get("chat", args.chat)
+        system = fields.get("system", args.system)
+        if system is not None and not chat:
+            raise GlimmerError(f"{where}: a system message needs chat (--chat, or \"chat\": true)")
+        out.append(Line(where, fields["prompt"], n, params, chat, system, fields.get("id", len(out))))
     seen: dict = {}
     for line in out:
         if line.id in seen:
@@ -112,7 +117,8 @@ def cmd_batch(args) -> int:
     for line in lines:
         try:
             line.params.check(model.cfg.vocab)
-            ids = _prompt_ids(model, line.prompt, line.chat)
+            ids = _prompt_ids(model, line.prompt, line.chat,
+                              [{"role": "system", "content": line.system}] if line.system is not None else None)
         except GlimmerError as e:
             raise GlimmerError(f"{line.where}: {e}") from None
         requests.append(Request(ids, line.n, line.params, frozenset(model.tokenizer.eos_ids), line.id))
@@ -159,4 +165,6 @@ def add_parser(sub, add_generation_args) -> None:
     p.add_argument("-i", "--input", default="-",
                    help="a file of requests, one a line (plain text prompts or JSON objects); default stdin")
     p.add_argument("--chat", action="store_true", help="wrap each prompt in the model's chat template")
+    p.add_argument("--system", default=None, help="with --chat: a system message before every prompt (the "
+                   "requests then share its tokens, which the prefix cache computes once)")
     p.set_defaults(func=cmd_batch)

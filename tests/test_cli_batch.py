@@ -83,6 +83,22 @@ def test_a_missing_input_file(tiny, capsys, tmp_path):
     assert "nope.jsonl: No such file or directory" in capsys.readouterr().err
 
 
+def test_a_shared_system_message_is_computed_once(tmp_path, capsys, monkeypatch):
+    path = str(tiny_model(tmp_path / "gemma.gguf", "gemma3"))          # gemma3 has a built-in template
+    system = "x" * 120
+    stdin = "".join(f"q{i}\n" for i in range(6)) + '{"prompt": "q9", "system": "other"}\n'
+    rc, out, err = run(capsys, monkeypatch, stdin, "batch", "-m", path, "-n", "3", "--temperature", "0", "--chat",
+                       "--system", system, "--device", "cpu")
+    assert rc == 0, err
+    assert int(err.split(" prompt tokens from the prefix cache")[0].rsplit(" ", 1)[1]) >= 112
+    alone = run(capsys, monkeypatch, "q5\n", "batch", "-m", path, "-n", "3", "--temperature", "0", "--chat",
+                "--system", system, "--device", "cpu")[1]
+    assert {o["index"]: o["tokens"] for o in out}[5] == alone[0]["tokens"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"prompt": "a", "system": "s"}\n'))
+    assert main(["batch", "-m", path, "--device", "cpu"]) == 2
+    assert 'a system message needs chat (--chat, or "chat": true)' in capsys.readouterr().err
+
+
 @pytest.mark.gpu
 def test_batch_on_the_cuda_executor(tmp_path, capsys, monkeypatch):
     """The same requests through the engine on the CUDA executor: the same output twice, every
