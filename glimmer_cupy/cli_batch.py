@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from .errors import GlimmerError
 from .reference.sampling import SamplingParams
 
@@ -134,12 +136,15 @@ def cmd_batch(args) -> int:
     engine = Engine(model.decoder, n_cells, executor=executor, prefix_cache=True)
     by_id = {r.id: (i, r) for i, r in enumerate(requests)}
     rejected = 0
+    # a bar on a terminal's stderr; the JSON lines on stdout either way
+    bar = tqdm(total=len(requests), unit="req", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
     for i, r in enumerate(requests):
         engine.add(r)
         res = engine.scheduler.results.get(r.id)
         if res is not None:                                 # rejected at add: too long for the context or pool
             rejected += 1
             _emit({"index": i, "id": r.id, "error": res.reason})
+            bar.update()
     t0 = time.perf_counter()
     generated = 0
     while not engine.scheduler.idle:
@@ -148,6 +153,8 @@ def cmd_batch(args) -> int:
             generated += len(res.tokens)
             _emit({"index": i, "id": res.id, "prompt_tokens": len(r.prompt), "tokens": res.tokens,
                    "text": model.tokenizer.decode(res.tokens), "stop_reason": res.stop_reason})
+            bar.update()
+    bar.close()
     seconds = time.perf_counter() - t0
     _say(f"batch: {len(requests)} requests ({rejected} rejected), {generated} tokens generated in {seconds:.2f} s, "
          f"{generated / seconds if seconds else 0.0:.1f} tok/s; {engine.cache.hits} prompt tokens from the "
