@@ -202,16 +202,75 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
                    help="CUDA: launch each decode step only once the host has the previous token (same tokens, slower)")
 
 
+def _check_bench_targets(args, what: str) -> None:
+    """A benchmark's -m and --synthetic arguments name something (checked before any device or file work)."""
+    from .weights.synthetic import CONFIGS
+
+    if not args.model and not args.synthetic:
+        raise GlimmerError(f"{what}: give a model (-m) or a synthetic one (--synthetic NAME)")
+    bad = [s for s in args.synthetic if s not in CONFIGS]
+    if bad:
+        raise GlimmerError(f"{what}: unknown synthetic model {bad[0]!r}; choose from {', '.join(CONFIGS)}")
+
+
+def _bench_targets(args) -> list[tuple[str, str]]:
+    """(label, path) of each -m model and --synthetic one (written on first use)."""
+    from .weights.synthetic import cached_synthetic_gguf
+
+    targets = [(m, resolve_model(m)) for m in args.model]
+    return targets + [(f"synthetic {name} Q4_K_M", cached_synthetic_gguf(name, _say)) for name in args.synthetic]
+
+
+def cmd_bench_serve(args) -> int:
+    from .benchmarks.serve import bench_serve, markdown
+    from .benchmarks.timing import run_meta, write_results
+    from .model.model import load_model
+    from .runtime.device import pick_device
+    from .runtime.generate import make_executor
+
+    for n, v in (("--requests", args.requests), ("--prompt", args.prompt), ("--gen", args.gen)):
+        if v < 1:
+            raise GlimmerError(f"bench serve: {n} must be >= 1, got {v}")
+    if not args.rate >= 0:
+        raise GlimmerError(f"bench serve: --rate must be >= 0 requests a second (0: all at once), got {args.rate}")
+    if not 0 <= args.shared <= args.prompt:
+        raise GlimmerError(f"bench serve: --shared must be in [0, {args.prompt}] (the prompt), got {args.shared}")
+    _check_bench_targets(args, "bench serve")
+    device = pick_device(args.device)
+    targets = _bench_targets(args)
+    results = []
+    for label, path in targets:
+        model = load_model(path)
+        if args.prompt + args.gen > model.cfg.context:
+            raise GlimmerError(f"bench serve: {label}: prompt {args.prompt} + {args.gen} tokens exceed the "
+                               f"context of {model.cfg.context}")
+        ex = make_executor(model, device, graphs=not args.no_graphs, pdl=not args.no_pdl, overlap=False)
+        n_cells = ex.n_cells if ex is not None else min(args.requests * (args.prompt + args.gen), 16384) + 1
+        _say(f"{label}: {path} ({device}, KV pool {n_cells} cells)")
+        for cache in ((True, False) if args.compare_cache else (not args.no_prefix_cache,)):
+            r = bench_serve(model, label, ex, n_cells, args.requests, args.rate, args.prompt, args.shared, args.gen,
+                            cache)
+            s = r.summary()
+            _say(f"  prefix cache {'on' if cache else 'off'}: {r.tok_s:,.1f} tok/s | TTFT median "
+                 f"{s['ttft_median_ms']:.1f} ms, p90 {s['ttft_p90_ms']:.1f} | TPOT median {s['tpot_median_ms']:.2f} ms "
+                 f"| {r.steps} steps, {r.cache_hits} prompt tokens from the cache")
+            results.append(r)
+    meta = run_meta(device=device, gpu=None if device == "cuda" else "no GPU (the NumPy path)")
+    text = markdown(results, meta)
+    print(text)
+    if args.out:
+        from pathlib import Path
+        write_results(Path(args.out), meta, [r.summary() for r in results], text)
+    return 0
+
+
 def cmd_bench_decode(args) -> int:
     from .benchmarks.decode import bench_decode, markdown
     from .runtime.step_planner import MAX_STEP_TOKENS
     from .benchmarks.timing import run_meta, write_results
     from .model.model import load_model
     from .runtime.device import pick_device
-    from .weights.synthetic import CONFIGS, cached_synthetic_gguf
 
-    if not args.model and not args.synthetic:
-        raise GlimmerError("bench decode: give a model (-m) or a synthetic one (--synthetic NAME)")
     for n, v in (("--prompt", args.prompt), ("--gen", args.gen), ("--runs", args.runs)):
         if v < 1:
             raise GlimmerError(f"bench decode: {n} must be >= 1, got {v}")
@@ -224,12 +283,9 @@ def cmd_bench_decode(args) -> int:
     if min(batches) < 1 or max(batches) > MAX_STEP_TOKENS:
         bad = min(batches) if min(batches) < 1 else max(batches)
         raise GlimmerError(f"bench decode: --batch sizes must be in 1..{MAX_STEP_TOKENS} (one step), got {bad}")
-    bad = [s for s in args.synthetic if s not in CONFIGS]
-    if bad:
-        raise GlimmerError(f"bench decode: unknown synthetic model {bad[0]!r}; choose from {', '.join(CONFIGS)}")
+    _check_bench_targets(args, "bench decode")
     pick_device("cuda")
-    targets = [(m, resolve_model(m)) for m in args.model]
-    targets += [(f"synthetic {name} Q4_K_M", cached_synthetic_gguf(name, _say)) for name in args.synthetic]
+    targets = _bench_targets(args)
     results = []
     for label, path in targets:
         model = load_model(path)
@@ -299,6 +355,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run one more decode step between cudaProfilerStart/Stop (for ncu --profile-from-start off)")
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")
     p.set_defaults(func=cmd_bench_decode)
+    p = bench.add_parser("serve", help="the engine serving requests that arrive over time: tok/s, TTFT, TPOT")
+    p.add_argument("-m", "--model", action="append", default=[], help="a GGUF path or model name (repeatable)")
+    p.add_argument("--synthetic", action="append", default=[], help="a synthetic model written on this machine (repeatable)")
+    p.add_argument("--requests", type=int, default=32, help="requests (default 32)")
+    p.add_argument("--rate", type=float, default=0.0, help="arrivals a second, Poisson; 0: all at once (default)")
+    p.add_argument("--prompt", type=int, default=256, help="prompt tokens of each request (default 256)")
+    p.add_argument("--shared", type=int, default=0, help="of those, the leading ones every request shares (default 0)")
+    p.add_argument("--gen", type=int, default=64, help="tokens each request generates (default 64)")
+    p.add_argument("--no-prefix-cache", action="store_true", help="run the engine without its prefix cache")
+    p.add_argument("--compare-cache", action="store_true", help="run with the prefix cache, then without")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--no-graphs", action="store_true", help="CUDA: run every step eagerly")
+    p.add_argument("--no-pdl", action="store_true", help="CUDA: launch kernels without programmatic dependent launch")
+    p.add_argument("--out", default=None, help="write OUT.json and OUT.md")
+    p.set_defaults(func=cmd_bench_serve)
 
     p = sub.add_parser("fetch", help="download a named model into the cache")
     p.add_argument("name", choices=sorted(MODELS) + ["all"])

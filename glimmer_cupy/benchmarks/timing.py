@@ -107,8 +107,8 @@ def time_us(launch: Callable[[int], None], sets: int, launches: int, reps: int) 
 
 
 def run_meta(**extra) -> dict:
-    """GPU, date and commit of a benchmark run (GLIMMER_COMMIT where the tree has no .git), plus
-    the ceilings or settings the caller measured."""
+    """GPU (or `gpu=` given), date and commit of a benchmark run (GLIMMER_COMMIT where the tree has
+    no .git), plus the ceilings or settings the caller measured."""
     import datetime
     import os
     import subprocess
@@ -121,7 +121,8 @@ def run_meta(**extra) -> dict:
                                     cwd=Path(__file__).parent).stdout.strip() or "unknown"
         except OSError:
             commit = "unknown"
-    return dict(gpu=device_name(), date=datetime.date.today().isoformat(), commit=commit, **extra)
+    gpu = extra.pop("gpu", None) or device_name()      # a run on the NumPy path names itself
+    return dict(gpu=gpu, date=datetime.date.today().isoformat(), commit=commit, **extra)
 
 
 def write_results(out, meta: dict, rows: list, markdown: str) -> None:
