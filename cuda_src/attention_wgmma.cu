@@ -40,6 +40,12 @@
 // bytes of a K (or V) tile: 64 positions of D bf16
 #define ATTN_WGMMA_TILE_BYTES(D) (64 * (D) * 2)
 
+// ATTN_WGMMA_LAZY_RESCALE (a switch, for the A/B: bench_attention.py --define): O is rescaled only
+// where some row of the warp saw its running max rise, as attn_stream_kernel does. Where none did,
+// every alpha is exactly 1 and the rescale would leave O's bits as they are, so the output is the
+// same; a causal prompt's later tiles rarely raise a max, and the rescale is 4 D / 8 multiplies a
+// thread a tile (64 at head dim 128) of the softmax's few hundred instructions.
+
 // The probe's phases (-DGLIMMER_STAMPS, bench/probe_attention_wgmma.py): each thread sums its SM
 // clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
 // are times (start, q's inputs ready, tile loop begun, ended, block done), 5 the tiles, 8-14 the
@@ -224,7 +230,14 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
             tile_max<NT>(sc, mx);
             mx[0] = quad_max(mx[0]);
             mx[1] = quad_max(mx[1]);
+#ifdef ATTN_WGMMA_LAZY_RESCALE
+            float mu[2], alpha[2];
+            new_max(mx, m, l, mu, alpha);
+            if (__any_sync(kAll, alpha[0] != 1.f || alpha[1] != 1.f)) rescale<NO>(o, alpha);
+            exp_pack<NT>(sc, mu, l, p);
+#else
             update<NT, NO>(sc, mx, m, l, o, p);
+#endif
         };
         // O += P V of the tile in stage `stage`, issued (the caller waits)
         auto values = [&](int stage, u32 (&p)[NT / 2][4]) {

@@ -323,9 +323,11 @@ def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
 
 
 @cache
-def _wgmma_kernel(d: int, stages: int, rows: int):
+def _wgmma_kernel(d: int, stages: int, rows: int, defines: tuple[tuple[str, int], ...] = ()):
+    """attn_wgmma_kernel<d, stages, rows // 64>; `defines`: attention_wgmma.cu's switches, for A/Bs."""
     from cupy_backends.cuda.api import driver
-    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}>", name_expressions=_WGMMA_EXPRS)
+    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}>", defines=dict(defines),
+                      name_expressions=_WGMMA_EXPRS)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             wgmma_smem(d, stages, rows))
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
