@@ -51,12 +51,14 @@ def _open_model(args):
     return model, note, device
 
 
-def _executor(model, device: str, graphs: bool = True, pdl: bool = True, overlap: bool = True):
+def _executor(model, device: str, graphs: bool = True, pdl: bool = True, overlap: bool = True,
+              many_sequences: bool = False):
     """(executor or None for the NumPy path, note): the CUDA executor uploads the weights once and
-    sizes its KV pool from the free memory, up to one full context."""
+    sizes its KV pool from the free memory, up to one full context (or, many_sequences, for the
+    engine, up to its own cap)."""
     from .runtime.generate import make_executor
 
-    ex = make_executor(model, device, graphs=graphs, pdl=pdl, overlap=overlap)
+    ex = make_executor(model, device, graphs=graphs, pdl=pdl, overlap=overlap, many_sequences=many_sequences)
     if ex is None:
         return None, None
     from .runtime.cuda_executor import device_name
@@ -244,7 +246,8 @@ def cmd_bench_serve(args) -> int:
         if args.prompt + args.gen > model.cfg.context:
             raise GlimmerError(f"bench serve: {label}: prompt {args.prompt} + {args.gen} tokens exceed the "
                                f"context of {model.cfg.context}")
-        ex = make_executor(model, device, graphs=not args.no_graphs, pdl=not args.no_pdl, overlap=False)
+        ex = make_executor(model, device, graphs=not args.no_graphs, pdl=not args.no_pdl, overlap=False,
+                           many_sequences=True)
         n_cells = ex.n_cells if ex is not None else min(args.requests * (args.prompt + args.gen), 16384) + 1
         _say(f"{label}: {path} ({device}, KV pool {n_cells} cells)")
         for cache in ((True, False) if args.compare_cache else (not args.no_prefix_cache,)):

@@ -124,7 +124,8 @@ def cmd_batch(args) -> int:
         except GlimmerError as e:
             raise GlimmerError(f"{line.where}: {e}") from None
         requests.append(Request(ids, line.n, line.params, frozenset(model.tokenizer.eos_ids), line.id))
-    executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl, overlap=False)
+    executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl, overlap=False,
+                                    many_sequences=True)
     if executor is not None:
         n_cells = executor.n_cells
     else:

@@ -53,15 +53,15 @@ def check_lengths(model: Model, n_prompt: int, max_new: int) -> None:
 
 
 def make_executor(model: Model, device: str, n_cells: int | None = None, graphs: bool = True, pdl: bool = True,
-                  overlap: bool = True):
+                  overlap: bool = True, many_sequences: bool = False):
     """The executor to keep for a device: for 'cuda' a CudaExecutor (n_cells None sizes its KV
-    pool from the free device memory, capped at one full context plus the scratch cell; overlap:
-    generate()'s default for it); for 'cpu' None, so that generate makes a HostExecutor sized to
-    each request."""
+    pool from the free device memory, capped at one full context plus the scratch cell, or with
+    many_sequences, for the engine, at the executor's own cap; overlap: generate()'s default for
+    it); for 'cpu' None, so that generate makes a HostExecutor sized to each request."""
     if device == "cuda":
-        from .cuda_executor import CudaExecutor
-        return CudaExecutor(model.decoder, n_cells, max_cells=model.cfg.context + 1, graphs=graphs, pdl=pdl,
-                            overlap=overlap)
+        from .cuda_executor import MAX_CELLS, CudaExecutor
+        cap = max(MAX_CELLS, model.cfg.context + 1) if many_sequences else model.cfg.context + 1
+        return CudaExecutor(model.decoder, n_cells, max_cells=cap, graphs=graphs, pdl=pdl, overlap=overlap)
     if device != "cpu":
         raise GlimmerError(f"device must be cpu or cuda, got {device!r}")
     return None
