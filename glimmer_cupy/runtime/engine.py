@@ -22,8 +22,9 @@ OnToken = Callable[[object, int], None]        # (request id, token), called onc
 class Engine:
     def __init__(self, decoder: Decoder, n_cells: int, budget: int = MAX_STEP_TOKENS, executor=None,
                  max_step: int = MAX_STEP_TOKENS, prefix_cache: bool = False):
-        """prefix_cache: keep finished sequences' prompt blocks for later requests that begin with
-        the same tokens (runtime/prefix_cache.py; the tokens are the same either way)."""
+        """prefix_cache: keep sequences' computed blocks, as each step completes them, for later
+        requests that begin with the same tokens (runtime/prefix_cache.py; the tokens are the same
+        either way)."""
         self.decoder = decoder
         self.pool = CellPool(n_cells)
         self.executor = executor or HostExecutor(decoder, n_cells)
