@@ -3,8 +3,8 @@
 //
 // The same inputs, outputs and visibility rules as attn_mma_kernel (attention_mma.cu; the NumPy spec
 // is glimmer_cupy/reference/attention.py) and the same argument list, for blocks of several tokens
-// with no split: ops/attention.py sends prefill-shaped steps here on an sm_90 device (head dim 128 by
-// default; 64 where a caller asks for kernel "wgmma"). Its GPU tests are tests/test_attention_gpu.py
+// with no split: ops/attention.py sends prefill-shaped steps here on an sm_90 device (head dims 64
+// and 128). Its GPU tests are tests/test_attention_gpu.py
 // (every test runs every kernel), its timings bench/results/attention_wgmma_*.md.
 //
 // attn_wgmma_kernel<D, STAGES, WGS>  a block of WGS warpgroups (4 WGS warps) takes M = 64 WGS query rows

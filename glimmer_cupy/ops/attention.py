@@ -287,17 +287,17 @@ def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = (
 
 # Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS>,
 # sm_90a): unsplit blocks of WGS warpgroups, 64 WGS rows laid out as attn_mma_kernel's blocks of as
-# many rows (rows // group tokens). The default for prefill-shaped steps of head dim 128 ("stream";
-# "mma" keeps attn_mma_kernel). Measured on the H200 (bench/results/attention_wgmma_*.md), causal
+# many rows (rows // group tokens). The default for prefill-shaped steps of head dim 64 and 128
+# ("stream"; "mma" keeps attn_mma_kernel). Measured on the H200 (bench/results/attention_wgmma_*.md), causal
 # prefill T = 2048, Qwen3-8B heads: 64-row blocks (two an SM) 167 us, 128-row blocks 194,
 # attn_mma_kernel 248, SDPA 83; 2 or 3 stages the same (a variant that overlapped each tile's softmax
 # with the next tile's scores, measured no faster, was removed).
-# Head dim 64 is built too, and served where a caller asks for kernel="wgmma": its first build's
-# outputs were wrong (ptxas reused the registers of q's fragments inside the tile loop), and the
-# build that reads them back from shared memory (WGMMA_Q_SHARED_DIMS) has not yet been timed
-# against attn_mma_kernel, which the default route keeps for it. 256 would not fit the registers.
+# Head dim 64 too, since its build reads q's fragments back from shared memory (WGMMA_Q_SHARED_DIMS;
+# the first build's outputs were wrong: ptxas reused those registers inside the tile loop): at
+# SmolLM2's heads (9 / 3) causal T = 512 22.2 us and T = 2048 53.4 against attn_mma_kernel's 25.6
+# and 67.4 (bench/results/attention_wgmma_d64_14f1c48.md). 256 would not fit the registers.
 WGMMA_DIMS = (64, 128)
-WGMMA_DEFAULT_DIMS = (128,)
+WGMMA_DEFAULT_DIMS = (64, 128)
 WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragments in shared memory
 WGMMA_DEPTH = 2
 WGMMA_ROW_CHOICES = (64, 128)
