@@ -42,7 +42,8 @@ namespace astream {
 // the wait): a tile's copies issued by a rolled loop (a piece of K and one of V an iteration, where
 // ITER unrolled pairs were ~4x the code at each of the places that issue a tile), and q's rows
 // read from one base pointer (not a 64-bit offset computed for each float2). The same loads and
-// the same values, so the same output bits.
+// the same values, so the same output bits. Measured slower: the 8B step 2112.5 / 2118.7 us
+// against 2061.3 / 2055.8 (bench/results/ab_attention_lean_start_8b_1517dcc.json), so it stays off.
 #ifdef ATTN_LEAN_START
 #define ATTN_COPY_UNROLL _Pragma("unroll 1")
 #else

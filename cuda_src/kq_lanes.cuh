@@ -55,7 +55,8 @@ GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 // every weight load carries an L2 evict-first policy (sm_90 takes it as a cache hint, not as a
 // priority qualifier), so that the matrices a step streams once (4.5 GB at 8B) do not push out of
 // L2 what the step reads again: its kernels' code, the activations, the cell tables. Without the
-// switch the loads are as they were.
+// switch the loads are as they were. Measured slower: the 8B step 2107.6 / 2125.7 us against
+// 2079.6 / 2058.2 (bench/results/ab_gemv_kq_evict_first_8b_1517dcc.json), so it stays off.
 #if defined(__CUDA_ARCH__) && defined(GEMV_WEIGHTS_EVICT_FIRST)
 #define GQ_WEIGHTS_EVICT_FIRST 1
 // the policy is made inside each load's asm: ptxas keeps it in a uniform register, where a policy
