@@ -140,7 +140,6 @@ def cmd_chat(args) -> int:
         if not text:
             break
         ids = _prompt_ids(model, text, True, history)
-        check_lengths(model, len(ids), args.n)
         out = _generate_text(model, ids, args, params, stream=True, session=session)
         history += [{"role": "user", "content": text},
                     {"role": "assistant", "content": model.tokenizer.decode(out)}]
@@ -228,6 +227,7 @@ def cmd_bench_serve(args) -> int:
     from .benchmarks.timing import run_meta, write_results
     from .model.model import load_model
     from .runtime.device import pick_device
+    from .runtime.engine import host_pool_cells
     from .runtime.generate import make_executor
 
     for n, v in (("--requests", args.requests), ("--prompt", args.prompt), ("--gen", args.gen)):
@@ -248,7 +248,7 @@ def cmd_bench_serve(args) -> int:
                                f"context of {model.cfg.context}")
         ex = make_executor(model, device, graphs=not args.no_graphs, pdl=not args.no_pdl, overlap=False,
                            many_sequences=True)
-        n_cells = ex.n_cells if ex is not None else min(args.requests * (args.prompt + args.gen), 16384) + 1
+        n_cells = ex.n_cells if ex is not None else host_pool_cells([args.prompt + args.gen] * args.requests)
         _say(f"{label}: {path} ({device}, KV pool {n_cells} cells)")
         for cache in ((True, False) if args.compare_cache else (not args.no_prefix_cache,)):
             r = bench_serve(model, label, ex, n_cells, args.requests, args.rate, args.prompt, args.shared, args.gen,

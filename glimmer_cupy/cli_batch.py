@@ -27,7 +27,6 @@ from .reference.sampling import SamplingParams
 
 KEYS = {"prompt": str, "n": int, "temperature": (int, float), "top_k": int, "top_p": (int, float),
         "min_p": (int, float), "seed": int, "chat": bool, "system": str, "id": (str, int)}
-CPU_CELL_CAP = 16384          # the NumPy path's pool: every request at once up to this many cells
 
 
 @dataclass
@@ -95,14 +94,13 @@ def _kind(t) -> str:
 
 
 def cmd_batch(args) -> int:
-    from .cli import _executor, _open_model, _prompt_ids, _say
-    from .runtime.engine import Engine
+    from .cli import _executor, _open_model, _prompt_ids, _sampling, _say
+    from .runtime.engine import Engine, host_pool_cells
     from .runtime.scheduler import Request
 
     if args.n <= 0:
         raise GlimmerError(f"-n must be > 0, got {args.n}")
-    SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-                   seed=args.seed or 0).check()
+    _sampling(args)                                   # reject bad arguments before reading or loading
     name = "<stdin>" if args.input == "-" else args.input
     try:
         text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
@@ -126,11 +124,8 @@ def cmd_batch(args) -> int:
         requests.append(Request(ids, line.n, line.params, frozenset(model.tokenizer.eos_ids), line.id))
     executor, cuda_note = _executor(model, device, not args.no_graphs, not args.no_pdl, overlap=False,
                                     many_sequences=True)
-    if executor is not None:
-        n_cells = executor.n_cells
-    else:
-        needs = [len(r.prompt) + r.max_new for r in requests]
-        n_cells = max(max(needs), min(sum(needs), CPU_CELL_CAP)) + 1      # and the scratch cell
+    n_cells = executor.n_cells if executor is not None else host_pool_cells(len(r.prompt) + r.max_new
+                                                                             for r in requests)
     _say(cuda_note or note)
     if args.seed is None and any(line.params.temperature > 0 for line in lines):
         _say(f"seed: {base_seed} + each request's index, where its line gives none")

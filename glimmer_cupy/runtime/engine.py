@@ -18,6 +18,16 @@ from .step_planner import MAX_STEP_TOKENS, plan_step, run_width, slice_chunks
 
 OnToken = Callable[[object, int], None]        # (request id, token), called once per new token
 
+HOST_POOL_CAP = 16384      # the NumPy path's pool for many requests: all at once up to this many cells
+
+
+def host_pool_cells(needs: Iterable[int]) -> int:
+    """KV cells for an engine on the NumPy path serving requests of `needs` cells each (prompt +
+    tokens to generate): every request at once up to HOST_POOL_CAP, never fewer than the largest,
+    and the scratch cell."""
+    needs = list(needs)
+    return max(max(needs), min(sum(needs), HOST_POOL_CAP)) + 1
+
 
 class Engine:
     def __init__(self, decoder: Decoder, n_cells: int, budget: int = MAX_STEP_TOKENS, executor=None,
