@@ -25,14 +25,14 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 from bench_attention import prompt_inputs  # noqa: E402
 from stamp_stats import module_stamps, spread  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.attention import _WGMMA_EXPRS, WGMMA_DEPTH, WGMMA_ROWS, wgmma_runs  # noqa: E402
+from glimmer_cupy.ops.attention import _WGMMA_EXPRS, WGMMA_DEPTH, WGMMA_PRODUCER, WGMMA_ROWS, wgmma_runs  # noqa: E402
 
 # attention_wgmma.cu's phases: stamps 8.. hold their cycles in this order
 PHASES = ("copies issued", "K landed", "S = Q K^T", "softmax", "V landed", "O += P V", "closing barrier")
 START, INPUTS, LOOP, LOOP_END, DONE, TILES, FIRST_PHASE, LOOP_CYCLES = 0, 1, 2, 3, 4, 5, 8, 15
 
 
-def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int) -> None:
+def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int, producer: bool) -> None:
     import cupy
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, out = prompt_inputs(cupy, np.random.default_rng(0), t,
                                                                               hq, hkv, d)
@@ -43,13 +43,14 @@ def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int) -> None:
         st.fill(0)
         cupy.cuda.Device().synchronize()
         ops.attention(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, d ** -0.5, out=out, kernel="wgmma",
-                      force_rows=rows, force_stages=stages)
+                      force_rows=rows, force_stages=stages, force_producer=producer)
         cupy.cuda.Device().synchronize()
         runs.append(cupy.asnumpy(st).astype(np.int64))
     s = runs[2]
     s = s[s[:, START] > 0]
     r = summary(s)
-    print(f"T={t} heads {hq}/{hkv} d={d}: {rows}-row blocks, {stages} stages, {len(s)} blocks, {r['tiles']} tiles; "
+    print(f"T={t} heads {hq}/{hkv} d={d}: {rows}-row blocks, {stages} stages, producer warp {producer}, "
+          f"{len(s)} blocks, {r['tiles']} tiles; "
           f"launch {r['launch_us']:.1f} µs (first start to last end); clock {r['ghz']:.2f} GHz (the loops' cycles "
           "over their global-timer ns)")
     for name, (cycles, share) in r["phases"].items():
@@ -79,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", default="32,8,128", metavar="HQ,HKV,D", help="default Qwen3-8B's; SmolLM2's 9,3,64")
     ap.add_argument("--rows", type=int, default=WGMMA_ROWS, help="rows a block (64: two blocks an SM, or 128)")
     ap.add_argument("--stages", type=int, default=WGMMA_DEPTH)
+    ap.add_argument("--producer", type=int, choices=(0, 1), default=int(WGMMA_PRODUCER),
+                    help="1: a producer warp issues the copies (64-row blocks)")
     args = ap.parse_args(argv)
     try:
         hq, hkv, d = (int(x) for x in args.heads.split(","))
@@ -92,7 +95,7 @@ def main(argv=None) -> int:
         ap.error(f"attn_wgmma_kernel does not run head dim {d}, group {hq // hkv} on this device")
     build.add_defines("GLIMMER_STAMPS")              # here, not at import: the summary's tests import this file
     for t in args.lengths:
-        probe(t, hq, hkv, d, args.rows, args.stages)
+        probe(t, hq, hkv, d, args.rows, args.stages, bool(args.producer))
     return 0
 
 

@@ -7,7 +7,7 @@
 // and 128). Its GPU tests are tests/test_attention_gpu.py
 // (every test runs every kernel), its timings bench/results/attention_wgmma_*.md.
 //
-// attn_wgmma_kernel<D, STAGES, WGS>  a block of WGS warpgroups (4 WGS warps) takes M = 64 WGS query rows
+// attn_wgmma_kernel<D, STAGES, WGS, PRODUCER>  a block of WGS warpgroups (4 WGS warps) takes M = 64 WGS query rows
 //     of one kv head, (token, query head) pairs exactly as attn_mma_kernel's blocks of M rows lay
 //     them out (hpb heads of the GQA group times tpb consecutive tokens, token blocks in reverse):
 //     warp w holds rows 16 w .. 16 w + 15, so warpgroup i rows 64 i .. 64 i + 63. One warpgroup
@@ -15,17 +15,22 @@
 //   q is read once, scaled, into registers as the bf16 A fragments of S = Q K^T (D / 16 k-steps);
 //     at head dim 64 they are kept in shared memory and read back for each tile (Q_SHARED below).
 //   The block walks K/V tiles of 64 positions of its tokens' sequence (one pass per distinct
-//     sequence, as attn_mma_kernel): all 256 threads gather a tile's K and V rows from the pool
-//     through the cell table with cp.async (16-byte pieces) into the 128-byte-swizzled layout the
-//     tensor cores read (wgmma.cuh), STAGES tiles deep, K and V separate commit groups, each
-//     tile's cell offsets read STAGES tiles ahead into s_off.
+//     sequence, as attn_mma_kernel), gathering a tile's K and V rows from the pool through the
+//     cell table with cp.async (16-byte pieces) into the 128-byte-swizzled layout the tensor cores
+//     read (wgmma.cuh), STAGES tiles deep, K and V separate commit groups. Two ways (PRODUCER):
+//     - false: every thread of the warpgroups issues a share of each tile's pieces, each tile's
+//       cell offsets read STAGES tiles ahead into s_off, and the block meets at a barrier a tile;
+//     - true: one more warp (the last, warp 4 WGS) issues every piece; the warpgroups only wait
+//       for a tile's K (then its V) on the stage's barriers and hand the stage back on another, so
+//       the copies' instructions leave the math warps (a third of the tile loop there, by the phase
+//       probe: bench/results/NOTES.md, the fortieth session) and no barrier joins the warps a tile.
 //   Per tile and warpgroup: S (64 rows x 64 positions) = D / 16 wgmma m64n64k16, A = q from
 //     registers, B = the K tile (K-major); then per warp, in registers, softcap, masking where a
 //     row does not see every position of the tile, the online softmax (attention_mma_frag.cuh:
 //     tile_max, update) and P as bf16 A fragments; then O += P V: 4 k-steps x D / 64 wgmma
 //     m64n64k16, B = the V tile read N-major (imm-trans-b).
 //   End: as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
-//   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS,)
+//   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS + 32 PRODUCER,)
 //   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages (then q's fragments
 //   where Q_SHARED), or the block end's merge where that is larger, and 1024 bytes to start the
 //   swizzled tiles on 1024.
@@ -40,22 +45,14 @@
 // bytes of a K (or V) tile: 64 positions of D bf16
 #define ATTN_WGMMA_TILE_BYTES(D) (64 * (D) * 2)
 
-// ATTN_WGMMA_LAZY_RESCALE (a switch, for the A/B: bench_attention.py --define): O is rescaled only
-// where some row of the warp saw its running max rise, as attn_stream_kernel does. Where none did,
-// every alpha is exactly 1 and the rescale would leave O's bits as they are, so the output is the
-// same; a causal prompt's later tiles rarely raise a max, and the rescale is 4 D / 8 multiplies a
-// thread a tile (64 at head dim 128) of the softmax's few hundred instructions. Measured no faster:
-// T = 2048 171.9 us with it (attention_wgmma_lazy_1517dcc.md) against 167.0 without in an earlier
-// call (SDPA 83.3 and 82.4 in the two), so it stays off.
-
 // The probe's phases (-DGLIMMER_STAMPS, bench/probe_attention_wgmma.py): each thread sums its SM
 // clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
 // are times (start, q's inputs ready, tile loop begun, ended, block done), 5 the tiles, 8-14 the
 // cycles of the phases in loop order (PHASE(i) ends phase i), 15 the tile loop's cycles.
 #ifdef GLIMMER_STAMPS
 #define WG_PHASES 7
-#define PHASE_MARK() (ph_t = clock64())
-#define PHASE(i) do { const long long now_ = clock64(); ph[i] += now_ - ph_t; ph_t = now_; } while (0)
+#define PHASE_MARK() (ph_t = (unsigned)clock())
+#define PHASE(i) do { const unsigned now_ = (unsigned)clock(); ph[i] += now_ - ph_t; ph_t = now_; } while (0)
 #else
 #define PHASE_MARK() ((void)0)
 #define PHASE(i) ((void)0)
@@ -72,11 +69,32 @@ __device__ __forceinline__ void landed() {
 }
 #endif
 
-template <int D, int STAGES, int WGS>
-__global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel(ATTN_TC_ARGS) {
+// PRODUCER: the producer warp's copies of a tile. Lane takes piece lane % PR (PR = D / 8 pieces a
+// row) of rows lane / PR + RPI k, k < kTile / RPI (RPI = 32 / PR rows an instruction: whole rows, two
+// of 256 bytes at head dim 128, four of 128 at 64). Row RPI k + rsub (rsub < RPI) has row % 8 =
+// (RPI k % 8) ^ rsub, so a piece's swizzled slot for k is its slot for k = 0 moved by RPI k rows and
+// xor-ed with (RPI k % 8) << 4: no address arithmetic a piece but an add and that xor.
+template <int D>
+__device__ __forceinline__ void copy_rows(amma::u32 stage, amma::u32 lane_dst, const char* src, const long long* offs, int rsub,
+                                          int left) {
+    constexpr int PR = D / 8, RPI = 32 / PR;
+#pragma unroll
+    for (int k = 0; k < amma::kTile / RPI; ++k) {
+        const int r = RPI * k + rsub;
+        amma::cp_async16((stage + lane_dst + RPI * k * 128) ^ (((RPI * k) & 7) << 4), src + offs[r], r < left ? 16 : 0);
+    }
+}
+
+// Registers: two blocks an SM at one warpgroup, one at two. The producer warp is built for one
+// warpgroup only, its limit given as a count (200: 65536 over 10 warps, in steps of 8): ptxas takes
+// a block count of __launch_bounds__ as if blocks were whole warpgroups (160 threads as 256: 168
+// registers, with spills).
+template <int D, int STAGES, int WGS, bool PRODUCER>
+__global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 32 : 0), PRODUCER ? 1 : WGS == 1 ? 2 : 1)
+    __maxnreg__(PRODUCER ? 200 : 255) attn_wgmma_kernel(ATTN_TC_ARGS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace amma;
-    constexpr int WARPS = 4 * WGS, THREADS = 32 * WARPS, M = 64 * WGS;
+    constexpr int WARPS = 4 * WGS, THREADS = 32 * WARPS, M = 64 * WGS;   // the warpgroups' (not the producer)
     constexpr int NT = kTile / 8;                     // n-tiles of S per warp (64 positions)
     constexpr int NO = D / 8;                         // n-tiles of O per warp
     constexpr int KS = D / 16;                        // k-steps of S
@@ -94,9 +112,11 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
     static_assert(D == 64 || D == 128, "head dims of this kernel");
     static_assert(PIECES * THREADS == kTile * D / 8 && ROW_STEP % 8 == 0, "tile copy keeps each piece's swizzle");
     static_assert(STAGES >= 2, "pipeline");
+    static_assert(!PRODUCER || WGS == 1, "the producer warp serves one warpgroup");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ int s_seq[M], s_lo[M], s_hi[M];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
+    __shared__ unsigned long long s_bar[3][STAGES];   // PRODUCER: a stage's K landed, its V landed, its reads done
     const u32 raw = smem_u32(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;          // swizzled tiles start on 1024 bytes
     unsigned char* sbase = smem_raw + (base - raw);
@@ -120,11 +140,80 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
 
     STAMP(0);
     block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_lo, s_hi);
+    if (PRODUCER && tid == 0)
+        for (int i = 0; i < STAGES; ++i) {
+            mbar_init(&s_bar[0][i], 32u);             // the producer's lanes, each after its own pieces landed
+            mbar_init(&s_bar[1][i], 32u);
+            mbar_init(&s_bar[2][i], (unsigned)WARPS); // a lane of each warp of the warpgroups
+        }
     pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
     __syncthreads();
     STAMP(1);
+    if constexpr (PRODUCER) {
+        if (warp == WARPS) {
+            // Tile g goes to stage g % STAGES, tiles counted across the passes; the stage is free
+            // once the warpgroups handed back tile g - STAGES. Tile g's K and V are announced after
+            // tile g + 1's copies are issued (two tiles in flight), each lane after its own pieces
+            // landed and made visible to the tensor cores.
+            constexpr int PR = D / 8;
+            const int piece = lane % PR, rsub = lane / PR;
+            const u32 lane_dst = (u32)((piece >> 3) * PANEL + rsub * 128 + (((piece & 7) ^ rsub) << 4));
+            const char* ksrc = reinterpret_cast<const char*>(kb) + 16 * piece;
+            const char* vsrc = reinterpret_cast<const char*>(vb) + 16 * piece;
+            long long* offs = s_off[0];
+            int st = 0, prev = 0, g = 0;
+            u32 parity = 0;
+            auto announce = [&](int stage) {
+                cp_wait<3>();
+                wg::fence_smem();
+                mbar_arrive(&s_bar[0][stage]);
+                cp_wait<2>();
+                wg::fence_smem();
+                mbar_arrive(&s_bar[1][stage]);
+            };
+            for (int pi = 0; pi < ntb; ++pi) {
+                int LO, HI;
+                if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
+                const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
+                const int* crow = cell_table + (long long)s_seq[pi] * table_width;
+                auto offset_of = [&](int tile, int j) {
+                    const int p = LO + kTile * tile + j;
+                    return p < HI ? (long long)crow[p] * row_bytes : 0ll;
+                };
+                long long nx0 = offset_of(0, lane), nx1 = offset_of(0, lane + 32);
+                for (int tile = 0; tile < tiles; ++tile, ++g) {
+                    __syncwarp();
+                    offs[lane] = nx0;
+                    offs[lane + 32] = nx1;
+                    __syncwarp();
+                    if (g >= STAGES) mbar_wait(&s_bar[2][st], parity ^ 1u);
+                    const int left = HI - (LO + kTile * tile);
+                    copy_rows<D>(sK + st * TILE, lane_dst, ksrc, offs, rsub, left);
+                    cp_commit();
+                    copy_rows<D>(sV + st * TILE, lane_dst, vsrc, offs, rsub, left);
+                    cp_commit();
+                    if (tile + 1 < tiles) {
+                        nx0 = offset_of(tile + 1, lane);
+                        nx1 = offset_of(tile + 1, lane + 32);
+                    }
+                    if (g > 0) announce(prev);
+                    prev = st;
+                    st = st == STAGES - 1 ? 0 : st + 1;
+                    parity ^= st == 0 ? 1u : 0u;
+                }
+            }
+            if (g > 0) {
+                cp_commit();                          // two empty groups: the last tile's are then the 3rd and 4th newest
+                cp_commit();
+                announce(prev);
+            }
+            __syncthreads();                          // the block's two barriers after the tile loop: below, and
+            __syncthreads();                          // end_block's one (an unsplit block's)
+            return;
+        }
+    }
 #ifdef GLIMMER_STAMPS
-    long long ph[WG_PHASES] = {}, ph_t = 0;
+    unsigned ph[WG_PHASES] = {}, ph_t = 0;          // 32-bit sums: a block's loop is far below 2^32 cycles
     int ph_tiles = 0;
 #endif
 
@@ -162,6 +251,8 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
 #ifdef GLIMMER_STAMPS
     const long long ph_loop = clock64();
 #endif
+    int st = 0;                                       // the stage of the next tile (PRODUCER: across passes)
+    u32 parity = 0;                                   // PRODUCER: of the stages' phase of that tile
     for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
         int LO, HI;
         if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
@@ -189,14 +280,17 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
                 }
             }
         };
-        for (int i = tid; i < STAGES * kTile; i += THREADS) s_off[i / kTile][i % kTile] = offset_of(i / kTile, i % kTile);
-        __syncthreads();
+        if constexpr (!PRODUCER) {
+            st = 0;
+            for (int i = tid; i < STAGES * kTile; i += THREADS) s_off[i / kTile][i % kTile] = offset_of(i / kTile, i % kTile);
+            __syncthreads();
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            issue(s, s, kb, sK);
-            cp_commit();
-            issue(s, s, vb, sV);
-            cp_commit();
+            for (int s = 0; s < STAGES - 1; ++s) {
+                issue(s, s, kb, sK);
+                cp_commit();
+                issue(s, s, vb, sV);
+                cp_commit();
+            }
         }
         // S = Q K^T of the tile in stage `stage` into sc, issued (the caller waits)
         auto scores = [&](int stage, float (&sc)[NT][4]) {
@@ -232,14 +326,7 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
             tile_max<NT>(sc, mx);
             mx[0] = quad_max(mx[0]);
             mx[1] = quad_max(mx[1]);
-#ifdef ATTN_WGMMA_LAZY_RESCALE
-            float mu[2], alpha[2];
-            new_max(mx, m, l, mu, alpha);
-            if (__any_sync(kAll, alpha[0] != 1.f || alpha[1] != 1.f)) rescale<NO>(o, alpha);
-            exp_pack<NT>(sc, mu, l, p);
-#else
             update<NT, NO>(sc, mx, m, l, o, p);
-#endif
         };
         // O += P V of the tile in stage `stage`, issued (the caller waits)
         auto values = [&](int stage, u32 (&p)[NT / 2][4]) {
@@ -254,19 +341,24 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
                                   wg::sw128_desc(sV + stage * TILE + pn * PANEL + ks * 16 * 128, PANEL, 1024), 1);
             wg::commit();
         };
-        int st = 0;
         for (int tile = 0; tile < tiles; ++tile) {
             PHASE_MARK();
-            const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
-            issue(tile + STAGES - 1, refill, kb, sK);
-            cp_commit();
-            issue(tile + STAGES - 1, refill, vb, sV);
-            cp_commit();
-            const long long next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
+            long long next_off = 0;
+            if constexpr (!PRODUCER) {
+                const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
+                issue(tile + STAGES - 1, refill, kb, sK);
+                cp_commit();
+                issue(tile + STAGES - 1, refill, vb, sV);
+                cp_commit();
+                next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
+            }
             float s[NT][4];
             u32 p[NT / 2][4];
             PHASE(0);                                 // the next tile's copies issued
-            landed<2 * STAGES - 1>();                 // K of this tile
+            if constexpr (PRODUCER)
+                mbar_wait(&s_bar[0][st], parity);
+            else
+                landed<2 * STAGES - 1>();             // K of this tile
             PHASE(1);
             scores(st, s);
             wg::wait<0>();
@@ -274,19 +366,28 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
             PHASE(2);
             softmax(s, LO + kTile * tile, p);
             PHASE(3);
-            landed<2 * STAGES - 2>();                 // V of this tile
+            if constexpr (PRODUCER)
+                mbar_wait(&s_bar[1][st], parity);
+            else
+                landed<2 * STAGES - 2>();             // V of this tile
             PHASE(4);
             values(st, p);
             wg::wait<0>();
             wg::hold(o);
             PHASE(5);
-            if (tid < kTile) s_off[st][tid] = next_off;
-            __syncthreads();                          // stage st is refilled next
+            if constexpr (PRODUCER) {
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&s_bar[2][st]);   // this warp's multiplies have read the stage
+            } else {
+                if (tid < kTile) s_off[st][tid] = next_off;
+                __syncthreads();                      // stage st is refilled next
+            }
             PHASE(6);
 #ifdef GLIMMER_STAMPS
             ++ph_tiles;
 #endif
             st = st == STAGES - 1 ? 0 : st + 1;
+            parity ^= st == 0 ? 1u : 0u;
         }
     }
 
@@ -311,7 +412,8 @@ __global__ void __launch_bounds__(128 * WGS, WGS == 1 ? 2 : 1) attn_wgmma_kernel
 
 #ifdef GLIMMER_INSTANTIATE
 #define ATTN_WGMMA(D, S) \
-    template __global__ void attn_wgmma_kernel<D, S, 1>(ATTN_TC_TYPES); \
-    template __global__ void attn_wgmma_kernel<D, S, 2>(ATTN_TC_TYPES);
+    template __global__ void attn_wgmma_kernel<D, S, 1, false>(ATTN_TC_TYPES); \
+    template __global__ void attn_wgmma_kernel<D, S, 2, false>(ATTN_TC_TYPES); \
+    template __global__ void attn_wgmma_kernel<D, S, 1, true>(ATTN_TC_TYPES);
 ATTN_WGMMA(64, 2) ATTN_WGMMA(64, 3) ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
 #endif

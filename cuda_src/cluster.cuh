@@ -82,6 +82,22 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, u
                  "r"(bytes) : "memory");
 }
 
+// ---------------------------------------------------------------- a block's own barriers
+
+// one arrival (release at the block: what this thread wrote before is visible to a thread that
+// waits for the phase)
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// until the barrier has completed the phase of the given parity (acquire at the block)
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    const unsigned a = smem_addr(bar);
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(a), "r"(parity) : "memory");
+}
+
 // C consecutive floats (C = 2, 4, 8; 8 C-byte aligned) into another block's shared memory at
 // shared::cluster address a, counted on that block's barrier at shared::cluster address bar as
 // bytes when they land (st.async: no fence or arrival of the sender's is needed for them)

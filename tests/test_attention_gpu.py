@@ -596,48 +596,19 @@ def test_wgmma_causal_prompt(length, heads):
 @pytest.mark.parametrize("d", [64, 128])
 def test_wgmma_variants_are_bit_identical(per_seq, d):
     """Eight sequences of mixed lengths (blocks hold tokens of several sequences: one pass each),
-    on every variant: 64- and 128-row blocks, each depth. Each against the
-    reference; the variants of one block size give the same output bit for bit."""
+    on every variant: 64- and 128-row blocks, each depth, with and without the producer warp. Each
+    against the reference; the variants of one block size give the same output bit for bit."""
     from glimmer_cupy.ops.attention import WGMMA_VARIANTS
     rng = np.random.default_rng(12 + per_seq + d)
     lens = [1, 7, 33, 511, 512, 513, 2000, 64]
     step = make_step(rng, lens, 32, 8, d, per_seq=per_seq)
     first = {}
-    for _, st, rows in (v for v in WGMMA_VARIANTS if v[0] == d):
-        got, ref = run_wgmma(*step, force_stages=st, force_rows=rows)
-        assert_close(got, ref, ("mixed", per_seq, d, st, rows), "wgmma")
+    for _, st, rows, producer in (v for v in WGMMA_VARIANTS if v[0] == d):
+        got, ref = run_wgmma(*step, force_stages=st, force_rows=rows, force_producer=producer)
+        assert_close(got, ref, ("mixed", per_seq, d, st, rows, producer), "wgmma")
         if rows in first:
-            np.testing.assert_array_equal(got, first[rows], err_msg=f"{st} stages")
+            np.testing.assert_array_equal(got, first[rows], err_msg=f"{st} stages, producer {producer}")
         first.setdefault(rows, got)
-
-
-@gpu
-@pytest.mark.parametrize("d,rows", [(128, 64), (128, 128), (64, 64)])
-def test_wgmma_lazy_rescale_gives_the_same_bits(monkeypatch, d, rows):
-    """attention_wgmma.cu's ATTN_WGMMA_LAZY_RESCALE (O rescaled only where a max rose) against the
-    default build: the same output bit for bit, on sequences of mixed lengths (blocks of several
-    passes) and a long causal prompt, with a softcap too."""
-    import cupy
-    from glimmer_cupy.ops.attention import wgmma_runs
-    if not wgmma_runs(d, 4, "wgmma"):
-        pytest.skip("attn_wgmma_kernel needs an sm_90 device")
-    att = sys.modules["glimmer_cupy.ops.attention"]
-    built = att._wgmma_kernel
-    rng = np.random.default_rng(70 + d + rows)
-    for step, kw in ((make_step(rng, [1, 7, 33, 600, 2000, 64], 32, 8, d, per_seq=40), {}),
-                     (make_step(rng, [1500], 16, 4, d, per_seq=1500), dict(softcap=5.0))):
-        args = [cupy.asarray(a) for a in step]
-
-        def run():
-            return cupy.asnumpy(ops.attention(*args, d ** -0.5, kernel="wgmma", force_rows=rows, **kw))
-
-        default = run()
-        with monkeypatch.context() as m:
-            m.setattr(att, "_wgmma_kernel", lambda dd, st, r: built(dd, st, r, (("ATTN_WGMMA_LAZY_RESCALE", 1),)))
-            lazy = run()
-        np.testing.assert_array_equal(lazy, default)
-        got, ref = run_wgmma(*step, force_rows=rows, **kw)
-        assert_close(got, ref, ("lazy rescale", d, rows), "wgmma")
 
 
 @gpu

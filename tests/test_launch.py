@@ -92,7 +92,7 @@ EARLY_FETCH = {
                         r"v_pool\[", r"issue\([^)]*k(All|New)Rows", r"cluster_sync"),
     # the block's token indices (the step's upload); q, K/V and every write after the wait
     "attn_wgmma_kernel": (r"[(\s]q\s*\+", r"\bq\[", r"\bout\[", r"part_acc\[", r"part_ml\[", r"end_block",
-                          r"atomic", r"counter", r"\bx[qds]\b", r"mma_rs", r"cp_async", r"issue\(",
+                          r"atomic", r"counter", r"\bx[qds]\b", r"mma_rs", r"cp_async", r"issue\(", r"copy_rows",
                           r"k_pool\[", r"v_pool\["),
     # the copies of the first tiles wholly below the step's lowest new position (not waited on)
     "attn_stream_kernel": (r"[(\s]q\s*\+", r"\bq\[", r"\bout\[", r"part_acc\[", r"part_ml\[", r"end_\w+\(",

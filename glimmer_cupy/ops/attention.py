@@ -285,7 +285,7 @@ def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = (
     return kern
 
 
-# Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS>,
+# Prefill on Hopper's warpgroup multiplies (attention_wgmma.cu, attn_wgmma_kernel<D, STAGES, WGS, PRODUCER>,
 # sm_90a): unsplit blocks of WGS warpgroups, 64 WGS rows laid out as attn_mma_kernel's blocks of as
 # many rows (rows // group tokens). The default for prefill-shaped steps of head dim 64 and 128
 # ("stream"; "mma" keeps attn_mma_kernel). Measured on the H200 (bench/results/attention_wgmma_*.md), causal
@@ -302,8 +302,12 @@ WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragme
 WGMMA_DEPTH = 2
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
-WGMMA_VARIANTS = tuple((d, st, r) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES)
-_WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}>" for d, st, r in WGMMA_VARIANTS)
+# PRODUCER: one more warp issues every K/V copy, the warpgroup waits on the stages' barriers (built
+# for 64-row blocks only)
+WGMMA_PRODUCER = False
+WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
+                       for p in (False, True) if r == 64 or not p)
+_WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(p).lower()}>" for d, st, r, p in WGMMA_VARIANTS)
 
 
 def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
@@ -323,10 +327,11 @@ def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
 
 
 @cache
-def _wgmma_kernel(d: int, stages: int, rows: int, defines: tuple[tuple[str, int], ...] = ()):
-    """attn_wgmma_kernel<d, stages, rows // 64>; `defines`: attention_wgmma.cu's switches, for A/Bs."""
+def _wgmma_kernel(d: int, stages: int, rows: int, producer: bool = False, defines: tuple[tuple[str, int], ...] = ()):
+    """attn_wgmma_kernel<d, stages, rows // 64, producer>; `defines`: attention_wgmma.cu's switches, for A/Bs."""
     from cupy_backends.cuda.api import driver
-    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}>", defines=dict(defines),
+    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}, {str(producer).lower()}>",
+                      defines=dict(defines),
                       name_expressions=_WGMMA_EXPRS)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             wgmma_smem(d, stages, rows))
@@ -471,7 +476,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
               force_splits: int | None = None, q8: bool = False, kernel: str = "stream",
               force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
-              force_early: bool | None = None):
+              force_early: bool | None = None, force_producer: bool | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -497,6 +502,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_early (benchmarks and tests, "mma" and "stream" only): whether K/V rows below the step's lowest new
     position are copied before pdl_wait (stream_early's or mma_early's rule otherwise; no effect outside
     overlapped()).
+    force_producer (benchmarks and tests, attn_wgmma_kernel only): whether its K/V copies are issued by
+    a producer warp (WGMMA_PRODUCER otherwise; the same result either way).
     """
     if kernel not in KERNELS:
         raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))
@@ -549,14 +556,18 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     elif wgmma:                                      # prefill: 128-row blocks, one split
         stages = int(force_stages) if force_stages else WGMMA_DEPTH
         rows = force_rows or WGMMA_ROWS
-        if (d, stages, rows) not in WGMMA_VARIANTS:
+        producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
+        if (d, stages, rows, False) not in WGMMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
+        if (d, stages, rows, producer) not in WGMMA_VARIANTS:
+            raise fail(op, "force_producer", f"False for {rows}-row blocks (the producer warp serves 64-row blocks)",
+                       producer)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
         blocks_z = -(-t // tpb)
         if blocks_z > 65535:
             raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
-        fn, block = _wgmma_kernel(d, stages, rows), (2 * rows,)
+        fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 32 * producer,)
         grid = (1, hkv, blocks_z)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
