@@ -16,9 +16,6 @@ Arms:
               before the thirty-second session; stream_early True)
   no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
   depth 2 early  both of depth 2 and early
-  lean start  attention_stream.cu built with ATTN_LEAN_START: ~250 fewer instructions from pdl_wait to
-              the first tile (~1,550 -> ~1,300 at head dim 128, bench/sass_by_source.py --stamps), code
-              a one-token step's block runs once a launch
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -37,7 +34,6 @@ attention = importlib.import_module("glimmer_cupy.ops.attention")   # the module
 
 RULE = attention.stream_splits
 CLUSTER_CAP = attention.stream_cluster_cap
-BUILT = attention._stream_kernel
 
 
 def splits_scaled(factor: float):
@@ -65,7 +61,6 @@ ARMS = {
     "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
     "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
                       (attention, "stream_early"): lambda d: True},
-    "lean start": {(attention, "_stream_kernel"): lambda d, stages: BUILT(d, stages, (("ATTN_LEAN_START", 1),))},
 }
 
 if __name__ == "__main__":

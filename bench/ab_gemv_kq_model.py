@@ -17,10 +17,6 @@ Arms:
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
                 -v), so at 4 its Q4_K blocks are held to four an SM (the rule before df5463c: 4)
-  evict first   every gemv_kq weight load with an L2 evict-first policy (kq_lanes.cuh:
-                GEMV_WEIGHTS_EVICT_FIRST), so that the weights streamed once leave the step's code and
-                activations in L2 (the eleventh session's ld.global.cs weights: 8B 2218.3 -> 2202.6 us,
-                0.6B 661.2 -> 665.9)
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_model.py --synthetic qwen3-8b [--arms "rule,ws up"] [--out FILE]
 """
@@ -60,7 +56,6 @@ ARMS = {
     "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
-    "evict first": {(matmul, "KQ_DEFINES"): (("GEMV_WEIGHTS_EVICT_FIRST", 1),)},
 }
 
 if __name__ == "__main__":

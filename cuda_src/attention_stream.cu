@@ -36,20 +36,6 @@
 
 namespace astream {
 
-// ATTN_LEAN_START (a switch, for the A/B in a model's step, bench/ab_attention_model.py): less code
-// on the way from pdl_wait to the first tile, which a one-token step's block runs once a launch,
-// most likely from L2 (bench/results/NOTES.md, the thirty-ninth session: ~1,550 instructions after
-// the wait): a tile's copies issued by a rolled loop (a piece of K and one of V an iteration, where
-// ITER unrolled pairs were ~4x the code at each of the places that issue a tile), and q's rows
-// read from one base pointer (not a 64-bit offset computed for each float2). The same loads and
-// the same values, so the same output bits. Measured slower: the 8B step 2112.5 / 2118.7 us
-// against 2061.3 / 2055.8 (bench/results/ab_attention_lean_start_8b_1517dcc.json), so it stays off.
-#ifdef ATTN_LEAN_START
-#define ATTN_COPY_UNROLL _Pragma("unroll 1")
-#else
-#define ATTN_COPY_UNROLL _Pragma("unroll")
-#endif
-
 constexpr int kWarps = 4;
 constexpr int kRows = 16;          // query rows of a block: a token's group of heads, padded
 constexpr int kPos = 16;           // positions of a warp's tile
@@ -177,7 +163,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         const int st = j % STAGES;
         const int rows = j < n_mine ? min(kPos, p_end - tile_start(j)) : 0;
         const u32 dst = smem_u32(ring + st * 2 * kPos * RS + at<D>(lane / PPR, 8 * (lane % PPR)));
-        ATTN_COPY_UNROLL
+#pragma unroll
         for (int i = 0; i < ITER; ++i) {
             const int r = lane / PPR + RPI * i;
             const unsigned long long off = (unsigned long long)((u32)__shfl_sync(kAll, cell, r) * cell16) * 16u;
@@ -211,20 +197,12 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     // Q rows (head r, of this token) scaled, as bf16, shared by the warps
     {
         constexpr int QN = M * D / 2 / (32 * kWarps);
-#ifdef ATTN_LEAN_START
-        // the token's nh rows are contiguous: float2 i of them is row i / (D / 2), columns 2 (i % (D / 2))
-        const float2* qrows = reinterpret_cast<const float2*>(q + ((long long)t0 * q_heads + h0) * D);
-#endif
 #pragma unroll
         for (int j = 0; j < QN; ++j) {
             const int i = tid + j * 32 * kWarps;
             const int r = i / (D / 2), d = 2 * (i % (D / 2));
-#ifdef ATTN_LEAN_START
-            const float2 v = r < nh ? qrows[i] : make_float2(0.f, 0.f);
-#else
             const float2 v = r < nh ? *reinterpret_cast<const float2*>(q + ((long long)t0 * q_heads + h0 + r) * D + d)
                                     : make_float2(0.f, 0.f);
-#endif
             *reinterpret_cast<u32*>(sQ + r * RS + d) = pack_bf16(v.x * q_scale, v.y * q_scale);
         }
     }

@@ -51,43 +51,13 @@ GQ_HD V load_vec(const void* p) {
 GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
 GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
-// GEMV_WEIGHTS_EVICT_FIRST (a switch, for the A/B in a model's step, bench/ab_gemv_kq_model.py):
-// every weight load carries an L2 evict-first policy (sm_90 takes it as a cache hint, not as a
-// priority qualifier), so that the matrices a step streams once (4.5 GB at 8B) do not push out of
-// L2 what the step reads again: its kernels' code, the activations, the cell tables. Without the
-// switch the loads are as they were. Measured slower: the 8B step 2107.6 / 2125.7 us against
-// 2079.6 / 2058.2 (bench/results/ab_gemv_kq_evict_first_8b_1517dcc.json), so it stays off.
-#if defined(__CUDA_ARCH__) && defined(GEMV_WEIGHTS_EVICT_FIRST)
-#define GQ_WEIGHTS_EVICT_FIRST 1
-// the policy is made inside each load's asm: ptxas keeps it in a uniform register, where a policy
-// made once and passed in took general registers (Q4_K at M = 1, two rows a warp: 55 -> 64)
-#define GQ_POLICY "{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0; "
-#endif
-
-// 16 weight bytes (16-byte aligned, global memory, no kernel's output): a read-only vector load
-GQ_HD u32x4 weight16(const u8* p) {
-#ifdef GQ_WEIGHTS_EVICT_FIRST
-    u32x4 v;
-    asm(GQ_POLICY "ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol; }"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-#else
-    return load16(p);
-#endif
-}
-
 // Global loads through a pointer the compiler cannot trace to a kernel argument (opaque() below),
 // which would otherwise be generic ones, skipped when `on` is false (the result is then
 // unspecified). A predicate rather than a branch: ptxas may move a branch's block of loads past
 // the arithmetic that follows it, and then they have no time to land. 8 bytes (8-byte aligned),
 // a signed byte, 16 bits (2-byte aligned).
 GQ_HD u32x2 global8(const u8* p, bool on) {
-#if defined(GQ_WEIGHTS_EVICT_FIRST)
-    u32x2 v;
-    asm(GQ_POLICY ".reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], pol; }"
-        : "=r"(v.x), "=r"(v.y) : "l"(p), "r"((int)on));
-    return v;
-#elif defined(__CUDA_ARCH__)
+#ifdef __CUDA_ARCH__
     u32x2 v;
     asm("{ .reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global.v2.u32 {%0, %1}, [%2]; }"
         : "=r"(v.x), "=r"(v.y) : "l"(p), "r"((int)on));
@@ -97,12 +67,7 @@ GQ_HD u32x2 global8(const u8* p, bool on) {
 #endif
 }
 GQ_HD int global_s8(const u8* p, bool on) {
-#if defined(GQ_WEIGHTS_EVICT_FIRST)
-    int v;
-    asm(GQ_POLICY ".reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.L2::cache_hint.s8 %0, [%1], pol; }"
-        : "=r"(v) : "l"(p), "r"((int)on));
-    return v;
-#elif defined(__CUDA_ARCH__)
+#ifdef __CUDA_ARCH__
     int v;
     asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.s8 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
     return v;
@@ -111,12 +76,7 @@ GQ_HD int global_s8(const u8* p, bool on) {
 #endif
 }
 GQ_HD u16 global_u16(const u8* p, bool on) {      // 2-byte aligned
-#if defined(GQ_WEIGHTS_EVICT_FIRST)
-    u16 v;
-    asm(GQ_POLICY ".reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.L2::cache_hint.u16 %0, [%1], pol; }"
-        : "=h"(v) : "l"(p), "r"((int)on));
-    return v;
-#elif defined(__CUDA_ARCH__)
+#ifdef __CUDA_ARCH__
     u16 v;
     asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u16 %0, [%1]; }" : "=h"(v) : "l"(p), "r"((int)on));
     return v;
@@ -204,8 +164,8 @@ template <> struct Lanes<Q4_K> {
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
         if (on) {
             const u8* b = row.w + sb * kBytes;
-            r.hd = weight16(b);
-            r.qs = weight16(b + 16 + 16 * part);
+            r.hd = load16(b);
+            r.qs = load16(b + 16 + 16 * part);
         }
     }
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {

@@ -840,21 +840,6 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
 
 @gpu
-@pytest.mark.parametrize("hq,hkv,d,lens,splits", [
-    (32, 8, 128, [600], None),          # the 8B step's shape: a pushed cluster merge
-    (32, 8, 128, [5, 1000, 77], None),  # rows of few positions, partial tiles
-    (9, 3, 64, [600, 2100], None),      # SmolLM2's heads
-    (8, 1, 256, [300, 33], None),       # head dim 256 (Gemma 3)
-    (32, 8, 128, [32768], None),        # batch 1 at 32k: a global merge
-])
-def test_stream_lean_start_equals_default(monkeypatch, hq, hkv, d, lens, splits):
-    """attn_stream_kernel built with ATTN_LEAN_START (a tile's copies by a rolled loop, q's rows from
-    one base pointer) against the default build: the same loads and values, so the same output and
-    int8 codes bit for bit; and the reference's attention."""
-    assert_switch_same_bits(monkeypatch, "ATTN_LEAN_START", hq, hkv, d, lens, splits, hq + d + len(lens) + lens[0])
-
-
-@gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_stream_positions_past_the_length(d):
     """attn_stream_kernel loads a token's first cells for the range ending at its own position

@@ -357,41 +357,6 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
-@gpu
-@pytest.mark.parametrize("q", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
-@pytest.mark.parametrize("n,k", [(4096, 4096), (1027, 768), (515, 2560)])
-def test_evict_first_weights_are_the_same_bits(q, n, k, monkeypatch):
-    """gemv_kq built with GEMV_WEIGHTS_EVICT_FIRST (every weight load with an L2 evict-first
-    policy) against the default build, bit for bit, at M = 1..3, and the pair launch (q|k beside a
-    Q6_K v) too: the policy changes where the bytes stay in L2, never which bytes are read."""
-    import cupy
-
-    import glimmer_cupy.ops.matmul as matmul
-    from glimmer_cupy.ops.matmul import quantize_x
-    from glimmer_cupy.ops.q8 import Q8Rows
-    rng = np.random.default_rng(int(q) + n + k)
-    w = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.05)).to_device()
-    v = QuantTensor("v", QType.Q6_K, (300, k), random_blocks(QType.Q6_K, 300, k, rng, 0.05)).to_device()
-
-    def run():
-        rng_x, got = np.random.default_rng(7), []
-        for m in (1, 2, 3):
-            x = cupy.asarray(rng_x.normal(0, 1, (m, k)).astype(np.float32))
-            out = cupy.full((m, n), np.nan, np.float32)
-            got.append(cupy.asnumpy(ops.quant_matmul(x, w, out=out, force_bucket="gemv_kq")))
-        x = cupy.asarray(rng_x.normal(0, 1, (1, k)).astype(np.float32))
-        xin = Q8Rows(x, *quantize_x(x, q.name))
-        got.append(cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v])))
-        return got
-
-    default = run()
-    monkeypatch.setattr(matmul, "KQ_DEFINES", (("GEMV_WEIGHTS_EVICT_FIRST", 1),))
-    hinted = run()
-    for a, b in zip(default, hinted):
-        assert np.isfinite(a).all()
-        np.testing.assert_array_equal(a, b)
-
-
 def test_rows_host_path_is_the_parts_joined():
     """On NumPy arrays quant_matmul_rows is each part's quant_matmul, joined along the columns."""
     rng = np.random.default_rng(4)

@@ -326,20 +326,10 @@ def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
     return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
 
 
-# gemv_kq.cu's compile-time switches, for A/Bs in a model's step (bench/ab_gemv_kq_model.py): e.g.
-# (("GEMV_WEIGHTS_EVICT_FIRST", 1),). Part of the kernels' build key; empty, the default build.
-KQ_DEFINES: tuple[tuple[str, int], ...] = ()
-
-
-def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
-    return _kq_built(trait, m, rows, ws, occ, KQ_DEFINES)
-
-
 @cache
-def _kq_built(trait: str, m: int, rows: int, ws: int, occ: int, defines: tuple):
+def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
     exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), defines=dict(defines),
-                      name_expressions=exprs)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -580,7 +570,7 @@ def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
     exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
-    kern = get_kernel("gemv_kq", name, defines=dict(KQ_DEFINES), name_expressions=exprs)
+    kern = get_kernel("gemv_kq", name, name_expressions=exprs)
     return kern, -(-n_a // (ra * KQ_WARPS // wsa)), -(-n_b // (rb * KQ_WARPS // wsb))
 
 
