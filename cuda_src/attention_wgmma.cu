@@ -20,17 +20,18 @@
 //     read (wgmma.cuh), STAGES tiles deep, K and V separate commit groups. Two ways (PRODUCER):
 //     - false: every thread of the warpgroups issues a share of each tile's pieces, each tile's
 //       cell offsets read STAGES tiles ahead into s_off, and the block meets at a barrier a tile;
-//     - true: one more warp (the last, warp 4 WGS) issues every piece; the warpgroups only wait
-//       for a tile's K (then its V) on the stage's barriers and hand the stage back on another, so
-//       the copies' instructions leave the math warps (a third of the tile loop there, by the phase
-//       probe: bench/results/NOTES.md, the fortieth session) and no barrier joins the warps a tile.
+//     - true: one more warpgroup (the last, registers moved to the multiplying one) issues every
+//       piece; the multiplying warps only wait for a tile's K (then its V) on the stage's barriers
+//       and hand the stage back on another, so the copies' instructions leave the math warps (a
+//       third of the tile loop there, by the phase probe: bench/results/NOTES.md, the fortieth
+//       session) and no barrier joins the warps a tile.
 //   Per tile and warpgroup: S (64 rows x 64 positions) = D / 16 wgmma m64n64k16, A = q from
 //     registers, B = the K tile (K-major); then per warp, in registers, softcap, masking where a
 //     row does not see every position of the tile, the online softmax (attention_mma_frag.cuh:
 //     tile_max, update) and P as bf16 A fragments; then O += P V: 4 k-steps x D / 64 wgmma
 //     m64n64k16, B = the V tile read N-major (imm-trans-b).
 //   End: as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
-//   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS + 32 PRODUCER,)
+//   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS + 128 PRODUCER,)
 //   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages (then q's fragments
 //   where Q_SHARED), or the block end's merge where that is larger, and 1024 bytes to start the
 //   swizzled tiles on 1024.
@@ -69,32 +70,17 @@ __device__ __forceinline__ void landed() {
 }
 #endif
 
-// PRODUCER: the producer warp's copies of a tile. Lane takes piece lane % PR (PR = D / 8 pieces a
-// row) of rows lane / PR + RPI k, k < kTile / RPI (RPI = 32 / PR rows an instruction: whole rows, two
-// of 256 bytes at head dim 128, four of 128 at 64). Row RPI k + rsub (rsub < RPI) has row % 8 =
-// (RPI k % 8) ^ rsub, so a piece's swizzled slot for k is its slot for k = 0 moved by RPI k rows and
-// xor-ed with (RPI k % 8) << 4: no address arithmetic a piece but an add and that xor.
-template <int D>
-__device__ __forceinline__ void copy_rows(amma::u32 stage, amma::u32 lane_dst, const char* src, const long long* offs, int rsub,
-                                          int left) {
-    constexpr int PR = D / 8, RPI = 32 / PR;
-#pragma unroll
-    for (int k = 0; k < amma::kTile / RPI; ++k) {
-        const int r = RPI * k + rsub;
-        amma::cp_async16((stage + lane_dst + RPI * k * 128) ^ (((RPI * k) & 7) << 4), src + offs[r], r < left ? 16 : 0);
-    }
-}
+// Registers: two blocks an SM at one warpgroup, one at two. With the producer warpgroup (built for
+// one warpgroup of multiplies only) a block starts at 128 registers a thread (two blocks of 256
+// threads fill the register file); the producer gives back all but kProducerRegs and the
+// multiplying warpgroup takes kConsumerRegs (setmaxnreg): 128 (56 + 200) = 2 * 128 * 128 / 2.
+constexpr int kProducerRegs = 56, kConsumerRegs = 200;
 
-// Registers: two blocks an SM at one warpgroup, one at two. The producer warp is built for one
-// warpgroup only, its limit given as a count (200: 65536 over 10 warps, in steps of 8): ptxas takes
-// a block count of __launch_bounds__ as if blocks were whole warpgroups (160 threads as 256: 168
-// registers, with spills).
 template <int D, int STAGES, int WGS, bool PRODUCER>
-__global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 32 : 0), PRODUCER ? 1 : WGS == 1 ? 2 : 1)
-    __maxnreg__(PRODUCER ? 200 : 255) attn_wgmma_kernel(ATTN_TC_ARGS) {
+__global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2 : 1) attn_wgmma_kernel(ATTN_TC_ARGS) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace amma;
-    constexpr int WARPS = 4 * WGS, THREADS = 32 * WARPS, M = 64 * WGS;   // the warpgroups' (not the producer)
+    constexpr int WARPS = 4 * WGS, THREADS = 32 * WARPS, M = 64 * WGS;   // the multiplying warpgroups'
     constexpr int NT = kTile / 8;                     // n-tiles of S per warp (64 positions)
     constexpr int NO = D / 8;                         // n-tiles of O per warp
     constexpr int KS = D / 16;                        // k-steps of S
@@ -112,7 +98,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 32 : 0), PRODUCER ? 1 
     static_assert(D == 64 || D == 128, "head dims of this kernel");
     static_assert(PIECES * THREADS == kTile * D / 8 && ROW_STEP % 8 == 0, "tile copy keeps each piece's swizzle");
     static_assert(STAGES >= 2, "pipeline");
-    static_assert(!PRODUCER || WGS == 1, "the producer warp serves one warpgroup");
+    static_assert(!PRODUCER || WGS == 1, "the producer warpgroup serves one warpgroup");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ int s_seq[M], s_lo[M], s_hi[M];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
@@ -142,25 +128,27 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 32 : 0), PRODUCER ? 1 
     block_tokens(tok_seq, tok_pos, seq_lens, masked, window, t0, ntb, s_seq, s_lo, s_hi);
     if (PRODUCER && tid == 0)
         for (int i = 0; i < STAGES; ++i) {
-            mbar_init(&s_bar[0][i], 32u);             // the producer's lanes, each after its own pieces landed
-            mbar_init(&s_bar[1][i], 32u);
+            mbar_init(&s_bar[0][i], 128u);            // the producer's threads, each after its own pieces landed
+            mbar_init(&s_bar[1][i], 128u);
             mbar_init(&s_bar[2][i], (unsigned)WARPS); // a lane of each warp of the warpgroups
         }
     pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
     __syncthreads();
     STAMP(1);
     if constexpr (PRODUCER) {
-        if (warp == WARPS) {
-            // Tile g goes to stage g % STAGES, tiles counted across the passes; the stage is free
-            // once the warpgroups handed back tile g - STAGES. Tile g's K and V are announced after
-            // tile g + 1's copies are issued (two tiles in flight), each lane after its own pieces
-            // landed and made visible to the tensor cores.
-            constexpr int PR = D / 8;
-            const int piece = lane % PR, rsub = lane / PR;
-            const u32 lane_dst = (u32)((piece >> 3) * PANEL + rsub * 128 + (((piece & 7) ^ rsub) << 4));
-            const char* ksrc = reinterpret_cast<const char*>(kb) + 16 * piece;
-            const char* vsrc = reinterpret_cast<const char*>(vb) + 16 * piece;
-            long long* offs = s_off[0];
+        if (warp >= WARPS) {
+            // Tile g goes to stage g % STAGES, tiles counted across the passes; the stage is free once
+            // the multiplying warps handed back tile g - STAGES. Each thread copies the pieces the
+            // same thread of the warpgroup does without a producer (issue() below), its rows' cells
+            // read one tile ahead into registers. Tile g's K and V are announced after tile g + 1's
+            // copies are issued (two tiles in flight), by each thread after its own pieces landed
+            // and were made visible to the tensor cores.
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
+            const int pt = tid - THREADS;
+            const int row0 = pt / (D / 8), col0 = 8 * (pt % (D / 8));
+            const u32 dst0 = wg::sw128_offset(kTile, row0, col0);
+            const char* ksrc = reinterpret_cast<const char*>(kb + col0);
+            const char* vsrc = reinterpret_cast<const char*>(vb + col0);
             int st = 0, prev = 0, g = 0;
             u32 parity = 0;
             auto announce = [&](int stage) {
@@ -176,26 +164,30 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 32 : 0), PRODUCER ? 1 
                 if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
                 const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
                 const int* crow = cell_table + (long long)s_seq[pi] * table_width;
-                auto offset_of = [&](int tile, int j) {
-                    const int p = LO + kTile * tile + j;
-                    return p < HI ? (long long)crow[p] * row_bytes : 0ll;
-                };
-                long long nx0 = offset_of(0, lane), nx1 = offset_of(0, lane + 32);
-                for (int tile = 0; tile < tiles; ++tile, ++g) {
-                    __syncwarp();
-                    offs[lane] = nx0;
-                    offs[lane + 32] = nx1;
-                    __syncwarp();
-                    if (g >= STAGES) mbar_wait(&s_bar[2][st], parity ^ 1u);
-                    const int left = HI - (LO + kTile * tile);
-                    copy_rows<D>(sK + st * TILE, lane_dst, ksrc, offs, rsub, left);
-                    cp_commit();
-                    copy_rows<D>(sV + st * TILE, lane_dst, vsrc, offs, rsub, left);
-                    cp_commit();
-                    if (tile + 1 < tiles) {
-                        nx0 = offset_of(tile + 1, lane);
-                        nx1 = offset_of(tile + 1, lane + 32);
+                int cell[PIECES];
+                auto cells_of = [&](int tile) {
+#pragma unroll
+                    for (int k = 0; k < PIECES; ++k) {
+                        const int p = LO + kTile * tile + row0 + k * ROW_STEP;
+                        cell[k] = p < HI ? crow[p] : 0;
                     }
+                };
+                cells_of(0);
+                for (int tile = 0; tile < tiles; ++tile, ++g) {
+                    long long off[PIECES];
+#pragma unroll
+                    for (int k = 0; k < PIECES; ++k) off[k] = (long long)cell[k] * row_bytes;
+                    if (tile + 1 < tiles) cells_of(tile + 1);
+                    if (g >= STAGES) mbar_wait(&s_bar[2][st], parity ^ 1u);
+                    const int left = HI - (LO + kTile * tile + row0);
+#pragma unroll
+                    for (int k = 0; k < PIECES; ++k)
+                        cp_async16(sK + st * TILE + dst0 + k * ROW_STEP * 128, ksrc + off[k], k * ROW_STEP < left ? 16 : 0);
+                    cp_commit();
+#pragma unroll
+                    for (int k = 0; k < PIECES; ++k)
+                        cp_async16(sV + st * TILE + dst0 + k * ROW_STEP * 128, vsrc + off[k], k * ROW_STEP < left ? 16 : 0);
+                    cp_commit();
                     if (g > 0) announce(prev);
                     prev = st;
                     st = st == STAGES - 1 ? 0 : st + 1;
@@ -211,6 +203,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 32 : 0), PRODUCER ? 1 
             __syncthreads();                          // end_block's one (an unsplit block's)
             return;
         }
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
     }
 #ifdef GLIMMER_STAMPS
     unsigned ph[WG_PHASES] = {}, ph_t = 0;          // 32-bit sums: a block's loop is far below 2^32 cycles

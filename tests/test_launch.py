@@ -41,7 +41,7 @@ def kernel_bodies(src: str):
             continue
         body = braced(src, m.end())
         names = [n for n in re.findall(r"(\w+)\s*\(", src[m.start():m.end()])
-                 if n not in ("__launch_bounds__", "__cluster_dims__")]
+                 if n not in ("__launch_bounds__", "__cluster_dims__", "__maxnreg__")]
         call = BODY_CALL.match(body) or BODY_PICK.match(body)
         if call:
             d = re.search(r"__device__[^;{]*\b" + call.group(1) + r"\s*\([^{]*\{", src)
@@ -92,7 +92,7 @@ EARLY_FETCH = {
                         r"v_pool\[", r"issue\([^)]*k(All|New)Rows", r"cluster_sync"),
     # the block's token indices (the step's upload); q, K/V and every write after the wait
     "attn_wgmma_kernel": (r"[(\s]q\s*\+", r"\bq\[", r"\bout\[", r"part_acc\[", r"part_ml\[", r"end_block",
-                          r"atomic", r"counter", r"\bx[qds]\b", r"mma_rs", r"cp_async", r"issue\(", r"copy_rows",
+                          r"atomic", r"counter", r"\bx[qds]\b", r"mma_rs", r"cp_async", r"issue\(",
                           r"k_pool\[", r"v_pool\["),
     # the copies of the first tiles wholly below the step's lowest new position (not waited on)
     "attn_stream_kernel": (r"[(\s]q\s*\+", r"\bq\[", r"\bout\[", r"part_acc\[", r"part_ml\[", r"end_\w+\(",

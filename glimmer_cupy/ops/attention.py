@@ -302,7 +302,7 @@ WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragme
 WGMMA_DEPTH = 2
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
-# PRODUCER: one more warp issues every K/V copy, the warpgroup waits on the stages' barriers (built
+# PRODUCER: one more warpgroup issues every K/V copy, the other waits on the stages' barriers (built
 # for 64-row blocks only)
 WGMMA_PRODUCER = False
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
@@ -503,7 +503,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     position are copied before pdl_wait (stream_early's or mma_early's rule otherwise; no effect outside
     overlapped()).
     force_producer (benchmarks and tests, attn_wgmma_kernel only): whether its K/V copies are issued by
-    a producer warp (WGMMA_PRODUCER otherwise; the same result either way).
+    a producer warpgroup (WGMMA_PRODUCER otherwise; the same result either way).
     """
     if kernel not in KERNELS:
         raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))
@@ -561,13 +561,13 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
         if (d, stages, rows, producer) not in WGMMA_VARIANTS:
-            raise fail(op, "force_producer", f"False for {rows}-row blocks (the producer warp serves 64-row blocks)",
+            raise fail(op, "force_producer", f"False for {rows}-row blocks (the producer warpgroup serves 64-row blocks)",
                        producer)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
         blocks_z = -(-t // tpb)
         if blocks_z > 65535:
             raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
-        fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 32 * producer,)
+        fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
         grid = (1, hkv, blocks_z)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
