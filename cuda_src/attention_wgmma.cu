@@ -30,7 +30,8 @@
 //     row does not see every position of the tile, the online softmax (attention_mma_frag.cuh:
 //     tile_max, update) and P as bf16 A fragments; then O += P V: 4 k-steps x D / 64 wgmma
 //     m64n64k16, B = the V tile read N-major (imm-trans-b).
-//   End: as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
+//   End: each lane stores its rows' columns, normalised; where the int8 codes of the output are asked
+//     for, as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
 //   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS + 128 PRODUCER,)
 //   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages (then q's fragments
 //   where Q_SHARED), or the block end's merge where that is larger, and 1024 bytes to start the
@@ -199,8 +200,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 cp_commit();
                 announce(prev);
             }
-            __syncthreads();                          // the block's two barriers after the tile loop: below, and
-            __syncthreads();                          // end_block's one (an unsplit block's)
+            if (xq != nullptr) {                      // the block's two barriers after the tile loop when its
+                __syncthreads();                      // end goes through end_block (below, and end_block's one
+                __syncthreads();                      // for an unsplit block)
+            }
             return;
         }
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
@@ -389,10 +392,28 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     const long long ph_loop_cycles = clock64() - ph_loop;
 #endif
     cp_wait<0>();
-    __syncthreads();
-    const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
-                       counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
-    end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+    if (xq == nullptr) {
+        // Each row is whole in one warp's fragments (a quad of lanes), so without int8 codes to
+        // make (they need a row's 32-value groups on one lane's neighbours) the lanes store their
+        // own columns, normalised: the same operations on the same values as end_block's merge of
+        // one warp and end_row, with no pass through shared memory and no barrier.
+        const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + (lane >> 2) + 8 * h, ti = r / hpb, hh = r % hpb;
+            if (ti >= ntb || hh >= nh) continue;      // padding rows
+            const float inv = lq[h] > 0.f ? 1.f / lq[h] : 0.f;
+            float* dst = out + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int n = 0; n < NO; ++n)
+                *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        }
+    } else {
+        __syncthreads();
+        const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
+                           counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
+        end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+    }
 #ifdef GLIMMER_STAMPS
     STAMP(4);
     STAMP_VALUE(5, ph_tiles);
