@@ -141,25 +141,19 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             // Tile g goes to stage g % STAGES, tiles counted across the passes; the stage is free once
             // the multiplying warps handed back tile g - STAGES. Each thread copies the pieces the
             // same thread of the warpgroup does without a producer (issue() below), its rows' cells
-            // read one tile ahead into registers. Tile g's K and V are announced after tile g + 1's
-            // copies are issued (two tiles in flight), by each thread after its own pieces landed
-            // and were made visible to the tensor cores.
+            // read one tile ahead into registers. Each thread's arrival on the stage's K (then V)
+            // barrier is made by the copy unit once its pieces so far have landed (noinc: counted
+            // in the barrier's 128), so the producer never waits for bytes, only for free stages,
+            // and every stage can be in flight; the multiplying warps make the landed bytes visible
+            // to the tensor cores after their wait.
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
             const int pt = tid - THREADS;
             const int row0 = pt / (D / 8), col0 = 8 * (pt % (D / 8));
             const u32 dst0 = wg::sw128_offset(kTile, row0, col0);
             const char* ksrc = reinterpret_cast<const char*>(kb + col0);
             const char* vsrc = reinterpret_cast<const char*>(vb + col0);
-            int st = 0, prev = 0, g = 0;
+            int st = 0, g = 0;
             u32 parity = 0;
-            auto announce = [&](int stage) {
-                cp_wait<3>();
-                wg::fence_smem();
-                mbar_arrive(&s_bar[0][stage]);
-                cp_wait<2>();
-                wg::fence_smem();
-                mbar_arrive(&s_bar[1][stage]);
-            };
             for (int pi = 0; pi < ntb; ++pi) {
                 int LO, HI;
                 if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
@@ -184,22 +178,17 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
 #pragma unroll
                     for (int k = 0; k < PIECES; ++k)
                         cp_async16(sK + st * TILE + dst0 + k * ROW_STEP * 128, ksrc + off[k], k * ROW_STEP < left ? 16 : 0);
-                    cp_commit();
+                    cp_landed_arrive(&s_bar[0][st]);
 #pragma unroll
                     for (int k = 0; k < PIECES; ++k)
                         cp_async16(sV + st * TILE + dst0 + k * ROW_STEP * 128, vsrc + off[k], k * ROW_STEP < left ? 16 : 0);
-                    cp_commit();
-                    if (g > 0) announce(prev);
-                    prev = st;
+                    cp_landed_arrive(&s_bar[1][st]);
                     st = st == STAGES - 1 ? 0 : st + 1;
                     parity ^= st == 0 ? 1u : 0u;
                 }
             }
-            if (g > 0) {
-                cp_commit();                          // two empty groups: the last tile's are then the 3rd and 4th newest
-                cp_commit();
-                announce(prev);
-            }
+            cp_commit();                              // nothing in flight at the thread's end
+            cp_wait<0>();
             if (xq != nullptr) {                      // the block's two barriers after the tile loop when its
                 __syncthreads();                      // end goes through end_block (below, and end_block's one
                 __syncthreads();                      // for an unsplit block)
@@ -351,9 +340,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             float s[NT][4];
             u32 p[NT / 2][4];
             PHASE(0);                                 // the next tile's copies issued
-            if constexpr (PRODUCER)
+            if constexpr (PRODUCER) {
                 mbar_wait(&s_bar[0][st], parity);
-            else
+                wg::fence_smem();                     // the producer's landed pieces, to the tensor cores
+            } else
                 landed<2 * STAGES - 1>();             // K of this tile
             PHASE(1);
             scores(st, s);
@@ -362,9 +352,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             PHASE(2);
             softmax(s, LO + kTile * tile, p);
             PHASE(3);
-            if constexpr (PRODUCER)
+            if constexpr (PRODUCER) {
                 mbar_wait(&s_bar[1][st], parity);
-            else
+                wg::fence_smem();
+            } else
                 landed<2 * STAGES - 2>();             // V of this tile
             PHASE(4);
             values(st, p);
