@@ -49,7 +49,7 @@ def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int, producer: b
     s = runs[2]
     s = s[s[:, START] > 0]
     r = summary(s)
-    print(f"T={t} heads {hq}/{hkv} d={d}: {rows}-row blocks, {stages} stages, producer warp {producer}, "
+    print(f"T={t} heads {hq}/{hkv} d={d}: {rows}-row blocks, {stages} stages, producer warpgroup {producer}, "
           f"{len(s)} blocks, {r['tiles']} tiles; "
           f"launch {r['launch_us']:.1f} µs (first start to last end); clock {r['ghz']:.2f} GHz (the loops' cycles "
           "over their global-timer ns)")
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=WGMMA_ROWS, help="rows a block (64: two blocks an SM, or 128)")
     ap.add_argument("--stages", type=int, default=WGMMA_DEPTH)
     ap.add_argument("--producer", type=int, choices=(0, 1), default=int(WGMMA_PRODUCER),
-                    help="1: a producer warp issues the copies (64-row blocks)")
+                    help="1: a producer warpgroup issues the copies (64-row blocks)")
     args = ap.parse_args(argv)
     try:
         hq, hkv, d = (int(x) for x in args.heads.split(","))

@@ -596,8 +596,9 @@ def test_wgmma_causal_prompt(length, heads):
 @pytest.mark.parametrize("d", [64, 128])
 def test_wgmma_variants_are_bit_identical(per_seq, d):
     """Eight sequences of mixed lengths (blocks hold tokens of several sequences: one pass each),
-    on every variant: 64- and 128-row blocks, each depth, with and without the producer warp. Each
-    against the reference; the variants of one block size give the same output bit for bit."""
+    on every variant: 64- and 128-row blocks, each depth, with and without the producer
+    warpgroup. Each against the reference; the variants of one block size give the same output bit
+    for bit."""
     from glimmer_cupy.ops.attention import WGMMA_VARIANTS
     rng = np.random.default_rng(12 + per_seq + d)
     lens = [1, 7, 33, 511, 512, 513, 2000, 64]
