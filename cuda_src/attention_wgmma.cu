@@ -180,14 +180,15 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                     if (tile + 1 < tiles) cells_of(tile + 1);
                     if (g >= STAGES) mbar_wait(&s_bar[2][st], parity ^ 1u);
                     const int left = HI - (LO + kTile * tile + row0);
+                    auto copy = [&](u32 stages, const char* src) {     // this thread's pieces of K or V
 #pragma unroll
-                    for (int k = 0; k < PIECES; ++k)
-                        cp_async16(sK + st * TILE + dst0 + k * ROW_STEP * 128, ksrc + off[k], k * ROW_STEP < left ? 16 : 0);
-                    cp_commit();
-#pragma unroll
-                    for (int k = 0; k < PIECES; ++k)
-                        cp_async16(sV + st * TILE + dst0 + k * ROW_STEP * 128, vsrc + off[k], k * ROW_STEP < left ? 16 : 0);
-                    cp_commit();
+                        for (int k = 0; k < PIECES; ++k)
+                            cp_async16(stages + st * TILE + dst0 + k * ROW_STEP * 128, src + off[k],
+                                       k * ROW_STEP < left ? 16 : 0);
+                        cp_commit();
+                    };
+                    copy(sK, ksrc);
+                    copy(sV, vsrc);
                     if (g > 0) announce(prev);
                     prev = st;
                     st = st == STAGES - 1 ? 0 : st + 1;

@@ -41,7 +41,7 @@ def kernel_bodies(src: str):
             continue
         body = braced(src, m.end())
         names = [n for n in re.findall(r"(\w+)\s*\(", src[m.start():m.end()])
-                 if n not in ("__launch_bounds__", "__cluster_dims__", "__maxnreg__")]
+                 if n not in ("__launch_bounds__", "__cluster_dims__")]
         call = BODY_CALL.match(body) or BODY_PICK.match(body)
         if call:
             d = re.search(r"__device__[^;{]*\b" + call.group(1) + r"\s*\([^{]*\{", src)

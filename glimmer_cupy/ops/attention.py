@@ -332,11 +332,10 @@ def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
 
 
 @cache
-def _wgmma_kernel(d: int, stages: int, rows: int, producer: bool = False, defines: tuple[tuple[str, int], ...] = ()):
-    """attn_wgmma_kernel<d, stages, rows // 64, producer>; `defines`: attention_wgmma.cu's switches, for A/Bs."""
+def _wgmma_kernel(d: int, stages: int, rows: int, producer: bool = False):
+    """attn_wgmma_kernel<d, stages, rows // 64, producer>."""
     from cupy_backends.cuda.api import driver
     kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}, {str(producer).lower()}>",
-                      defines=dict(defines),
                       name_expressions=_WGMMA_EXPRS)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             wgmma_smem(d, stages, rows))

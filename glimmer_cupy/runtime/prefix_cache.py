@@ -6,8 +6,9 @@ by (block i - 1's key, its tokens), so a key names its whole prefix, and a block
 K/V of exactly those positions of any sequence that starts with that prefix. The cache owns one
 reference of each cell it keeps (CellPool.share), so a block stays valid after its sequence frees
 its own; the engine inserts a running sequence's blocks as they are computed, so a request
-admitted while another is still decoding can share what that one has run. A new sequence takes the longest chain of cached blocks its tokens begin with (never its
-last token, which must run to give logits), sharing their cells, and computes only the rest.
+admitted while another is still decoding can share what that one has run. A new sequence takes
+the longest chain of cached blocks its tokens begin with (never its last token, which must run to
+give logits), sharing their cells, and computes only the rest.
 Eviction, when the scheduler needs cells, drops least recently used blocks that no sequence shares
 and no cached block extends, so every cached chain stays whole from position 0.
 """
