@@ -229,7 +229,35 @@ def test_added_defines_reach_every_compile(monkeypatch):
     the options of every module compiled after it, beside the module's own defines."""
     import glimmer_cupy.kernels.build as build
     monkeypatch.setattr(build, "_EXTRA_DEFINES", [])
-    assert not any(o.startswith("-DGLIMMER_STAMPS") for o in build.compile_options((("X", 2),)))
+    assert not any(o.startswith("-DGLIMMER_STAMPS") for o in build.compile_options("norm", (("X", 2),)))
     build.add_defines("GLIMMER_STAMPS")
-    opts = build.compile_options((("X", 2),))
+    opts = build.compile_options("norm", (("X", 2),))
     assert "-DGLIMMER_STAMPS=1" in opts and "-DX=2" in opts
+
+
+def test_a_module_hash_covers_what_it_includes(monkeypatch, tmp_path):
+    """The cache key of a module (its GLIMMER_SRC_HASH) follows its source and every header it
+    includes, directly or through another header, and no other file: an edit recompiles only the
+    modules that see it."""
+    import glimmer_cupy.kernels.build as build
+    (tmp_path / "a.cu").write_text('#include "x.cuh"\n  # include "cycle.cuh"\n#include <cuda_bf16.h>\n')
+    (tmp_path / "x.cuh").write_text('#include "y.cuh"  // comment\n')
+    (tmp_path / "y.cuh").write_text("int y;\n")
+    (tmp_path / "cycle.cuh").write_text('#include "cycle.cuh"\n')
+    (tmp_path / "z.cuh").write_text("int z;\n")
+    monkeypatch.setattr(build, "CUDA_SRC", tmp_path)
+
+    def key():
+        build._sources_hash.cache_clear()
+        return build.compile_options("a")[2]
+
+    first = key()
+    assert first.startswith("-DGLIMMER_SRC_HASH=0x")
+    (tmp_path / "z.cuh").write_text("int z2;\n")
+    assert key() == first
+    for f in ("y.cuh", "x.cuh", "a.cu", "cycle.cuh"):
+        (tmp_path / f).write_text((tmp_path / f).read_text() + "// edited\n")
+        now = key()
+        assert now != first, f
+        first = now
+    build._sources_hash.cache_clear()

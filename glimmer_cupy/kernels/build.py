@@ -1,8 +1,8 @@
 """Compile cuda_src/*.cu through cupy.RawModule, once per process, cached on disk across runs.
 
 CuPy keys its on-disk cache by the source text and the options; headers a source includes are
-not part of that text, so the options carry a hash of every file in cuda_src/ and an edited
-header recompiles what includes it. Templates are instantiated through `name_expressions`.
+not part of that text, so the options carry a hash of the source and of every cuda_src/ header it
+includes, directly or not: an edited header recompiles the modules that include it, and no other. Templates are instantiated through `name_expressions`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 
@@ -48,12 +49,24 @@ def sm_count() -> int:
     return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
 @cache
-def _sources_hash() -> str:
+def _sources_hash(name: str) -> str:
+    """A hash of cuda_src/<name>.cu and of every cuda_src/ file it includes, directly or not."""
+    seen, todo = {}, [f"{name}.cu"]
+    while todo:
+        f = todo.pop()
+        p = CUDA_SRC / f
+        if f in seen or not p.is_file():
+            continue
+        seen[f] = p.read_bytes()
+        todo += [m.decode() for m in _INCLUDE.findall(seen[f])]
     h = hashlib.sha256()
-    for p in sorted(CUDA_SRC.glob("*.cu*")):
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
+    for f in sorted(seen):
+        h.update(f.encode())
+        h.update(seen[f])
     return h.hexdigest()[:16]
 
 
@@ -68,8 +81,9 @@ def add_defines(*names: str) -> None:
     _EXTRA_DEFINES.extend((n, 1) for n in names)
 
 
-def compile_options(defines: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
-    opts = ["-std=c++17", f"-I{CUDA_SRC}", f"-DGLIMMER_SRC_HASH=0x{_sources_hash()}ULL"]
+def compile_options(name: str, defines: tuple[tuple[str, object], ...] = ()) -> tuple[str, ...]:
+    """NVRTC's options for cuda_src/<name>.cu."""
+    opts = ["-std=c++17", f"-I{CUDA_SRC}", f"-DGLIMMER_SRC_HASH=0x{_sources_hash(name)}ULL"]
     opts += [f"-D{k}={v}" for k, v in tuple(defines) + tuple(_EXTRA_DEFINES)]
     return tuple(opts)
 
@@ -156,8 +170,8 @@ def _load(name: str, defines: tuple[tuple[str, object], ...], name_expressions: 
     if not path.is_file():
         raise KernelBuildError(f"no CUDA source {path}")
     if name in ARCH_SPECIFIC:
-        return _compile_arch_specific(path, compile_options(defines), name_expressions)
-    module = cupy.RawModule(code=path.read_text(), options=compile_options(defines),
+        return _compile_arch_specific(path, compile_options(name, defines), name_expressions)
+    module = cupy.RawModule(code=path.read_text(), options=compile_options(name, defines),
                             name_expressions=name_expressions or None)
     try:
         module.compile()
