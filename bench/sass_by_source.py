@@ -148,6 +148,36 @@ def loop_clobbers(sass: str, kernel: str, reader: str, width: int) -> list[str]:
     return out
 
 
+# a warpgroup multiply from registers: group 1 the accumulators' N (64xN: N / 2 registers), group 2
+# the first accumulator, group 3 the first of A's four registers
+HGMMA_RS = re.compile(r"HGMMA\.64x(\d+)\S* R(\d+), R(\d+), gdesc")
+WAIT_ALL = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+
+
+def inflight_clobbers(sass: str, kernel: str) -> list[str]:
+    """Registers of a warpgroup multiply with A from registers (A and its accumulators) that another
+    instruction writes while the multiply may still be running: after it and before the next wait
+    for every multiply (WAIT_ALL), in address order (the fall-through path). ptxas treats register
+    operands as read at issue, so it can give them to other values while the tensor cores still
+    read them. Each as "R<n> (in <multiply>; written by <instruction>)"."""
+    ins = listing(sass, kernel)
+    out = []
+    for i, (_, _, t) in enumerate(ins):
+        m = HGMMA_RS.search(t)
+        if not m:
+            continue
+        acc, a = int(m.group(2)), int(m.group(3))
+        regs = set(range(a, a + 4)) | set(range(acc, acc + int(m.group(1)) // 2))
+        for _, _, later in ins[i + 1:]:
+            if WAIT_ALL in later:
+                break
+            hit = set() if later.startswith("HGMMA") else written(later) & regs
+            if hit:
+                out.append(f"R{min(hit)} (in {t.rstrip(' ;')}; written by {later.rstrip(' ;')})")
+                break
+    return out
+
+
 def stamp_regions(sass: str, kernel: str) -> list[tuple[int | None, int, int]]:
     """(stamp index or None, address, instructions since the previous stamp or the function's
     start) for each read of the global timer in the first function whose name contains `kernel`,

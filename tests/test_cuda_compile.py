@@ -94,17 +94,20 @@ def test_arch_specific_sources_hold_warpgroup_multiplies(tmp_path: Path):
 # A warpgroup multiply with A from registers reads them asynchronously; at head dim 64 ptxas gave the
 # registers of attn_wgmma_kernel's loop-invariant q fragments to other values inside the tile loop,
 # so every tile after the first was multiplied by the last tile's P (wrong outputs on the GPU, NMSE
-# 6-68). sass_by_source.loop_clobbers finds such registers in the listing.
+# 6-68). sass_by_source.loop_clobbers finds such registers in the listing, and inflight_clobbers
+# registers of a multiply (A or accumulators) written before the wait for it: ptxas gave the
+# softmax's temporaries the registers of a P still being read where the softmax ran beside O += P V.
 REGISTER_A = r"HGMMA\.\S+ R\d+, R(\d+), gdesc"
 
 
 @pytest.mark.parametrize("module", ["attention_wgmma", "mma_wg"])
 def test_warpgroup_register_operands_live_through_their_loops(module: str, tmp_path: Path):
     """Every kernel of the sm_90a modules that multiplies with A from registers inside a loop either
-    defines those registers again on each pass or never writes them inside the loop."""
+    defines those registers again on each pass or never writes them inside the loop, and writes
+    none of a multiply's registers before waiting for it."""
     sys.path.insert(0, str(REPO / "bench"))          # sass_by_source imports code_size as the scripts do
     from code_size import nvdisasm_path
-    from sass_by_source import loop_clobbers
+    from sass_by_source import inflight_clobbers, loop_clobbers
     nvdisasm = nvdisasm_path()
     if nvdisasm is None:
         pytest.skip("nvdisasm is neither on PATH nor installed by pip (nvidia-cuda-nvdisasm)")
@@ -117,6 +120,7 @@ def test_warpgroup_register_operands_live_through_their_loops(module: str, tmp_p
     assert kernels, f"{module}.cu: no warpgroup multiply with A from registers"
     for kernel in kernels:
         assert loop_clobbers(sass, kernel, REGISTER_A, 4) == [], kernel
+        assert inflight_clobbers(sass, kernel) == [], kernel
 
 
 @pytest.mark.parametrize("module", sorted(OPS_SOURCES))

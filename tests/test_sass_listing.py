@@ -1,5 +1,6 @@
 """bench/sass_by_source.py's readings of nvdisasm's listing: the instructions between a kernel's stamps
-(--stamps), the registers an instruction writes, and operands a loop lets die on its back edge (CPU;
+(--stamps), the registers an instruction writes, operands a loop lets die on its back edge, and
+operands written while a multiply may still read them (CPU;
 listings in nvdisasm 13's format, so no compiler is needed)."""
 
 import sys
@@ -9,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from sass_by_source import loop_clobbers, stamp_regions, written  # noqa: E402
+from sass_by_source import inflight_clobbers, loop_clobbers, stamp_regions, written  # noqa: E402
 
 LISTING = """\
 .text._Z5otherv:
@@ -93,3 +94,34 @@ def test_readers_outside_any_loop_are_an_error():
 ])
 def test_the_registers_an_instruction_writes(text, regs):
     assert written(text) == regs
+
+
+# O += P V with P from R152..R155 and the softmax of the next tile run beside it, as FA3 orders them:
+# ptxas gave one of the softmax's temporaries R153 before the wait for the multiply.
+IN_FLIGHT = """\
+.text._Z1kv:
+        /*0000*/                   WARPGROUP.ARRIVE ;
+        /*0010*/                   HGMMA.64x64x16.F32.BF16 R56, R152, gdesc[UR16].tnspB, R56, gsb0 ;
+        /*0020*/                   FMUL.FTZ R40, R30, R31 ;
+        /*0030*/                   IMAD R153, R5, 0x40, R20 ;
+        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0050*/                   FADD R57, R57, R40 ;
+        /*0060*/                   EXIT ;
+"""
+
+
+def test_a_register_written_while_its_multiply_runs_is_found():
+    [clobber] = inflight_clobbers(IN_FLIGHT, "_Z1kv")
+    assert clobber.startswith("R153 (in HGMMA.64x64x16.F32.BF16 R56, R152")
+    assert clobber.endswith("written by IMAD R153, R5, 0x40, R20)")
+    # an accumulator is the multiply's too
+    acc = IN_FLIGHT.replace("IMAD R153", "IMAD R70")
+    assert [c.split(" ")[0] for c in inflight_clobbers(acc, "_Z1kv")] == ["R70"]
+
+
+def test_registers_written_after_the_wait_or_by_other_multiplies_are_not_clobbers():
+    after = IN_FLIGHT.replace("IMAD R153, R5, 0x40, R20 ;", "NOP ;").replace("FADD R57", "FADD R153")
+    assert inflight_clobbers(after, "_Z1kv") == []
+    chained = IN_FLIGHT.replace("IMAD R153, R5, 0x40, R20 ;",
+                                "HGMMA.64x64x16.F32.BF16 R56, R156, gdesc[UR16].tnspB, R56, gsb0 ;")
+    assert inflight_clobbers(chained, "_Z1kv") == []
