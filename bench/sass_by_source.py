@@ -151,15 +151,17 @@ def loop_clobbers(sass: str, kernel: str, reader: str, width: int) -> list[str]:
 # a warpgroup multiply from registers: group 1 the accumulators' N (64xN: N / 2 registers), group 2
 # the first accumulator, group 3 the first of A's four registers
 HGMMA_RS = re.compile(r"HGMMA\.64x(\d+)\S* R(\d+), R(\d+), gdesc")
-WAIT_ALL = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+# a wait until at most N groups of multiplies are pending (group 1: N); a multiply with gsb0 ends a group
+WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)")
 
 
 def inflight_clobbers(sass: str, kernel: str) -> list[str]:
     """Registers of a warpgroup multiply with A from registers (A and its accumulators) that another
-    instruction writes while the multiply may still be running: after it and before the next wait
-    for every multiply (WAIT_ALL), in address order (the fall-through path). ptxas treats register
-    operands as read at issue, so it can give them to other values while the tensor cores still
-    read them. Each as "R<n> (in <multiply>; written by <instruction>)"."""
+    instruction writes while the multiply may still be running: after it and before a wait that
+    leaves fewer groups pending than were committed since its own (groups end at the multiplies
+    marked gsb0), in address order (the fall-through path). ptxas treats register operands as read
+    at issue, so it can give them to other values while the tensor cores still read them. Each as
+    "R<n> (in <multiply>; written by <instruction>)"."""
     ins = listing(sass, kernel)
     out = []
     for i, (_, _, t) in enumerate(ins):
@@ -168,10 +170,15 @@ def inflight_clobbers(sass: str, kernel: str) -> list[str]:
             continue
         acc, a = int(m.group(2)), int(m.group(3))
         regs = set(range(a, a + 4)) | set(range(acc, acc + int(m.group(1)) // 2))
+        committed = 1 if "gsb0" in t else 0       # groups committed from this multiply's own on
         for _, _, later in ins[i + 1:]:
-            if WAIT_ALL in later:
+            wait = WAIT.search(later)
+            if wait and committed > int(wait.group(1), 16):
                 break
-            hit = set() if later.startswith("HGMMA") else written(later) & regs
+            if later.startswith("HGMMA"):
+                committed += "gsb0" in later
+                continue
+            hit = written(later) & regs
             if hit:
                 out.append(f"R{min(hit)} (in {t.rstrip(' ;')}; written by {later.rstrip(' ;')})")
                 break

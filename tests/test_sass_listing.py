@@ -125,3 +125,17 @@ def test_registers_written_after_the_wait_or_by_other_multiplies_are_not_clobber
     chained = IN_FLIGHT.replace("IMAD R153, R5, 0x40, R20 ;",
                                 "HGMMA.64x64x16.F32.BF16 R56, R156, gdesc[UR16].tnspB, R56, gsb0 ;")
     assert inflight_clobbers(chained, "_Z1kv") == []
+
+
+def test_a_partial_wait_ends_the_groups_before_the_newest():
+    """DEPBAR.LE gsb0, 0x1 leaves one group pending: a multiply's registers are free after it once a
+    later group was committed, and not before."""
+    two_groups = IN_FLIGHT.replace("IMAD R153, R5, 0x40, R20 ;",
+                                   "HGMMA.64x64x16.F32.BF16 R88, R160, gdesc[UR16].tnspB, R88, gsb0 ;\n"
+                                   "        /*0031*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n"
+                                   "        /*0032*/                   IMAD R153, R5, 0x40, R20 ;")
+    assert inflight_clobbers(two_groups, "_Z1kv") == []
+    one_group = IN_FLIGHT.replace("IMAD R153, R5, 0x40, R20 ;",
+                                  "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n"
+                                  "        /*0031*/                   IMAD R153, R5, 0x40, R20 ;")
+    assert [c.split(" ")[0] for c in inflight_clobbers(one_group, "_Z1kv")] == ["R153"]
