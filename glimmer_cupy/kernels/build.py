@@ -2,7 +2,8 @@
 
 CuPy keys its on-disk cache by the source text and the options; headers a source includes are
 not part of that text, so the options carry a hash of the source and of every cuda_src/ header it
-includes, directly or not: an edited header recompiles the modules that include it, and no other. Templates are instantiated through `name_expressions`.
+includes, directly or not: an edited header recompiles the modules that include it, and no other.
+Templates are instantiated through `name_expressions`.
 """
 
 from __future__ import annotations
