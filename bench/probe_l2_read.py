@@ -35,11 +35,10 @@ def pieces(mib: int) -> int:
     return n16
 
 
-def read_rate(mib: int, cp: bool, blocks_per_sm: int, read_gib: float, reps: int) -> float:
-    """TB/s of one l2_read launch reading read_gib GiB from a buffer of `mib` MiB."""
+def read_rate(buf, cp: bool, blocks_per_sm: int, read_gib: float, reps: int) -> float:
+    """TB/s of one l2_read launch reading read_gib GiB from `buf` (int32, a power of two of 16-byte pieces)."""
     import cupy
-    n16 = pieces(mib)
-    buf = cupy.random.randint(0, 2 ** 31, size=n16 * 4, dtype=np.int32)
+    n16 = buf.size // 4
     blocks = blocks_per_sm * sm_count()
     total = int(read_gib * (1 << 30)) // 16 // (blocks * THREADS) * (blocks * THREADS)
     out = cupy.empty(blocks * THREADS, np.uint32)
@@ -49,6 +48,7 @@ def read_rate(mib: int, cp: bool, blocks_per_sm: int, read_gib: float, reps: int
 
 
 def main(argv=None) -> int:
+    import cupy
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", default="4,8,16,32,1024", help="buffer sizes, MiB (powers of two; L2 is 60 MiB)")
     ap.add_argument("--blocks-per-sm", default="4,8")
@@ -65,9 +65,10 @@ def main(argv=None) -> int:
                        f"device-to-device copy {copy / 1e12:.2f} TB/s (read + written)", "",
                        "| MiB | read | blocks / SM | TB/s |", "|---|---|---|---|"]
     for mib in sizes:
+        buf = cupy.random.randint(0, 2 ** 31, size=pieces(mib) * 4, dtype=np.int32)   # one buffer a size
         for cp in (False, True):
             for bps in (int(x) for x in a.blocks_per_sm.split(",")):
-                tb = read_rate(mib, cp, bps, a.read_gib, a.reps)
+                tb = read_rate(buf, cp, bps, a.read_gib, a.reps)
                 how = "cp.async.cg" if cp else "ld.global.cg"
                 rows.append(dict(mib=mib, read=how, blocks_per_sm=bps, tb_s=tb))
                 lines.append(f"| {mib} | {how} | {bps} | {tb:.2f} |")
