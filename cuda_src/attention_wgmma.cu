@@ -102,6 +102,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     static_assert(!PRODUCER || WGS == 1, "the producer warpgroup serves one warpgroup");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ int s_seq[M], s_lo[M], s_hi[M];
+    __shared__ int s_plo[M], s_phi[M];                // the block's passes (block_passes)
+    __shared__ unsigned s_first[M / 32];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
     __shared__ unsigned long long s_bar[3][STAGES];   // PRODUCER: a stage's K landed, its V landed, its reads done
     const u32 raw = smem_u32(smem_raw);
@@ -133,6 +135,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             mbar_init(&s_bar[1][i], 128u);
             mbar_init(&s_bar[2][i], (unsigned)WARPS); // a lane of each warp of the warpgroups
         }
+    __syncthreads();
+    block_passes<M>(ntb, s_seq, s_lo, s_hi, s_first, s_plo, s_phi);
     pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
     __syncthreads();
     STAMP(1);
@@ -154,9 +158,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             const char* vsrc = reinterpret_cast<const char*>(vb + col0);
             int st = 0, g = 0;
             u32 parity = 0;
-            for (int pi = 0; pi < ntb; ++pi) {
-                int LO, HI;
-                if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
+            for (int pi = next_pass(0, ntb, s_first); pi < ntb; pi = next_pass(pi + 1, ntb, s_first)) {
+                const int LO = s_plo[pi], HI = s_phi[pi];
                 const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
                 const int* crow = cell_table + (long long)s_seq[pi] * table_width;
                 int cell[PIECES];
@@ -240,9 +243,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
 #endif
     int st = 0;                                       // the stage of the next tile (PRODUCER: across passes)
     u32 parity = 0;                                   // PRODUCER: of the stages' phase of that tile
-    for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
-        int LO, HI;
-        if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
+    // one pass per distinct sequence, first token order
+    for (int pi = next_pass(0, ntb, s_first); pi < ntb; pi = next_pass(pi + 1, ntb, s_first)) {
+        const int LO = s_plo[pi], HI = s_phi[pi];
         const int seq = s_seq[pi];
         const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
         const int* crow = cell_table + (long long)seq * table_width;
