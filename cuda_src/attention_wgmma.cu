@@ -30,7 +30,8 @@
 //     row does not see every position of the tile, the online softmax (attention_mma_frag.cuh:
 //     tile_max, update) and P as bf16 A fragments; then O += P V: 4 k-steps x D / 64 wgmma
 //     m64n64k16, B = the V tile read N-major (imm-trans-b).
-//   End: as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
+//   End: each lane stores its rows' columns, normalised; where the int8 codes of the output are asked
+//     for, as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
 //   grid=(1, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(128 WGS + 128 PRODUCER,)
 //   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages (then q's fragments
 //   where Q_SHARED), or the block end's merge where that is larger, and 1024 bytes to start the
@@ -101,6 +102,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     static_assert(!PRODUCER || WGS == 1, "the producer warpgroup serves one warpgroup");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ int s_seq[M], s_lo[M], s_hi[M];
+    __shared__ int s_plo[M], s_phi[M];                // the block's passes (block_passes)
+    __shared__ unsigned s_first[M / 32];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
     __shared__ unsigned long long s_bar[3][STAGES];   // PRODUCER: a stage's K landed, its V landed, its reads done
     const u32 raw = smem_u32(smem_raw);
@@ -132,6 +135,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             mbar_init(&s_bar[1][i], 128u);
             mbar_init(&s_bar[2][i], (unsigned)WARPS); // a lane of each warp of the warpgroups
         }
+    __syncthreads();
+    block_passes<M>(ntb, s_seq, s_lo, s_hi, s_first, s_plo, s_phi);
     pdl_wait();                                       // q and the step's K/V rows are earlier kernels' output
     __syncthreads();
     STAMP(1);
@@ -140,28 +145,21 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             // Tile g goes to stage g % STAGES, tiles counted across the passes; the stage is free once
             // the multiplying warps handed back tile g - STAGES. Each thread copies the pieces the
             // same thread of the warpgroup does without a producer (issue() below), its rows' cells
-            // read one tile ahead into registers. Tile g's K and V are announced after tile g + 1's
-            // copies are issued (two tiles in flight), by each thread after its own pieces landed
-            // and were made visible to the tensor cores.
+            // read one tile ahead into registers. Each thread's arrival on the stage's K (then V)
+            // barrier is made by the copy unit once its pieces so far have landed (noinc: counted
+            // in the barrier's 128), so the producer never waits for bytes, only for free stages,
+            // and every stage can be in flight; the multiplying warps make the landed bytes visible
+            // to the tensor cores after their wait.
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
             const int pt = tid - THREADS;
             const int row0 = pt / (D / 8), col0 = 8 * (pt % (D / 8));
             const u32 dst0 = wg::sw128_offset(kTile, row0, col0);
             const char* ksrc = reinterpret_cast<const char*>(kb + col0);
             const char* vsrc = reinterpret_cast<const char*>(vb + col0);
-            int st = 0, prev = 0, g = 0;
+            int st = 0, g = 0;
             u32 parity = 0;
-            auto announce = [&](int stage) {
-                cp_wait<3>();
-                wg::fence_smem();
-                mbar_arrive(&s_bar[0][stage]);
-                cp_wait<2>();
-                wg::fence_smem();
-                mbar_arrive(&s_bar[1][stage]);
-            };
-            for (int pi = 0; pi < ntb; ++pi) {
-                int LO, HI;
-                if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
+            for (int pi = next_pass(0, ntb, s_first); pi < ntb; pi = next_pass(pi + 1, ntb, s_first)) {
+                const int LO = s_plo[pi], HI = s_phi[pi];
                 const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
                 const int* crow = cell_table + (long long)s_seq[pi] * table_width;
                 int cell[PIECES];
@@ -185,23 +183,21 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                         for (int k = 0; k < PIECES; ++k)
                             cp_async16(stages + st * TILE + dst0 + k * ROW_STEP * 128, src + off[k],
                                        k * ROW_STEP < left ? 16 : 0);
-                        cp_commit();
                     };
                     copy(sK, ksrc);
+                    cp_landed_arrive(&s_bar[0][st]);
                     copy(sV, vsrc);
-                    if (g > 0) announce(prev);
-                    prev = st;
+                    cp_landed_arrive(&s_bar[1][st]);
                     st = st == STAGES - 1 ? 0 : st + 1;
                     parity ^= st == 0 ? 1u : 0u;
                 }
             }
-            if (g > 0) {
-                cp_commit();                          // two empty groups: the last tile's are then the 3rd and 4th newest
-                cp_commit();
-                announce(prev);
+            cp_commit();                              // nothing in flight at the thread's end
+            cp_wait<0>();
+            if (xq != nullptr) {                      // the block's two barriers after the tile loop when its
+                __syncthreads();                      // end goes through end_block (below, and end_block's one
+                __syncthreads();                      // for an unsplit block)
             }
-            __syncthreads();                          // the block's two barriers after the tile loop: below, and
-            __syncthreads();                          // end_block's one (an unsplit block's)
             return;
         }
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
@@ -247,9 +243,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
 #endif
     int st = 0;                                       // the stage of the next tile (PRODUCER: across passes)
     u32 parity = 0;                                   // PRODUCER: of the stages' phase of that tile
-    for (int pi = 0; pi < ntb; ++pi) {                // one pass per distinct sequence, first token order
-        int LO, HI;
-        if (!pass_range(pi, ntb, s_seq, s_lo, s_hi, LO, HI)) continue;
+    // one pass per distinct sequence, first token order
+    for (int pi = next_pass(0, ntb, s_first); pi < ntb; pi = next_pass(pi + 1, ntb, s_first)) {
+        const int LO = s_plo[pi], HI = s_phi[pi];
         const int seq = s_seq[pi];
         const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
         const int* crow = cell_table + (long long)seq * table_width;
@@ -349,9 +345,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             float s[NT][4];
             u32 p[NT / 2][4];
             PHASE(0);                                 // the next tile's copies issued
-            if constexpr (PRODUCER)
+            if constexpr (PRODUCER) {
                 mbar_wait(&s_bar[0][st], parity);
-            else
+                wg::fence_smem();                     // the producer's landed pieces, to the tensor cores
+            } else
                 landed<2 * STAGES - 1>();             // K of this tile
             PHASE(1);
             scores(st, s);
@@ -360,9 +357,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             PHASE(2);
             softmax(s, LO + kTile * tile, p);
             PHASE(3);
-            if constexpr (PRODUCER)
+            if constexpr (PRODUCER) {
                 mbar_wait(&s_bar[1][st], parity);
-            else
+                wg::fence_smem();
+            } else
                 landed<2 * STAGES - 2>();             // V of this tile
             PHASE(4);
             values(st, p);
@@ -390,10 +388,28 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     const long long ph_loop_cycles = clock64() - ph_loop;
 #endif
     cp_wait<0>();
-    __syncthreads();
-    const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
-                       counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
-    end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+    if (xq == nullptr) {
+        // Each row is whole in one warp's fragments (a quad of lanes), so without int8 codes to
+        // make (they need a row's 32-value groups on one lane's neighbours) the lanes store their
+        // own columns, normalised: the same operations on the same values as end_block's merge of
+        // one warp and end_row, with no pass through shared memory and no barrier.
+        const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + (lane >> 2) + 8 * h, ti = r / hpb, hh = r % hpb;
+            if (ti >= ntb || hh >= nh) continue;      // padding rows
+            const float inv = lq[h] > 0.f ? 1.f / lq[h] : 0.f;
+            float* dst = out + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int n = 0; n < NO; ++n)
+                *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        }
+    } else {
+        __syncthreads();
+        const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
+                           counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
+        end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+    }
 #ifdef GLIMMER_STAMPS
     STAMP(4);
     STAMP_VALUE(5, ph_tiles);

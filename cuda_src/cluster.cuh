@@ -98,6 +98,12 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
                      : "=r"(done) : "r"(a), "r"(parity) : "memory");
 }
 
+// an arrival on this block's barrier made when every cp.async this thread issued before has landed
+// (noinc: the arrival is one of the barrier's count, not added to it)
+__device__ __forceinline__ void cp_landed_arrive(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 // C consecutive floats (C = 2, 4, 8; 8 C-byte aligned) into another block's shared memory at
 // shared::cluster address a, counted on that block's barrier at shared::cluster address bar as
 // bytes when they land (st.async: no fence or arrival of the sender's is needed for them)

@@ -299,17 +299,15 @@ def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = (
 WGMMA_DIMS = (64, 128)
 WGMMA_DEFAULT_DIMS = (64, 128)
 WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragments in shared memory
-WGMMA_DEPTH = 2
+WGMMA_DEPTH = 3                      # with the producer 2-3% faster than 2 (the same without it)
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
 # PRODUCER: one more warpgroup issues every K/V copy, the other waits on the stages' barriers (built
-# for 64-row blocks only). Measured (bench/results/attention_wgmma_producer_*_efce866.md; the variant
-# columns of the JSON), causal, against the same kernel without it: Qwen3-8B heads T = 512 24.8 /
-# 26.2 us, 2048 147.7 / 166.5, 8192 1548 / 1974 (SDPA 12.8, 82.6, 1020); SmolLM2's T = 2048 46.2 /
-# 53.5, T = 512 23.1 / 22.4 (3 stages; 2: 152.8 at 2048). A producer of one warp was 2.6x slower
-# (431 us at 2048: a warp's copies issue ~80 cycles apart). Off by default until the model paths'
-# GPU tests have run with it (its own wgmma tests passed 94 of 98 before that run's time limit).
-WGMMA_PRODUCER = False
+# for 64-row blocks only). Measured (bench/results/attention_wgmma_producer_*_efce866.md), causal,
+# against the same kernel without it: Qwen3-8B heads T = 512 24.8 / 26.2 us, 2048 147.7 / 166.5,
+# 8192 1548 / 1974 (SDPA 12.8, 82.6, 1020); SmolLM2's T = 2048 46.2 / 53.5, T = 512 23.1 / 22.4. A
+# producer of one warp was 2.6x slower (431 us at 2048: its copies issue ~80 cycles apart).
+WGMMA_PRODUCER = True
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
                        for p in (False, True) if r == 64 or not p)
 _WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(p).lower()}>" for d, st, r, p in WGMMA_VARIANTS)
