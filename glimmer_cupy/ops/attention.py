@@ -306,7 +306,10 @@ WGMMA_ROWS = 64
 # for 64-row blocks only). Measured (bench/results/attention_wgmma_producer_*_efce866.md), causal,
 # against the same kernel without it: Qwen3-8B heads T = 512 24.8 / 26.2 us, 2048 147.7 / 166.5,
 # 8192 1548 / 1974 (SDPA 12.8, 82.6, 1020); SmolLM2's T = 2048 46.2 / 53.5, T = 512 23.1 / 22.4. A
-# producer of one warp was 2.6x slower (431 us at 2048: its copies issue ~80 cycles apart).
+# producer of one warp was 2.6x slower (431 us at 2048: its copies issue ~80 cycles apart). With the
+# copy unit's arrivals, the direct output store and the block's passes found once
+# (bench/results/attention_wgmma_passes_d128_acead8a.md): T = 512 16.4 us, 2048 113.8, 8192 1483 (SDPA
+# 12.8, 83.4, 1031.5; 111.6 against 83.8 at 2048 in another call); without the producer 20.5, 147.3, 1948.
 WGMMA_PRODUCER = True
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
                        for p in (False, True) if r == 64 or not p)
