@@ -36,11 +36,16 @@ __device__ __forceinline__ void row_tokens(int row0, int lane, int hpb, int ntb,
     }
 }
 
-// The range [LO, HI) of the pass that token pi opens: the union of the visible ranges of the block's
-// tokens of its sequence (0, 0 when none sees anything).
-__device__ __forceinline__ void pass_bounds(int pi, int ntb, const int* s_seq, const int* s_lo, const int* s_hi,
-                                            int& LO, int& HI) {
+// Pass pi (one per distinct sequence, in first-token order): false when token pi's sequence had an
+// earlier pass; else [LO, HI), the union of the visible ranges of its tokens in the block (0, 0 when
+// none sees anything). Each call scans the block's tokens: for blocks of few tokens
+// (attention_mma.cu); block_passes below finds every pass once.
+__device__ __forceinline__ bool pass_range(int pi, int ntb, const int* s_seq, const int* s_lo, const int* s_hi,
+                                           int& LO, int& HI) {
     const int seq = s_seq[pi];
+    bool seen = false;
+    for (int j = 0; j < pi; ++j) seen |= s_seq[j] == seq;
+    if (seen) return false;
     LO = 0x7fffffff;
     HI = 0;
     for (int j = pi; j < ntb; ++j)
@@ -49,18 +54,6 @@ __device__ __forceinline__ void pass_bounds(int pi, int ntb, const int* s_seq, c
             HI = max(HI, s_hi[j]);
         }
     if (HI == 0) LO = 0;
-}
-
-// Pass pi (one per distinct sequence, in first-token order): false when token pi's sequence had an
-// earlier pass; else its range (pass_bounds). Each call scans the block's tokens: for blocks of few
-// tokens (attention_mma.cu); block_passes below finds every pass once.
-__device__ __forceinline__ bool pass_range(int pi, int ntb, const int* s_seq, const int* s_lo, const int* s_hi,
-                                           int& LO, int& HI) {
-    const int seq = s_seq[pi];
-    bool seen = false;
-    for (int j = 0; j < pi; ++j) seen |= s_seq[j] == seq;
-    if (seen) return false;
-    pass_bounds(pi, ntb, s_seq, s_lo, s_hi, LO, HI);
     return true;
 }
 
@@ -75,12 +68,7 @@ __device__ __forceinline__ void block_passes(int ntb, const int* s_seq, const in
     static_assert(M % 32 == 0, "whole warps");
     const int i = threadIdx.x;
     if (i >= M) return;
-    bool first = i < ntb;
-    if (first) {
-        const int seq = s_seq[i];
-        for (int j = 0; j < i; ++j) first &= s_seq[j] != seq;
-        if (first) pass_bounds(i, ntb, s_seq, s_lo, s_hi, s_plo[i], s_phi[i]);
-    }
+    const bool first = i < ntb && pass_range(i, ntb, s_seq, s_lo, s_hi, s_plo[i], s_phi[i]);
     const unsigned opens = __ballot_sync(0xffffffffu, first);
     if ((i & 31) == 0) s_first[i >> 5] = opens;
 }
