@@ -161,7 +161,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     const int hpb = min(group, M);
     const bool masked = visible != nullptr;
     const long long row_bytes = 2ll * kv_heads * D;
-    auto item_at = [&](int k) { return wgmma_item<M>(wgmma_item_index(k, items), n_tok, q_heads, kv_heads, head_chunks); };
+    auto item_at = [&](int k) {
+        return wgmma_item<M>(wgmma_item_index(k, items), n_tok, q_heads, kv_heads, head_chunks);
+    };
 
     STAMP(0);
     if (wgmma_item_index(0, items) >= items) return;
@@ -221,7 +223,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 }
                 const char* ksrc = reinterpret_cast<const char*>(k_pool + (long long)it.kvh * D + col0);
                 const char* vsrc = reinterpret_cast<const char*>(v_pool + (long long)it.kvh * D + col0);
-                for (int pi = next_pass(0, it.ntb, s_first[ib]); pi < it.ntb; pi = next_pass(pi + 1, it.ntb, s_first[ib])) {
+                const unsigned* first = s_first[ib];
+                for (int pi = next_pass(0, it.ntb, first); pi < it.ntb; pi = next_pass(pi + 1, it.ntb, first)) {
                     const int LO = s_plo[ib][pi], HI = s_phi[ib][pi];
                     const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
                     const int* crow = cell_table + (long long)s_seq[ib][pi] * table_width;
@@ -278,242 +281,244 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     const long long ph_loop = clock64();
 #endif
     for (int k = 0; wgmma_item_index(k, items) < items; ++k) {
-    const int ib = PRODUCER ? k & 1 : 0;              // the item's token tables
-    const WgItem it = item_at(k);
-    const int t0 = it.t0, ntb = it.ntb, h0 = it.h0, nh = it.nh;
-    const unsigned short* kb = k_pool + (long long)it.kvh * D;
-    const unsigned short* vb = v_pool + (long long)it.kvh * D;
-    int rtok[2];
-    row_tokens<M>(16 * warp, lane, hpb, ntb, nh, rtok);
-    // q as bf16 A fragments, scaled: rows g and g + 8 of the warp, columns 2t, 2t + 1 (+ 8) of each k-step
-    u32 qf[KS][4];
-    {
-        const float* qr[2];
+        const int ib = PRODUCER ? k & 1 : 0;              // the item's token tables
+        const WgItem it = item_at(k);
+        const int t0 = it.t0, ntb = it.ntb, h0 = it.h0, nh = it.nh;
+        const unsigned short* kb = k_pool + (long long)it.kvh * D;
+        const unsigned short* vb = v_pool + (long long)it.kvh * D;
+        int rtok[2];
+        row_tokens<M>(16 * warp, lane, hpb, ntb, nh, rtok);
+        // q as bf16 A fragments, scaled: rows g and g + 8 of the warp, columns 2t, 2t + 1 (+ 8) of each k-step
+        u32 qf[KS][4];
+        {
+            const float* qr[2];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int r = 16 * warp + (lane >> 2) + 8 * i;
-            qr[i] = rtok[i] >= 0 ? q + ((long long)(t0 + rtok[i]) * q_heads + h0 + r % hpb) * D : nullptr;
-        }
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {             // a_j: row g + 8 (j & 1), columns + 8 (j >> 1)
-                const float* p = qr[j & 1];
-                const int c = 16 * ks + 2 * (lane & 3) + 8 * (j >> 1);
-                const float2 v = p != nullptr ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.f, 0.f);
-                qf[ks][j] = pack_bf16(v.x * q_scale, v.y * q_scale);
+            for (int i = 0; i < 2; ++i) {
+                const int r = 16 * warp + (lane >> 2) + 8 * i;
+                qr[i] = rtok[i] >= 0 ? q + ((long long)(t0 + rtok[i]) * q_heads + h0 + r % hpb) * D : nullptr;
             }
-        if constexpr (Q_SHARED)
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks) qs[ks * THREADS + tid] = make_uint4(qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
-        wg::hold(qf);
-    }
-    if (PRODUCER && k > 0) mbar_wait(&s_tab[0][ib], ((k - 1) >> 1) & 1);   // the item's tables made
-
-    float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-
-    // one pass per distinct sequence, first token order
-    for (int pi = next_pass(0, ntb, s_first[ib]); pi < ntb; pi = next_pass(pi + 1, ntb, s_first[ib])) {
-        const int LO = s_plo[ib][pi], HI = s_phi[ib][pi];
-        const int seq = s_seq[ib][pi];
-        const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
-        const int* crow = cell_table + (long long)seq * table_width;
-        RowRange rr;
-        rr.set(rtok, seq, s_seq[ib], s_lo[ib], s_hi[ib], visible, t0, table_width);
-
-        auto offset_of = [&](int tile, int j) {
-            const int p = LO + kTile * tile + j;
-            return tile < tiles && p < HI ? (long long)crow[p] * row_bytes : 0ll;
-        };
-        const int row0 = tid / (D / 8), col0 = 8 * (tid % (D / 8));
-        const u32 dst0 = wg::sw128_offset(kTile, row0, col0);
-        auto issue = [&](int tile, int st, const unsigned short* src, u32 dst) {
-            if (tile < tiles) {
-                const char* src0 = reinterpret_cast<const char*>(src + col0);
-                const long long* offs = &s_off[st][row0];
-                const int left = HI - (LO + kTile * tile + row0);
-#pragma unroll
-                for (int k = 0; k < PIECES; ++k) {
-                    const int i = k * ROW_STEP;
-                    cp_async16(dst + st * TILE + dst0 + i * 128, src0 + offs[i], i < left ? 16 : 0);
-                }
-            }
-        };
-        if constexpr (!PRODUCER) {
-            st = 0;
-            for (int i = tid; i < STAGES * kTile; i += THREADS) s_off[i / kTile][i % kTile] = offset_of(i / kTile, i % kTile);
-            __syncthreads();
-#pragma unroll
-            for (int s = 0; s < STAGES - 1; ++s) {
-                issue(s, s, kb, sK);
-                cp_commit();
-                issue(s, s, vb, sV);
-                cp_commit();
-            }
-        }
-        // S = Q K^T of the tile in stage `stage` into sc, issued (the caller waits)
-        auto scores = [&](int stage, float (&sc)[NT][4]) {
-            u32 qa[KS][4];
-            if constexpr (Q_SHARED) {
-#pragma unroll
-                for (int ks = 0; ks < KS; ++ks) {
-                    const uint4 v = qs[ks * THREADS + tid];
-                    qa[ks][0] = v.x, qa[ks][1] = v.y, qa[ks][2] = v.z, qa[ks][3] = v.w;
-                }
-                wg::hold(qa);
-            }
-#pragma unroll
-            for (int n = 0; n < NT; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-            wg::hold(sc);
-            wg::fence();
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks)
-                wg::mma_rs<0>(sc, Q_SHARED ? qa[ks] : qf[ks],
-                              wg::sw128_desc(sK + stage * TILE + (ks >> 2) * PANEL + (ks & 3) * 32, 16, 1024), ks > 0);
-            wg::commit();
-        };
-        // softcap, mask, online softmax of the tile at pb: P as bf16 A fragments, O rescaled
-        auto softmax = [&](float (&sc)[NT][4], int pb, u32 (&p)[NT / 2][4]) {
-            const bool full = rr.all(pb, kTile, masked);
-            if (softcap_log2 > 0.f)
 #pragma unroll
-                for (int n = 0; n < NT; ++n)
+                for (int j = 0; j < 4; ++j) {             // a_j: row g + 8 (j & 1), columns + 8 (j >> 1)
+                    const float* p = qr[j & 1];
+                    const int c = 16 * ks + 2 * (lane & 3) + 8 * (j >> 1);
+                    const float2 v = p != nullptr ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.f, 0.f);
+                    qf[ks][j] = pack_bf16(v.x * q_scale, v.y * q_scale);
+                }
+            if constexpr (Q_SHARED)
 #pragma unroll
-                    for (int c = 0; c < 4; ++c) sc[n][c] = softcap_log2 * tanhf(sc[n][c] * inv_softcap);
-            if (!full) rr.mask<NT>(sc, pb, lane);
-            float mx[2];
-#ifdef ATTN_WGMMA_TREE
-            // the row maxima and the tile's sums of p by pairwise trees (4 dependent steps, not 9)
-            float a[NT], b[NT];
-#pragma unroll
-            for (int n = 0; n < NT; ++n) a[n] = fmaxf(sc[n][0], sc[n][1]), b[n] = fmaxf(sc[n][2], sc[n][3]);
-#pragma unroll
-            for (int w = NT / 2; w >= 1; w /= 2)
-#pragma unroll
-                for (int n = 0; n < w; ++n) a[n] = fmaxf(a[n], a[n + w]), b[n] = fmaxf(b[n], b[n + w]);
-            mx[0] = quad_max(a[0]);
-            mx[1] = quad_max(b[0]);
-            float mu[2], alpha[2];
-            new_max(mx, m, l, mu, alpha);
-            rescale<NO>(o, alpha);
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                float e[4];
-#pragma unroll
-                for (int c = 0; c < 4; ++c) e[c] = exp2_(sc[n][c] - mu[c >> 1]);
-                a[n] = e[0] + e[1];
-                b[n] = e[2] + e[3];
-                p[n >> 1][2 * (n & 1)] = pack_bf16(e[0], e[1]);
-                p[n >> 1][2 * (n & 1) + 1] = pack_bf16(e[2], e[3]);
-            }
-#pragma unroll
-            for (int w = NT / 2; w >= 1; w /= 2)
-#pragma unroll
-                for (int n = 0; n < w; ++n) a[n] += a[n + w], b[n] += b[n + w];
-            l[0] += a[0];
-            l[1] += b[0];
-#else
-            tile_max<NT>(sc, mx);
-            mx[0] = quad_max(mx[0]);
-            mx[1] = quad_max(mx[1]);
-            update<NT, NO>(sc, mx, m, l, o, p);
-#endif
-        };
-        // O += P V of the tile in stage `stage`, issued (the caller waits)
-        auto values = [&](int stage, u32 (&p)[NT / 2][4]) {
-            wg::hold(o);
-            wg::hold(p);
-            wg::fence();
-#pragma unroll
-            for (int ks = 0; ks < NT / 2; ++ks)
-#pragma unroll
-                for (int pn = 0; pn < PANELS; ++pn)
-                    wg::mma_rs<1>(*reinterpret_cast<float(*)[8][4]>(&o[8 * pn][0]), p[ks],
-                                  wg::sw128_desc(sV + stage * TILE + pn * PANEL + ks * 16 * 128, PANEL, 1024), 1);
-            wg::commit();
-        };
-        for (int tile = 0; tile < tiles; ++tile) {
-            PHASE_MARK();
-            long long next_off = 0;
-            if constexpr (!PRODUCER) {
-                const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
-                issue(tile + STAGES - 1, refill, kb, sK);
-                cp_commit();
-                issue(tile + STAGES - 1, refill, vb, sV);
-                cp_commit();
-                next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
-            }
-            float s[NT][4];
-            u32 p[NT / 2][4];
-            PHASE(0);                                 // the next tile's copies issued
-            if constexpr (PRODUCER) {
-                mbar_wait(&s_bar[0][st], parity);
-                wg::fence_smem();                     // the producer's landed pieces, to the tensor cores
-            } else
-                landed<2 * STAGES - 1>();             // K of this tile
-            PHASE(1);
-            scores(st, s);
-            wg::wait<0>();
-            wg::hold(s);
-            PHASE(2);
-            softmax(s, LO + kTile * tile, p);
-            PHASE(3);
-            if constexpr (PRODUCER) {
-                mbar_wait(&s_bar[1][st], parity);
-                wg::fence_smem();
-            } else
-                landed<2 * STAGES - 2>();             // V of this tile
-            PHASE(4);
-            values(st, p);
-            wg::wait<0>();
-            wg::hold(o);
-            PHASE(5);
-            if constexpr (PRODUCER) {
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&s_bar[2][st]);   // this warp's multiplies have read the stage
-            } else {
-                if (tid < kTile) s_off[st][tid] = next_off;
-                __syncthreads();                      // stage st is refilled next
-            }
-            PHASE(6);
-#ifdef GLIMMER_STAMPS
-            ++ph_tiles;
-#endif
-            st = st == STAGES - 1 ? 0 : st + 1;
-            parity ^= st == 0 ? 1u : 0u;
+                for (int ks = 0; ks < KS; ++ks)
+                    qs[ks * THREADS + tid] = make_uint4(qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
+            wg::hold(qf);
         }
-    }
+        if (PRODUCER && k > 0) mbar_wait(&s_tab[0][ib], ((k - 1) >> 1) & 1);   // the item's tables made
 
-    if constexpr (PRODUCER) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&s_tab[1][ib]);    // this warp is done with the item's tables
-    }
-    cp_wait<0>();
-    if (xq == nullptr) {
-        // Each row is whole in one warp's fragments (a quad of lanes), so without int8 codes to
-        // make (they need a row's 32-value groups on one lane's neighbours) the lanes store their
-        // own columns, normalised: the same operations on the same values as end_block's merge of
-        // one warp and end_row, with no pass through shared memory and no barrier.
-        const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+        float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = 16 * warp + (lane >> 2) + 8 * h, ti = r / hpb, hh = r % hpb;
-            if (ti >= ntb || hh >= nh) continue;      // padding rows
-            const float inv = lq[h] > 0.f ? 1.f / lq[h] : 0.f;
-            float* dst = out + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + 2 * (lane & 3);
+        for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+        // one pass per distinct sequence, first token order
+        for (int pi = next_pass(0, ntb, s_first[ib]); pi < ntb; pi = next_pass(pi + 1, ntb, s_first[ib])) {
+            const int LO = s_plo[ib][pi], HI = s_phi[ib][pi];
+            const int seq = s_seq[ib][pi];
+            const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
+            const int* crow = cell_table + (long long)seq * table_width;
+            RowRange rr;
+            rr.set(rtok, seq, s_seq[ib], s_lo[ib], s_hi[ib], visible, t0, table_width);
+
+            auto offset_of = [&](int tile, int j) {
+                const int p = LO + kTile * tile + j;
+                return tile < tiles && p < HI ? (long long)crow[p] * row_bytes : 0ll;
+            };
+            const int row0 = tid / (D / 8), col0 = 8 * (tid % (D / 8));
+            const u32 dst0 = wg::sw128_offset(kTile, row0, col0);
+            auto issue = [&](int tile, int st, const unsigned short* src, u32 dst) {
+                if (tile < tiles) {
+                    const char* src0 = reinterpret_cast<const char*>(src + col0);
+                    const long long* offs = &s_off[st][row0];
+                    const int left = HI - (LO + kTile * tile + row0);
 #pragma unroll
-            for (int n = 0; n < NO; ++n)
-                *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+                    for (int k = 0; k < PIECES; ++k) {
+                        const int i = k * ROW_STEP;
+                        cp_async16(dst + st * TILE + dst0 + i * 128, src0 + offs[i], i < left ? 16 : 0);
+                    }
+                }
+            };
+            if constexpr (!PRODUCER) {
+                st = 0;
+                for (int i = tid; i < STAGES * kTile; i += THREADS)
+                    s_off[i / kTile][i % kTile] = offset_of(i / kTile, i % kTile);
+                __syncthreads();
+#pragma unroll
+                for (int s = 0; s < STAGES - 1; ++s) {
+                    issue(s, s, kb, sK);
+                    cp_commit();
+                    issue(s, s, vb, sV);
+                    cp_commit();
+                }
+            }
+            // S = Q K^T of the tile in stage `stage` into sc, issued (the caller waits)
+            auto scores = [&](int stage, float (&sc)[NT][4]) {
+                u32 qa[KS][4];
+                if constexpr (Q_SHARED) {
+#pragma unroll
+                    for (int ks = 0; ks < KS; ++ks) {
+                        const uint4 v = qs[ks * THREADS + tid];
+                        qa[ks][0] = v.x, qa[ks][1] = v.y, qa[ks][2] = v.z, qa[ks][3] = v.w;
+                    }
+                    wg::hold(qa);
+                }
+#pragma unroll
+                for (int n = 0; n < NT; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+                wg::hold(sc);
+                wg::fence();
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks)
+                    wg::mma_rs<0>(sc, Q_SHARED ? qa[ks] : qf[ks],
+                                  wg::sw128_desc(sK + stage * TILE + (ks >> 2) * PANEL + (ks & 3) * 32, 16, 1024), ks > 0);
+                wg::commit();
+            };
+            // softcap, mask, online softmax of the tile at pb: P as bf16 A fragments, O rescaled
+            auto softmax = [&](float (&sc)[NT][4], int pb, u32 (&p)[NT / 2][4]) {
+                const bool full = rr.all(pb, kTile, masked);
+                if (softcap_log2 > 0.f)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) sc[n][c] = softcap_log2 * tanhf(sc[n][c] * inv_softcap);
+                if (!full) rr.mask<NT>(sc, pb, lane);
+                float mx[2];
+#ifdef ATTN_WGMMA_TREE
+                // the row maxima and the tile's sums of p by pairwise trees (4 dependent steps, not 9)
+                float a[NT], b[NT];
+#pragma unroll
+                for (int n = 0; n < NT; ++n) a[n] = fmaxf(sc[n][0], sc[n][1]), b[n] = fmaxf(sc[n][2], sc[n][3]);
+#pragma unroll
+                for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+                    for (int n = 0; n < w; ++n) a[n] = fmaxf(a[n], a[n + w]), b[n] = fmaxf(b[n], b[n + w]);
+                mx[0] = quad_max(a[0]);
+                mx[1] = quad_max(b[0]);
+                float mu[2], alpha[2];
+                new_max(mx, m, l, mu, alpha);
+                rescale<NO>(o, alpha);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    float e[4];
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) e[c] = exp2_(sc[n][c] - mu[c >> 1]);
+                    a[n] = e[0] + e[1];
+                    b[n] = e[2] + e[3];
+                    p[n >> 1][2 * (n & 1)] = pack_bf16(e[0], e[1]);
+                    p[n >> 1][2 * (n & 1) + 1] = pack_bf16(e[2], e[3]);
+                }
+#pragma unroll
+                for (int w = NT / 2; w >= 1; w /= 2)
+#pragma unroll
+                    for (int n = 0; n < w; ++n) a[n] += a[n + w], b[n] += b[n + w];
+                l[0] += a[0];
+                l[1] += b[0];
+#else
+                tile_max<NT>(sc, mx);
+                mx[0] = quad_max(mx[0]);
+                mx[1] = quad_max(mx[1]);
+                update<NT, NO>(sc, mx, m, l, o, p);
+#endif
+            };
+            // O += P V of the tile in stage `stage`, issued (the caller waits)
+            auto values = [&](int stage, u32 (&p)[NT / 2][4]) {
+                wg::hold(o);
+                wg::hold(p);
+                wg::fence();
+#pragma unroll
+                for (int ks = 0; ks < NT / 2; ++ks)
+#pragma unroll
+                    for (int pn = 0; pn < PANELS; ++pn)
+                        wg::mma_rs<1>(*reinterpret_cast<float(*)[8][4]>(&o[8 * pn][0]), p[ks],
+                                      wg::sw128_desc(sV + stage * TILE + pn * PANEL + ks * 16 * 128, PANEL, 1024), 1);
+                wg::commit();
+            };
+            for (int tile = 0; tile < tiles; ++tile) {
+                PHASE_MARK();
+                long long next_off = 0;
+                if constexpr (!PRODUCER) {
+                    const int refill = st == 0 ? STAGES - 1 : st - 1;     // freed by the last tile's closing barrier
+                    issue(tile + STAGES - 1, refill, kb, sK);
+                    cp_commit();
+                    issue(tile + STAGES - 1, refill, vb, sV);
+                    cp_commit();
+                    next_off = tid < kTile ? offset_of(tile + STAGES, tid) : 0;
+                }
+                float s[NT][4];
+                u32 p[NT / 2][4];
+                PHASE(0);                                 // the next tile's copies issued
+                if constexpr (PRODUCER) {
+                    mbar_wait(&s_bar[0][st], parity);
+                    wg::fence_smem();                     // the producer's landed pieces, to the tensor cores
+                } else
+                    landed<2 * STAGES - 1>();             // K of this tile
+                PHASE(1);
+                scores(st, s);
+                wg::wait<0>();
+                wg::hold(s);
+                PHASE(2);
+                softmax(s, LO + kTile * tile, p);
+                PHASE(3);
+                if constexpr (PRODUCER) {
+                    mbar_wait(&s_bar[1][st], parity);
+                    wg::fence_smem();
+                } else
+                    landed<2 * STAGES - 2>();             // V of this tile
+                PHASE(4);
+                values(st, p);
+                wg::wait<0>();
+                wg::hold(o);
+                PHASE(5);
+                if constexpr (PRODUCER) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&s_bar[2][st]);   // this warp's multiplies have read the stage
+                } else {
+                    if (tid < kTile) s_off[st][tid] = next_off;
+                    __syncthreads();                      // stage st is refilled next
+                }
+                PHASE(6);
+#ifdef GLIMMER_STAMPS
+                ++ph_tiles;
+#endif
+                st = st == STAGES - 1 ? 0 : st + 1;
+                parity ^= st == 0 ? 1u : 0u;
+            }
         }
-    } else {
-        __syncthreads();
-        const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
-                           counters + (long long)t0 * (kv_heads * head_chunks) + it.y, xq, xd, xs};
-        end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+
+        if constexpr (PRODUCER) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&s_tab[1][ib]);    // this warp is done with the item's tables
+        }
+        cp_wait<0>();
+        if (xq == nullptr) {
+            // Each row is whole in one warp's fragments (a quad of lanes), so without int8 codes to
+            // make (they need a row's 32-value groups on one lane's neighbours) the lanes store their
+            // own columns, normalised: the same operations on the same values as end_block's merge of
+            // one warp and end_row, with no pass through shared memory and no barrier.
+            const float lq[2] = {quad_sum(l[0]), quad_sum(l[1])};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = 16 * warp + (lane >> 2) + 8 * h, ti = r / hpb, hh = r % hpb;
+                if (ti >= ntb || hh >= nh) continue;      // padding rows
+                const float inv = lq[h] > 0.f ? 1.f / lq[h] : 0.f;
+                float* dst = out + ((long long)(t0 + ti) * q_heads + h0 + hh) * D + 2 * (lane & 3);
+#pragma unroll
+                for (int n = 0; n < NO; ++n)
+                    *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+            }
+        } else {
+            __syncthreads();
+            const EndRows ends{hpb, ntb, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
+                               counters + (long long)t0 * (kv_heads * head_chunks) + it.y, xq, xd, xs};
+            end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
+        }
     }
-    }   // items
     STAMP(3);
 #ifdef GLIMMER_STAMPS
     const long long ph_loop_cycles = clock64() - ph_loop;
