@@ -57,8 +57,9 @@
 
 // The probe's phases (-DGLIMMER_STAMPS, bench/probe_attention_wgmma.py): each thread sums its SM
 // clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
-// are times (start, q's inputs ready, tile loop begun, ended, block done), 5 the tiles, 8-14 the
-// cycles of the phases in loop order (PHASE(i) ends phase i), 15 the tile loop's cycles.
+// are times (start, the first item's tables ready, its q read begun, the last item's tile loop
+// ended, block done), 5 the tiles, 8-14 the cycles of the phases in loop order (PHASE(i) ends
+// phase i), 15 the cycles from stamp 2 to 3 (every item's q, tile loop and output).
 #ifdef GLIMMER_STAMPS
 #define WG_PHASES 7
 #define PHASE_MARK() (ph_t = (unsigned)clock())
