@@ -620,7 +620,8 @@ def test_wgmma_resident_blocks_take_many_items(blocks, d, monkeypatch):
     double-buffered, its copies' stages and barriers carried from item to item), gives the output
     of a block an item bit for bit: mixed sequences (several passes a block), a window, a visibility
     mask with a hidden row, a softcap."""
-    import glimmer_cupy.ops.attention as attention
+    import sys
+    attention = sys.modules["glimmer_cupy.ops.attention"]    # the module (ops.attention is the function)
     rng = np.random.default_rng(70 + blocks + d)
     cases = [(make_step(rng, [1, 7, 33, 511, 512, 513, 900, 64], 32, 8, d, per_seq=40), {}),
              (make_step(rng, [700, 701], 8, 4, d, per_seq=300), dict(window=512)),
