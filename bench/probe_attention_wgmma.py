@@ -33,7 +33,7 @@ attention = sys.modules["glimmer_cupy.ops.attention"]     # the module (ops.atte
 
 # attention_wgmma.cu's phases: stamps 8.. hold their cycles in this order
 PHASES = ("copies issued", "K landed", "S = Q K^T", "softmax", "V landed", "O += P V", "closing barrier")
-START, INPUTS, LOOP, LOOP_END, DONE, TILES, FIRST_PHASE, LOOP_CYCLES = 0, 1, 2, 3, 4, 5, 8, 15
+START, INPUTS, LOOP, LOOP_END, DONE, TILES, Q_READ, OUTPUT, FIRST_PHASE, LOOP_CYCLES = 0, 1, 2, 3, 4, 5, 6, 7, 8, 15
 
 
 def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int, producer: bool) -> None:
@@ -74,7 +74,10 @@ def summary(s: np.ndarray) -> dict:
     loop_cycles = int(s[:, LOOP_CYCLES].sum())
     sums = s[:, FIRST_PHASE:FIRST_PHASE + len(PHASES)].sum(axis=0)
     phases = {name: (c / max(tiles, 1), c / max(loop_cycles, 1)) for name, c in zip(PHASES, sums)}
-    rest = loop_cycles - sums.sum()
+    items = {"(items' q read)": int(s[:, Q_READ].sum()), "(items' output)": int(s[:, OUTPUT].sum())}
+    rest = loop_cycles - sums.sum() - sum(items.values())
+    for name, c in items.items():
+        phases[name] = (c / max(tiles, 1), c / max(loop_cycles, 1))
     phases["(between tiles)"] = (rest / max(tiles, 1), rest / max(loop_cycles, 1))
     return dict(launch_us=(s[:, DONE].max() - s[:, START].min()) / 1e3, tiles=tiles,
                 ghz=loop_cycles / max(int((s[:, LOOP_END] - s[:, LOOP]).sum()), 1), phases=phases)

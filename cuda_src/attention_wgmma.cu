@@ -58,8 +58,9 @@
 // The probe's phases (-DGLIMMER_STAMPS, bench/probe_attention_wgmma.py): each thread sums its SM
 // clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
 // are times (start, the first item's tables ready, its q read begun, the last item's tile loop
-// ended, block done), 5 the tiles, 8-14 the cycles of the phases in loop order (PHASE(i) ends
-// phase i), 15 the cycles from stamp 2 to 3 (every item's q, tile loop and output).
+// ended, block done), 5 the tiles, 6 and 7 the cycles of every item's q read (with the wait for
+// its tables) and of its output, 8-14 the cycles of the phases in loop order (PHASE(i) ends phase
+// i), 15 the cycles from stamp 2 to 3 (every item's q, tile loop and output).
 #ifdef GLIMMER_STAMPS
 #define WG_PHASES 7
 #define PHASE_MARK() (ph_t = (unsigned)clock())
@@ -272,6 +273,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     }
 #ifdef GLIMMER_STAMPS
     unsigned ph[WG_PHASES] = {}, ph_t = 0;          // 32-bit sums: a block's loop is far below 2^32 cycles
+    unsigned ph_q = 0, ph_end = 0;                  // every item's q read and tables wait, its output
     int ph_tiles = 0;
 #endif
 
@@ -282,6 +284,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     const long long ph_loop = clock64();
 #endif
     for (int k = 0; wgmma_item_index(k, items) < items; ++k) {
+#ifdef GLIMMER_STAMPS
+        unsigned item_t = (unsigned)clock();
+#endif
         const int ib = PRODUCER ? k & 1 : 0;              // the item's token tables
         const WgItem it = item_at(k);
         const int t0 = it.t0, ntb = it.ntb, h0 = it.h0, nh = it.nh;
@@ -314,6 +319,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             wg::hold(qf);
         }
         if (PRODUCER && k > 0) mbar_wait(&s_tab[0][ib], ((k - 1) >> 1) & 1);   // the item's tables made
+#ifdef GLIMMER_STAMPS
+        ph_q += (unsigned)clock() - item_t;
+#endif
 
         float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
 #pragma unroll
@@ -492,6 +500,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             }
         }
 
+#ifdef GLIMMER_STAMPS
+        item_t = (unsigned)clock();
+#endif
         if constexpr (PRODUCER) {
             __syncwarp();
             if (lane == 0) mbar_arrive(&s_tab[1][ib]);    // this warp is done with the item's tables
@@ -519,6 +530,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                                counters + (long long)t0 * (kv_heads * head_chunks) + it.y, xq, xd, xs};
             end_block<D, M, 1, WARPS>(reinterpret_cast<float*>(sbase), o, m, l, warp, 0, 1, false, ends);
         }
+#ifdef GLIMMER_STAMPS
+        ph_end += (unsigned)clock() - item_t;
+#endif
     }
     STAMP(3);
 #ifdef GLIMMER_STAMPS
@@ -530,6 +544,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
 #pragma unroll
     for (int i = 0; i < WG_PHASES; ++i) STAMP_VALUE(8 + i, ph[i]);
     STAMP_VALUE(15, ph_loop_cycles);
+    STAMP_VALUE(6, ph_q);
+    STAMP_VALUE(7, ph_end);
 #endif
 #endif
 }
