@@ -277,31 +277,6 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     int ph_tiles = 0;
 #endif
 
-    // item it's q rows as this lane's A fragment values (float2 pairs: a_j is row g + 8 (j & 1), columns
-    // 2t, 2t + 1 (+ 8 (j >> 1)) of each k-step), zeros for padding rows: read for the next item before
-    // this item's output is stored, so the read's wait overlaps the stores
-    float2 qraw[KS][4];
-    auto load_q = [&](int k, float2 (&raw)[KS][4]) {   // past the last item: zeros (no read)
-        const bool any = wgmma_item_index(k, items) < items;
-        const WgItem it = item_at(any ? k : 0);
-        int rt[2];
-        row_tokens<M>(16 * warp, lane, hpb, any ? it.ntb : 0, it.nh, rt);
-        const float* qr[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int r = 16 * warp + (lane >> 2) + 8 * i;
-            qr[i] = rt[i] >= 0 ? q + ((long long)(it.t0 + rt[i]) * q_heads + it.h0 + r % hpb) * D : nullptr;
-        }
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float* p = qr[j & 1];
-                const int c = 16 * ks + 2 * (lane & 3) + 8 * (j >> 1);
-                raw[ks][j] = p != nullptr ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.f, 0.f);
-            }
-    };
-    load_q(0, qraw);
     int st = 0;                                       // the stage of the next tile (PRODUCER: across passes, items)
     u32 parity = 0;                                   // PRODUCER: of the stages' phase of that tile
     STAMP(2);
@@ -321,15 +296,28 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
         row_tokens<M>(16 * warp, lane, hpb, ntb, nh, rtok);
         // q as bf16 A fragments, scaled: rows g and g + 8 of the warp, columns 2t, 2t + 1 (+ 8) of each k-step
         u32 qf[KS][4];
+        {
+            const float* qr[2];
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) qf[ks][j] = pack_bf16(qraw[ks][j].x * q_scale, qraw[ks][j].y * q_scale);
-        if constexpr (Q_SHARED)
+            for (int i = 0; i < 2; ++i) {
+                const int r = 16 * warp + (lane >> 2) + 8 * i;
+                qr[i] = rtok[i] >= 0 ? q + ((long long)(t0 + rtok[i]) * q_heads + h0 + r % hpb) * D : nullptr;
+            }
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks)
-                qs[ks * THREADS + tid] = make_uint4(qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
-        wg::hold(qf);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {             // a_j: row g + 8 (j & 1), columns + 8 (j >> 1)
+                    const float* p = qr[j & 1];
+                    const int c = 16 * ks + 2 * (lane & 3) + 8 * (j >> 1);
+                    const float2 v = p != nullptr ? *reinterpret_cast<const float2*>(p + c) : make_float2(0.f, 0.f);
+                    qf[ks][j] = pack_bf16(v.x * q_scale, v.y * q_scale);
+                }
+            if constexpr (Q_SHARED)
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks)
+                    qs[ks * THREADS + tid] = make_uint4(qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
+            wg::hold(qf);
+        }
         if (PRODUCER && k > 0) mbar_wait(&s_tab[0][ib], ((k - 1) >> 1) & 1);   // the item's tables made
 #ifdef GLIMMER_STAMPS
         ph_q += (unsigned)clock() - item_t;
@@ -520,7 +508,6 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             if (lane == 0) mbar_arrive(&s_tab[1][ib]);    // this warp is done with the item's tables
         }
         cp_wait<0>();
-        load_q(k + 1, qraw);
         if (xq == nullptr) {
             // Each row is whole in one warp's fragments (a quad of lanes), so without int8 codes to
             // make (they need a row's 32-value groups on one lane's neighbours) the lanes store their
