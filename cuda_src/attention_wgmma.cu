@@ -398,42 +398,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                         for (int c = 0; c < 4; ++c) sc[n][c] = softcap_log2 * tanhf(sc[n][c] * inv_softcap);
                 if (!full) rr.mask<NT>(sc, pb, lane);
                 float mx[2];
-#ifdef ATTN_WGMMA_TREE
-                // the row maxima and the tile's sums of p by pairwise trees (4 dependent steps, not 9)
-                float a[NT], b[NT];
-#pragma unroll
-                for (int n = 0; n < NT; ++n) a[n] = fmaxf(sc[n][0], sc[n][1]), b[n] = fmaxf(sc[n][2], sc[n][3]);
-#pragma unroll
-                for (int w = NT / 2; w >= 1; w /= 2)
-#pragma unroll
-                    for (int n = 0; n < w; ++n) a[n] = fmaxf(a[n], a[n + w]), b[n] = fmaxf(b[n], b[n + w]);
-                mx[0] = quad_max(a[0]);
-                mx[1] = quad_max(b[0]);
-                float mu[2], alpha[2];
-                new_max(mx, m, l, mu, alpha);
-                rescale<NO>(o, alpha);
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    float e[4];
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) e[c] = exp2_(sc[n][c] - mu[c >> 1]);
-                    a[n] = e[0] + e[1];
-                    b[n] = e[2] + e[3];
-                    p[n >> 1][2 * (n & 1)] = pack_bf16(e[0], e[1]);
-                    p[n >> 1][2 * (n & 1) + 1] = pack_bf16(e[2], e[3]);
-                }
-#pragma unroll
-                for (int w = NT / 2; w >= 1; w /= 2)
-#pragma unroll
-                    for (int n = 0; n < w; ++n) a[n] += a[n + w], b[n] += b[n + w];
-                l[0] += a[0];
-                l[1] += b[0];
-#else
                 tile_max<NT>(sc, mx);
                 mx[0] = quad_max(mx[0]);
                 mx[1] = quad_max(mx[1]);
                 update<NT, NO>(sc, mx, m, l, o, p);
-#endif
             };
             // O += P V of the tile in stage `stage`, issued (the caller waits)
             auto values = [&](int stage, u32 (&p)[NT / 2][4]) {
