@@ -4,11 +4,12 @@ tile's copies issued, K landed, S = Q K^T, the softmax, V landed, O += P V, the 
 thread 0 writes its block's sums. One T-token prompt over scattered cells, one launch (the third of
 five). Printed: the launch's µs, each phase's cycles a tile and share of the tile loop, summed over
 the blocks, with the clock the loop's cycles and its global-timer span imply; then the spread of a
-block's tiles and loop time. Whether the loop waits on its copies (K or V landed), on the tensor
+block's tiles and loop time (with resident blocks, the default, a block's loop spans all its items,
+each with its q read and output). Whether the loop waits on its copies (K or V landed), on the tensor
 cores (the two multiplies) or on the softmax is what decides the kernel's next form.
 
     PYTHONPATH=$PWD python3 bench/probe_attention_wgmma.py [--heads 32,8,128] [--rows 64|128]
-                                                           [--stages 2|3] [T ...]
+                                                           [--stages 2|3] [--resident 0|1] [T ...]
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 from bench_attention import prompt_inputs  # noqa: E402
 from stamp_stats import module_stamps, spread  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.ops.attention import _WGMMA_EXPRS, WGMMA_DEPTH, WGMMA_PRODUCER, WGMMA_ROWS, wgmma_runs  # noqa: E402
+from glimmer_cupy.ops.attention import (_WGMMA_EXPRS, WGMMA_DEPTH, WGMMA_PERSISTENT, WGMMA_PRODUCER,  # noqa: E402
+                                        WGMMA_ROWS, wgmma_runs)
+
+attention = sys.modules["glimmer_cupy.ops.attention"]     # the module (ops.attention is the function)
 
 # attention_wgmma.cu's phases: stamps 8.. hold their cycles in this order
 PHASES = ("copies issued", "K landed", "S = Q K^T", "softmax", "V landed", "O += P V", "closing barrier")
-START, INPUTS, LOOP, LOOP_END, DONE, TILES, FIRST_PHASE, LOOP_CYCLES = 0, 1, 2, 3, 4, 5, 8, 15
+START, INPUTS, LOOP, LOOP_END, DONE, TILES, Q_READ, OUTPUT, FIRST_PHASE, LOOP_CYCLES = 0, 1, 2, 3, 4, 5, 6, 7, 8, 15
 
 
 def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int, producer: bool) -> None:
@@ -50,6 +54,7 @@ def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int, producer: b
     s = s[s[:, START] > 0]
     r = summary(s)
     print(f"T={t} heads {hq}/{hkv} d={d}: {rows}-row blocks, {stages} stages, producer warpgroup {producer}, "
+          f"resident blocks {attention.WGMMA_PERSISTENT and producer}, "
           f"{len(s)} blocks, {r['tiles']} tiles; "
           f"launch {r['launch_us']:.1f} µs (first start to last end); clock {r['ghz']:.2f} GHz (the loops' cycles "
           "over their global-timer ns)")
@@ -69,7 +74,10 @@ def summary(s: np.ndarray) -> dict:
     loop_cycles = int(s[:, LOOP_CYCLES].sum())
     sums = s[:, FIRST_PHASE:FIRST_PHASE + len(PHASES)].sum(axis=0)
     phases = {name: (c / max(tiles, 1), c / max(loop_cycles, 1)) for name, c in zip(PHASES, sums)}
-    rest = loop_cycles - sums.sum()
+    items = {"(items' q read)": int(s[:, Q_READ].sum()), "(items' output)": int(s[:, OUTPUT].sum())}
+    rest = loop_cycles - sums.sum() - sum(items.values())
+    for name, c in items.items():
+        phases[name] = (c / max(tiles, 1), c / max(loop_cycles, 1))
     phases["(between tiles)"] = (rest / max(tiles, 1), rest / max(loop_cycles, 1))
     return dict(launch_us=(s[:, DONE].max() - s[:, START].min()) / 1e3, tiles=tiles,
                 ghz=loop_cycles / max(int((s[:, LOOP_END] - s[:, LOOP]).sum()), 1), phases=phases)
@@ -82,7 +90,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", type=int, default=WGMMA_DEPTH)
     ap.add_argument("--producer", type=int, choices=(0, 1), default=int(WGMMA_PRODUCER),
                     help="1: a producer warpgroup issues the copies (64-row blocks)")
+    ap.add_argument("--resident", type=int, choices=(0, 1), default=int(WGMMA_PERSISTENT),
+                    help="1: with the producer, blocks stay resident over several items (0: a block an item)")
     args = ap.parse_args(argv)
+    attention.WGMMA_PERSISTENT = bool(args.resident)
     try:
         hq, hkv, d = (int(x) for x in args.heads.split(","))
     except ValueError:

@@ -135,7 +135,10 @@ def loop_clobbers(sass: str, kernel: str, reader: str, width: int) -> list[str]:
              if m and i > last and labels.get(m.group(1), first + 1) <= first]
     if not edges:
         raise ValueError(f"no loop of {kernel} holds the instructions matching {reader!r}")
-    head, back = max(edges, key=lambda e: (e[0], -e[1]))     # the innermost: the latest head, the first edge
+    # the innermost: the first back edge after the readers (then the latest head). Not the latest head
+    # first: ptxas places the retry loops of barrier waits out of line at the function's end, and their
+    # edges back into the tile loop would take the whole function for the loop.
+    head, back = min(edges, key=lambda e: (e[1], -e[0]))
     writes = [written(t) for _, _, t in ins]
     out = []
     for i, r0 in reads:

@@ -11,11 +11,13 @@ namespace amma {
 constexpr int kTile = 64;                     // positions per K/V tile
 
 // the block's tokens t0 .. t0 + ntb - 1: sequence and visible range [lo, hi)
-// (attn::visible_range), by all threads of the block; the caller synchronises
+// (attn::visible_range), by the threads `first`, `first + stride`, ... (all threads of the block by
+// default); the caller synchronises
 __device__ __forceinline__ void block_tokens(const int* __restrict__ tok_seq, const int* __restrict__ tok_pos,
                                              const int* __restrict__ seq_lens, bool masked, int window, int t0,
-                                             int ntb, int* s_seq, int* s_lo, int* s_hi) {
-    for (int i = threadIdx.x; i < ntb; i += blockDim.x) {
+                                             int ntb, int* s_seq, int* s_lo, int* s_hi, int first = threadIdx.x,
+                                             int stride = blockDim.x) {
+    for (int i = first; i < ntb; i += stride) {
         const int sq = tok_seq[t0 + i], p = tok_pos[t0 + i];
         int lo, hi;
         attn::visible_range(seq_lens[sq], p, masked, window, lo, hi);
@@ -57,17 +59,17 @@ __device__ __forceinline__ bool pass_range(int pi, int ntb, const int* s_seq, co
     return true;
 }
 
-// The block's passes, found once by the threads of its first M / 32 warps, token i's by thread i
-// (after block_tokens' writes are visible; the caller synchronises before reading them): bit i of
+// The block's passes, found once by M threads in whole warps, token i's by the thread numbered i
+// among them (threadIdx.x by default; after block_tokens' writes are visible; the caller
+// synchronises before reading them): bit i of
 // s_first[i / 32] set where token i opens a pass (pass_range true), and then s_plo[i], s_phi[i] the
 // pass's range. pass_range, called for every token, scans the block's tokens again each time: the
 // prefill kernel's blocks of 16 to 128 tokens spent ~3,000 cycles on those scans.
 template <int M>
 __device__ __forceinline__ void block_passes(int ntb, const int* s_seq, const int* s_lo, const int* s_hi,
-                                             unsigned* s_first, int* s_plo, int* s_phi) {
+                                             unsigned* s_first, int* s_plo, int* s_phi, int i = threadIdx.x) {
     static_assert(M % 32 == 0, "whole warps");
-    const int i = threadIdx.x;
-    if (i >= M) return;
+    if (i < 0 || i >= M) return;
     const bool first = i < ntb && pass_range(i, ntb, s_seq, s_lo, s_hi, s_plo[i], s_phi[i]);
     const unsigned opens = __ballot_sync(0xffffffffu, first);
     if ((i & 31) == 0) s_first[i >> 5] = opens;

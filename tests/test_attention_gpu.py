@@ -613,6 +613,33 @@ def test_wgmma_variants_are_bit_identical(per_seq, d):
 
 
 @gpu
+@pytest.mark.parametrize("blocks", [1, 3, 7])
+@pytest.mark.parametrize("d", [64, 128])
+def test_wgmma_resident_blocks_take_many_items(blocks, d, monkeypatch):
+    """With the producer, a launch of a few resident blocks, each taking many items (token tables
+    double-buffered, its copies' stages and barriers carried from item to item), gives the output
+    of a block an item bit for bit: mixed sequences (several passes a block), a window, a visibility
+    mask with a hidden row, a softcap."""
+    import sys
+    attention = sys.modules["glimmer_cupy.ops.attention"]    # the module (ops.attention is the function)
+    rng = np.random.default_rng(70 + blocks + d)
+    cases = [(make_step(rng, [1, 7, 33, 511, 512, 513, 900, 64], 32, 8, d, per_seq=40), {}),
+             (make_step(rng, [700, 701], 8, 4, d, per_seq=300), dict(window=512)),
+             (make_step(rng, [1200], 8, 2, d, per_seq=50), dict(softcap=5.0))]
+    step, visible = hidden_row_step(23 + d, d)
+    cases.append((step, dict(visible=visible.astype(np.uint8))))
+    for i, (step, kw) in enumerate(cases):
+        monkeypatch.setattr(attention, "WGMMA_PERSISTENT", False)
+        one, ref = run_wgmma(*step, force_producer=True, **kw)
+        monkeypatch.setattr(attention, "WGMMA_PERSISTENT", True)
+        monkeypatch.setattr(attention, "WGMMA_MAX_BLOCKS", blocks)
+        got, _ = run_wgmma(*step, force_producer=True, **kw)
+        monkeypatch.setattr(attention, "WGMMA_MAX_BLOCKS", None)
+        assert_close(got, ref, ("resident", blocks, d, i), "wgmma")
+        np.testing.assert_array_equal(got, one, err_msg=f"case {i}, {blocks} blocks")
+
+
+@gpu
 @pytest.mark.parametrize("q_heads,kv_heads", [(8, 8), (12, 4), (16, 2), (9, 3), (64, 1)])
 def test_wgmma_gqa_groups(q_heads, kv_heads):
     """GQA groups of 1, 3, 8, 3 and 64 query heads: rows // group tokens a block, padding rows when

@@ -76,6 +76,42 @@ def test_a_fragment_loaded_again_at_the_loop_head_is_not_a_clobber():
     assert loop_clobbers(CLOBBERED.replace("PACK_AB R101", "PACK_AB R120"), "_Z1kv", SCORES, 4) == []
 
 
+# The loop of CLOBBERED without the clobber, an outer loop whose end loads the next pass's inputs
+# into R100.. once the inner loop is left (then packed again before it), and a barrier wait whose
+# retry ptxas put out of line after the function's end, branching back into the inner loop.
+OUT_OF_LINE = """\
+.text._Z1kv:
+.L_x_0:
+        /*0000*/                   F2FP.BF16.F32.PACK_AB R100, R15, R14 ;
+.L_x_1:
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R3+URZ], R4 ;
+        /*0020*/              @!P1 BRA `(.L_x_8) ;
+.L_x_2:
+        /*0030*/                   WARPGROUP.ARRIVE ;
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, R100, gdesc[UR20], RZ, !UPT, gsb0 ;
+        /*0050*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0060*/                   F2FP.BF16.F32.PACK_AB R120, R25, R24 ;
+        /*0070*/                   HGMMA.64x64x16.F32.BF16 R56, R120, gdesc[UR20].tnspB, R56, gsb0 ;
+        /*0080*/               @P0 BRA `(.L_x_1) ;
+        /*0090*/                   LDG.E.64 R100, desc[UR26][R6.64] ;
+        /*00a0*/               @P2 BRA `(.L_x_0) ;
+        /*00b0*/                   EXIT ;
+.L_x_8:
+        /*00c0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [R3+URZ], R4 ;
+        /*00d0*/              @!P1 BRA `(.L_x_8) ;
+        /*00e0*/                   BRA `(.L_x_2) ;
+"""
+
+
+def test_a_write_after_the_loop_is_left_is_not_a_clobber():
+    """The innermost loop is the one the readers' first back edge closes: the out-of-line retry's
+    edge into it does not make the outer loop's end part of it."""
+    assert loop_clobbers(OUT_OF_LINE, "_Z1kv", SCORES, 4) == []
+    # the same write inside the inner loop is
+    inside = OUT_OF_LINE.replace("PACK_AB R120, R25, R24", "PACK_AB R101, R25, R24")
+    assert [c.split(" ")[0] for c in loop_clobbers(inside, "_Z1kv", SCORES, 4)] == ["R101"]
+
+
 def test_readers_outside_any_loop_are_an_error():
     with pytest.raises(ValueError, match="no loop"):
         loop_clobbers(CLOBBERED.replace("`(.L_x_1) ;", "`(.L_x_9) ;\n.L_x_9:"), "_Z1kv", SCORES, 4)

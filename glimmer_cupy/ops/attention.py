@@ -311,6 +311,15 @@ WGMMA_ROWS = 64
 # (bench/results/attention_wgmma_passes_d128_acead8a.md): T = 512 16.4 us, 2048 113.8, 8192 1483 (SDPA
 # 12.8, 83.4, 1031.5; 111.6 against 83.8 at 2048 in another call); without the producer 20.5, 147.3, 1948.
 WGMMA_PRODUCER = True
+# With the producer, blocks stay resident over several work items (two blocks an SM, each taking items
+# snake-wise): the producer makes the next item's token tables and starts its copies while the
+# multiplying warpgroup finishes the last (attention_wgmma.cu). False: a block an item. WGMMA_MAX_BLOCKS
+# caps the resident blocks (None: two an SM; tests set a few to give every block many items). Measured
+# (bench/results/attention_wgmma_resident_41ef0c6_h200.txt), Qwen3-8B heads, causal, against a block an
+# item: T = 2048 110.8 / 119.9 us (SDPA 85.1), 8192 1523 / 1539 (1039); T = 512 has fewer items than
+# blocks (18.4 either way). On an H100: 112.9 / 122.2 (SDPA 84.9).
+WGMMA_PERSISTENT = True
+WGMMA_MAX_BLOCKS: int | None = None
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
                        for p in (False, True) if r == 64 or not p)
 _WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(p).lower()}>" for d, st, r, p in WGMMA_VARIANTS)
@@ -569,11 +578,10 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
             raise fail(op, "force_producer", f"False for {rows}-row blocks (the producer warpgroup serves 64-row blocks)",
                        producer)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
-        blocks_z = -(-t // tpb)
-        if blocks_z > 65535:
-            raise fail(op, "q", "at most 65535 token blocks per call", f"{blocks_z} ({t} tokens)")
+        items = hkv * -(-t // tpb)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
-        grid = (1, hkv, blocks_z)
+        resident = producer and WGMMA_PERSISTENT and not (q8 and wants_q8(t, hq * d, True))
+        grid = (min(items, WGMMA_MAX_BLOCKS or 2 * sm_count()) if resident else items, 1, 1)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
         stages = int(force_stages) if force_stages else MMA_DEPTH
