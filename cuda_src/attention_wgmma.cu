@@ -34,7 +34,7 @@
 //     for, as attn_mma_kernel's prefill blocks (attn_mma_end.cuh: end_block, one warp a row group).
 //   Work items: item i is (kv head chunk i % Y, the (i / Y)-th token block from the end), Y = kv_heads *
 //     head_chunks, so the longest come first. Block b of G takes items snake-wise: round r the
-//     (r even ? b : G - 1 - b)-th of items r G .. r G + G - 1 (wgmma_items). With G = every item each
+//     (r even ? b : G - 1 - b)-th of items r G .. r G + G - 1 (wgmma_item_index). With G = every item each
 //     block takes one. With the producer and fewer blocks (two an SM) a block stays resident over its
 //     items: the producer makes the next item's token tables (double-buffered) and starts its copies
 //     while the multiplying warps finish the last, so a block's start (index reads, the passes, the
