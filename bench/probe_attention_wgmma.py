@@ -69,7 +69,8 @@ def probe(t: int, hq: int, hkv: int, d: int, rows: int, stages: int, producer: b
 def summary(s: np.ndarray) -> dict:
     """From the stamps of the blocks that ran (blocks, 16): the launch's µs, the tiles, the SM clock
     in GHz (the loops' cycles over their global-timer ns), and {phase: (cycles a tile, share of the
-    loop's cycles)}, with "(between tiles)" for the loop's cycles outside every phase."""
+    loop's cycles)}, with the items' q reads and outputs, and "(the rest)" for the loop's cycles outside
+    all of them (the tile loop's own steps, each item's wait for its tables)."""
     tiles = int(s[:, TILES].sum())
     loop_cycles = int(s[:, LOOP_CYCLES].sum())
     sums = s[:, FIRST_PHASE:FIRST_PHASE + len(PHASES)].sum(axis=0)
@@ -78,7 +79,7 @@ def summary(s: np.ndarray) -> dict:
     rest = loop_cycles - sums.sum() - sum(items.values())
     for name, c in items.items():
         phases[name] = (c / max(tiles, 1), c / max(loop_cycles, 1))
-    phases["(between tiles)"] = (rest / max(tiles, 1), rest / max(loop_cycles, 1))
+    phases["(the rest)"] = (rest / max(tiles, 1), rest / max(loop_cycles, 1))
     return dict(launch_us=(s[:, DONE].max() - s[:, START].min()) / 1e3, tiles=tiles,
                 ghz=loop_cycles / max(int((s[:, LOOP_END] - s[:, LOOP]).sum()), 1), phases=phases)
 

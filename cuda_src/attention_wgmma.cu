@@ -58,8 +58,8 @@
 // The probe's phases (-DGLIMMER_STAMPS, bench/probe_attention_wgmma.py): each thread sums its SM
 // clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
 // are times (start, the first item's tables ready, its q read begun, the last item's tile loop
-// ended, block done), 5 the tiles, 6 and 7 the cycles of every item's q read (with the wait for
-// its tables) and of its output, 8-14 the cycles of the phases in loop order (PHASE(i) ends phase
+// ended, block done), 5 the tiles, 6 and 7 the cycles of every item's q read and of its output (the
+// wait for an item's tables is left to the probe's rest), 8-14 the cycles of the phases in loop order (PHASE(i) ends phase
 // i), 15 the cycles from stamp 2 to 3 (every item's q, tile loop and output).
 #ifdef GLIMMER_STAMPS
 #define WG_PHASES 7
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     }
 #ifdef GLIMMER_STAMPS
     unsigned ph[WG_PHASES] = {}, ph_t = 0;          // 32-bit sums: a block's loop is far below 2^32 cycles
-    unsigned ph_q = 0, ph_end = 0;                  // every item's q read and tables wait, its output
+    unsigned ph_q = 0, ph_end = 0;                  // every item's q read, its output
     int ph_tiles = 0;
 #endif
 
@@ -318,10 +318,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                     qs[ks * THREADS + tid] = make_uint4(qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
             wg::hold(qf);
         }
-        if (PRODUCER && k > 0) mbar_wait(&s_tab[0][ib], ((k - 1) >> 1) & 1);   // the item's tables made
 #ifdef GLIMMER_STAMPS
         ph_q += (unsigned)clock() - item_t;
 #endif
+        if (PRODUCER && k > 0) mbar_wait(&s_tab[0][ib], ((k - 1) >> 1) & 1);   // the item's tables made
 
         float o[NO][4], m[2] = {kNegInf, kNegInf}, l[2] = {0.f, 0.f};
 #pragma unroll
