@@ -213,9 +213,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                     if (k >= 2) mbar_wait(&s_tab[1][ib], ((k - 2) >> 1) & 1);
                     block_tokens(tok_seq, tok_pos, seq_lens, masked, window, it.t0, it.ntb, s_seq[ib], s_lo[ib],
                                  s_hi[ib], pt, 128);
-                    amma::bar_sync(1, 128);
+                    bar_sync(1, 128);
                     block_passes<M>(it.ntb, s_seq[ib], s_lo[ib], s_hi[ib], s_first[ib], s_plo[ib], s_phi[ib], pt);
-                    amma::bar_sync(1, 128);
+                    bar_sync(1, 128);
                     mbar_arrive(&s_tab[0][ib]);
                 }
                 // the item's q rows into L2 for the multiplying warps' reads, 128 bytes a piece

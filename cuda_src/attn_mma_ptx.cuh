@@ -45,11 +45,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const u32 (&a)[4], u32 b
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// named barrier `id` (1..15; 0 is __syncthreads') of `threads` threads in whole warps
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(kAll, x, 1));
     return fmaxf(x, __shfl_xor_sync(kAll, x, 2));

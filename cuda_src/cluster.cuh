@@ -1,6 +1,7 @@
 // cluster.cuh — thread block clusters in sm_90 PTX (no headers: NVRTC compiles these files bare),
 // for the kernels whose blocks cooperate through distributed shared memory: the split-K decode
-// merge (attn_split.cuh, attn_mma_end.cuh) and the sampling rows (sampling_rows.cuh, sampling_topk.cuh).
+// merge (attn_split.cuh, attn_mma_end.cuh) and the sampling rows (sampling_rows.cuh, sampling_topk.cuh);
+// and a block's own barriers (mbarriers, named barriers) for the kernels whose warps take roles.
 #pragma once
 
 // blocks in this block's cluster (1 when launched without one) and this block's rank in it
@@ -96,6 +97,12 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
     while (!done)
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(done) : "r"(a), "r"(parity) : "memory");
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) of `threads` threads (a multiple of 32) of this block: the
+// threads that reach it first wait for the rest
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // an arrival on this block's barrier made when every cp.async this thread issued before has landed

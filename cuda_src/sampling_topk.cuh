@@ -57,11 +57,6 @@ __device__ __forceinline__ u32 add_cluster_u32(u32 addr, u32 v) {
     return old;
 }
 
-// Barrier `id` (1..15; 0 is __syncthreads) of the first `threads` threads (a multiple of 32).
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // ---------------------------------------------------------------- reading a chunk
 
 // [lo, hi) as for_chunk reads it: ids [lo, a) and [b, hi) singly, [a, b) in float4s from x + a,
