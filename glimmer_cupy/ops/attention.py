@@ -546,6 +546,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     if t == 0:
         return out
     group = hq // hkv
+    codes_asked = q8 and wants_q8(t, hq * d, True)   # int8 codes of the output made in the kernels' end
     max_len = width if host_len is None else host_len
     if window and visible is None:
         max_len = min(max_len, int(window))
@@ -580,7 +581,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
         items = hkv * -(-t // tpb)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
-        resident = producer and WGMMA_PERSISTENT and not (q8 and wants_q8(t, hq * d, True))
+        resident = producer and WGMMA_PERSISTENT and not codes_asked
         grid = (min(items, WGMMA_MAX_BLOCKS or 2 * sm_count()) if resident else items, 1, 1)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
@@ -626,7 +627,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     softcap_log2 = softcap * LOG2E if softcap else 0.0
     inv_softcap = 1.0 / softcap if softcap else 0.0
     vis = visible if visible is not None else np.uint64(0)           # a null pointer
-    codes = q8_buffers(t, hq * d) if q8 and wants_q8(t, hq * d, True) else None
+    codes = q8_buffers(t, hq * d) if codes_asked else None
     qargs = codes if codes is not None else NO_CODES
     args = (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
             tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
