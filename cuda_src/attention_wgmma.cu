@@ -70,6 +70,11 @@
 #define PHASE(i) ((void)0)
 #endif
 
+// Bounds of the tile loop, for the probe's question of what limits it (wrong results; never in a
+// model): ATTN_WGMMA_COPY_ONLY keeps the producer's copies and the barriers and drops the multiplies
+// and the softmax (the time the K/V tiles take to arrive); ATTN_WGMMA_MATH_ONLY keeps the math and
+// the barriers and drops the copies (the multiplying warps' own chain).
+
 // this thread's cp.async copies but the newest N groups have landed, and then every thread's: visible
 // to the tensor cores (the async proxy) for the block
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -252,9 +257,13 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                                 cp_async16(stages + st * TILE + dst0 + j * ROW_STEP * 128, src + off[j],
                                            j * ROW_STEP < left ? 16 : 0);
                         };
+#ifndef ATTN_WGMMA_MATH_ONLY
                         copy(sK, ksrc);
+#endif
                         cp_landed_arrive(&s_bar[0][st]);
+#ifndef ATTN_WGMMA_MATH_ONLY
                         copy(sV, vsrc);
+#endif
                         cp_landed_arrive(&s_bar[1][st]);
                         st = st == STAGES - 1 ? 0 : st + 1;
                         parity ^= st == 0 ? 1u : 0u;
@@ -436,11 +445,15 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 } else
                     landed<2 * STAGES - 1>();             // K of this tile
                 PHASE(1);
+#ifndef ATTN_WGMMA_COPY_ONLY
                 scores(st, s);
                 wg::wait<0>();
                 wg::hold(s);
+#endif
                 PHASE(2);
+#ifndef ATTN_WGMMA_COPY_ONLY
                 softmax(s, LO + kTile * tile, p);
+#endif
                 PHASE(3);
                 if constexpr (PRODUCER) {
                     mbar_wait(&s_bar[1][st], parity);
@@ -448,9 +461,11 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 } else
                     landed<2 * STAGES - 2>();             // V of this tile
                 PHASE(4);
+#ifndef ATTN_WGMMA_COPY_ONLY
                 values(st, p);
                 wg::wait<0>();
                 wg::hold(o);
+#endif
                 PHASE(5);
                 if constexpr (PRODUCER) {
                     __syncwarp();
