@@ -302,8 +302,7 @@ WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragme
 WGMMA_DEPTH = 3                      # with the producer 2-3% faster than 2 (the same without it)
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
-# PRODUCER: one more warpgroup issues every K/V copy, the other waits on the stages' barriers (built
-# for 64-row blocks only). Measured (bench/results/attention_wgmma_producer_*_efce866.md), causal,
+# PRODUCER: one more warpgroup issues every K/V copy, the others wait on the stages' barriers. Measured (bench/results/attention_wgmma_producer_*_efce866.md), causal,
 # against the same kernel without it: Qwen3-8B heads T = 512 24.8 / 26.2 us, 2048 147.7 / 166.5,
 # 8192 1548 / 1974 (SDPA 12.8, 82.6, 1020); SmolLM2's T = 2048 46.2 / 53.5, T = 512 23.1 / 22.4. A
 # producer of one warp was 2.6x slower (431 us at 2048: its copies issue ~80 cycles apart). With the
@@ -314,14 +313,14 @@ WGMMA_PRODUCER = True
 # With the producer, blocks stay resident over several work items (two blocks an SM, each taking items
 # snake-wise): the producer makes the next item's token tables and starts its copies while the
 # multiplying warpgroup finishes the last (attention_wgmma.cu). False: a block an item. WGMMA_MAX_BLOCKS
-# caps the resident blocks (None: two an SM; tests set a few to give every block many items). Measured
+# caps the resident blocks (None: two an SM at 64 rows, one at 128; tests set a few to give every block many items). Measured
 # (bench/results/attention_wgmma_resident_41ef0c6_h200.txt), Qwen3-8B heads, causal, against a block an
 # item: T = 2048 110.8 / 119.9 us (SDPA 85.1), 8192 1523 / 1539 (1039); T = 512 has fewer items than
 # blocks (18.4 either way). On an H100: 112.9 / 122.2 (SDPA 84.9).
 WGMMA_PERSISTENT = True
 WGMMA_MAX_BLOCKS: int | None = None
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
-                       for p in (False, True) if r == 64 or not p)
+                       for p in (False, True))
 _WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(p).lower()}>" for d, st, r, p in WGMMA_VARIANTS)
 
 
@@ -582,7 +581,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         items = hkv * -(-t // tpb)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
         resident = producer and WGMMA_PERSISTENT and not codes_asked
-        grid = (min(items, WGMMA_MAX_BLOCKS or 2 * sm_count()) if resident else items, 1, 1)
+        per_sm = 2 if rows == 64 else 1                 # blocks an SM (attention_wgmma.cu's launch bounds)
+        grid = (min(items, WGMMA_MAX_BLOCKS or per_sm * sm_count()) if resident else items, 1, 1)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
         stages = int(force_stages) if force_stages else MMA_DEPTH
