@@ -615,11 +615,12 @@ def test_wgmma_variants_are_bit_identical(per_seq, d):
 @gpu
 @pytest.mark.parametrize("blocks", [1, 3, 7])
 @pytest.mark.parametrize("d", [64, 128])
-def test_wgmma_resident_blocks_take_many_items(blocks, d, monkeypatch):
+@pytest.mark.parametrize("rows", [64, 128])
+def test_wgmma_resident_blocks_take_many_items(blocks, d, rows, monkeypatch):
     """With the producer, a launch of a few resident blocks, each taking many items (token tables
     double-buffered, its copies' stages and barriers carried from item to item), gives the output
-    of a block an item bit for bit: mixed sequences (several passes a block), a window, a visibility
-    mask with a hidden row, a softcap."""
+    of a block an item bit for bit, at 64 and 128 rows a block: mixed sequences (several passes a
+    block), a window, a visibility mask with a hidden row, a softcap."""
     import sys
     attention = sys.modules["glimmer_cupy.ops.attention"]    # the module (ops.attention is the function)
     rng = np.random.default_rng(70 + blocks + d)
@@ -630,12 +631,12 @@ def test_wgmma_resident_blocks_take_many_items(blocks, d, monkeypatch):
     cases.append((step, dict(visible=visible.astype(np.uint8))))
     for i, (step, kw) in enumerate(cases):
         monkeypatch.setattr(attention, "WGMMA_PERSISTENT", False)
-        one, ref = run_wgmma(*step, force_producer=True, **kw)
+        one, ref = run_wgmma(*step, force_producer=True, force_rows=rows, **kw)
         monkeypatch.setattr(attention, "WGMMA_PERSISTENT", True)
         monkeypatch.setattr(attention, "WGMMA_MAX_BLOCKS", blocks)
-        got, _ = run_wgmma(*step, force_producer=True, **kw)
+        got, _ = run_wgmma(*step, force_producer=True, force_rows=rows, **kw)
         monkeypatch.setattr(attention, "WGMMA_MAX_BLOCKS", None)
-        assert_close(got, ref, ("resident", blocks, d, i), "wgmma")
+        assert_close(got, ref, ("resident", blocks, d, rows, i), "wgmma")
         np.testing.assert_array_equal(got, one, err_msg=f"case {i}, {blocks} blocks")
 
 
