@@ -332,6 +332,24 @@ def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
     return max(2 * stages * MMA_TILE * d * 2 + q, 4 * (rows * d + 2 * rows)) + 1024
 
 
+# head dims where 128-row prefill blocks are the default when resident blocks fill the SMs (wgmma_rows;
+# measured at 128 only)
+WGMMA_WIDE_DIMS = (128,)
+
+
+def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident: bool) -> int:
+    """Rows of a prefill block: 128 (two multiplying warpgroups share each K/V tile, so half the
+    tiles are copied) where resident producer blocks get at least one 128-row item an SM, at
+    WGMMA_WIDE_DIMS; else WGMMA_ROWS. Measured on an H100, Qwen3-8B heads, causal
+    (bench/results/ab_prefill_r128p_c133a72_h100.txt): T = 2048 107.6 us against 64-row blocks'
+    111.1, T = 8192 1330 against 1501 (SDPA 82.2, 1010); both bounded by the K/V tiles' copies from
+    L2 (at 64 rows they alone take 73.5 and 1124 us)."""
+    if not resident or d not in WGMMA_WIDE_DIMS:
+        return WGMMA_ROWS
+    items = kv_heads * -(-n_tok // (128 // group))
+    return 128 if items >= sms else WGMMA_ROWS
+
+
 def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
     """Whether attn_wgmma_kernel serves a prefill step of head dim d and GQA group size `group`
     for `kernel` ("wgmma" asks for it at every head dim it is built for; "stream", the default,
@@ -569,14 +587,13 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
         stages = int(force_stages) if force_stages else WGMMA_DEPTH
-        rows = force_rows or WGMMA_ROWS
         producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
+        rows = force_rows or wgmma_rows(t, group, hkv, d, sm_count(), producer and WGMMA_PERSISTENT and not codes_asked)
         if (d, stages, rows, False) not in WGMMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
         if (d, stages, rows, producer) not in WGMMA_VARIANTS:
-            raise fail(op, "force_producer", f"False for {rows}-row blocks (the producer warpgroup serves 64-row blocks)",
-                       producer)
+            raise fail(op, "force_producer", f"a built variant for {rows}-row blocks (WGMMA_VARIANTS)", producer)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
         items = hkv * -(-t // tpb)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
