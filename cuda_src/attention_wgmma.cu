@@ -20,7 +20,7 @@
 //     read (wgmma.cuh), STAGES tiles deep, K and V separate commit groups. Two ways (PRODUCER):
 //     - false: every thread of the warpgroups issues a share of each tile's pieces, each tile's
 //       cell offsets read STAGES tiles ahead into s_off, and the block meets at a barrier a tile;
-//     - true: one more warpgroup (the last, registers moved to the multiplying one) issues every
+//     - true: one more warpgroup (the last, registers moved to the multiplying ones) issues every
 //       piece; the multiplying warps only wait for a tile's K (then its V) on the stage's barriers
 //       and hand the stage back on another, so the copies' instructions leave the math warps (a
 //       third of the tile loop there, by the phase probe: bench/results/NOTES.md, the fortieth
@@ -35,7 +35,7 @@
 //   Work items: item i is (kv head chunk i % Y, the (i / Y)-th token block from the end), Y = kv_heads *
 //     head_chunks, so the longest come first. Block b of G takes items snake-wise: round r the
 //     (r even ? b : G - 1 - b)-th of items r G .. r G + G - 1 (wgmma_item_index). With G = every item each
-//     block takes one. With the producer and fewer blocks (two an SM) a block stays resident over its
+//     block takes one. With the producer and fewer blocks (two an SM at 64 rows, one at 128) a block stays resident over its
 //     items: the producer makes the next item's token tables (double-buffered) and starts its copies
 //     while the multiplying warps finish the last, so a block's start (index reads, the passes, the
 //     first tiles' cells and copies: ~5 us of each block's ~30 in the phase probe) overlaps work.
@@ -119,11 +119,14 @@ __device__ __forceinline__ int wgmma_item_index(int k, int items) {
     return i < items ? (int)i : items;
 }
 
-// Registers: two blocks an SM at one warpgroup, one at two. With the producer warpgroup (built for
-// one warpgroup of multiplies only) a block starts at 128 registers a thread (two blocks of 256
-// threads fill the register file); the producer gives back all but kProducerRegs and the
-// multiplying warpgroup takes kConsumerRegs (setmaxnreg): 128 (56 + 200) = 2 * 128 * 128 / 2.
-constexpr int kProducerRegs = 56, kConsumerRegs = 200;
+// Registers: two blocks an SM at one warpgroup, one at two. With the producer warpgroup a block
+// starts at 128 registers a thread at one multiplying warpgroup (two blocks of 256 threads fill the
+// register file) and 168 at two (one block of 384); the producer gives back all but kProducerRegs
+// and the multiplying warpgroups take kConsumerRegs (setmaxnreg): 128 (56 + 200) = 2 * 128 * 128 / 2,
+// and 128 (56 + 2 * 224) = 384 * 168.
+constexpr int kProducerRegs = 56;
+template <int WGS>
+constexpr int kConsumerRegs = WGS == 1 ? 200 : 224;
 
 template <int D, int STAGES, int WGS, bool PRODUCER>
 __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2 : 1) attn_wgmma_kernel(ATTN_TC_ARGS) {
@@ -147,7 +150,8 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     static_assert(D == 64 || D == 128, "head dims of this kernel");
     static_assert(PIECES * THREADS == kTile * D / 8 && ROW_STEP % 8 == 0, "tile copy keeps each piece's swizzle");
     static_assert(STAGES >= 2, "pipeline");
-    static_assert(!PRODUCER || WGS == 1, "the producer warpgroup serves one warpgroup");
+    // the producer's 128 threads' share of a tile (PIECES and ROW_STEP at one multiplying warpgroup)
+    constexpr int P_PIECES = kTile * D / 8 / 128, P_ROW_STEP = 128 / (D / 8);
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int NB = PRODUCER ? 2 : 1;              // token tables: the item's, and the next one's (PRODUCER)
     __shared__ int s_seq[NB][M], s_lo[NB][M], s_hi[NB][M];
@@ -235,27 +239,27 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                     const int LO = s_plo[ib][pi], HI = s_phi[ib][pi];
                     const int tiles = (max(HI - LO, 0) + kTile - 1) / kTile;
                     const int* crow = cell_table + (long long)s_seq[ib][pi] * table_width;
-                    int cell[PIECES];
+                    int cell[P_PIECES];
                     auto cells_of = [&](int tile) {
 #pragma unroll
-                        for (int j = 0; j < PIECES; ++j) {
-                            const int p = LO + kTile * tile + row0 + j * ROW_STEP;
+                        for (int j = 0; j < P_PIECES; ++j) {
+                            const int p = LO + kTile * tile + row0 + j * P_ROW_STEP;
                             cell[j] = p < HI ? crow[p] : 0;
                         }
                     };
                     cells_of(0);
                     for (int tile = 0; tile < tiles; ++tile, ++g) {
-                        long long off[PIECES];
+                        long long off[P_PIECES];
 #pragma unroll
-                        for (int j = 0; j < PIECES; ++j) off[j] = (long long)cell[j] * row_bytes;
+                        for (int j = 0; j < P_PIECES; ++j) off[j] = (long long)cell[j] * row_bytes;
                         if (tile + 1 < tiles) cells_of(tile + 1);
                         if (g >= STAGES) mbar_wait(&s_bar[2][st], parity ^ 1u);
                         const int left = HI - (LO + kTile * tile + row0);
                         auto copy = [&](u32 stages, const char* src) {     // this thread's pieces of K or V
 #pragma unroll
-                            for (int j = 0; j < PIECES; ++j)
-                                cp_async16(stages + st * TILE + dst0 + j * ROW_STEP * 128, src + off[j],
-                                           j * ROW_STEP < left ? 16 : 0);
+                            for (int j = 0; j < P_PIECES; ++j)
+                                cp_async16(stages + st * TILE + dst0 + j * P_ROW_STEP * 128, src + off[j],
+                                           j * P_ROW_STEP < left ? 16 : 0);
                         };
 #ifndef ATTN_WGMMA_MATH_ONLY
                         copy(sK, ksrc);
@@ -278,7 +282,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
             }
             return;
         }
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs<WGS>));
     }
 #ifdef GLIMMER_STAMPS
     unsigned ph[WG_PHASES] = {}, ph_t = 0;          // 32-bit sums: a block's loop is far below 2^32 cycles
@@ -541,6 +545,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
 #define ATTN_WGMMA(D, S) \
     template __global__ void attn_wgmma_kernel<D, S, 1, false>(ATTN_TC_TYPES); \
     template __global__ void attn_wgmma_kernel<D, S, 2, false>(ATTN_TC_TYPES); \
-    template __global__ void attn_wgmma_kernel<D, S, 1, true>(ATTN_TC_TYPES);
+    template __global__ void attn_wgmma_kernel<D, S, 1, true>(ATTN_TC_TYPES); \
+    template __global__ void attn_wgmma_kernel<D, S, 2, true>(ATTN_TC_TYPES);
 ATTN_WGMMA(64, 2) ATTN_WGMMA(64, 3) ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
 #endif

@@ -615,11 +615,12 @@ def test_wgmma_variants_are_bit_identical(per_seq, d):
 @gpu
 @pytest.mark.parametrize("blocks", [1, 3, 7])
 @pytest.mark.parametrize("d", [64, 128])
-def test_wgmma_resident_blocks_take_many_items(blocks, d, monkeypatch):
+@pytest.mark.parametrize("rows", [64, 128])
+def test_wgmma_resident_blocks_take_many_items(blocks, d, rows, monkeypatch):
     """With the producer, a launch of a few resident blocks, each taking many items (token tables
     double-buffered, its copies' stages and barriers carried from item to item), gives the output
-    of a block an item bit for bit: mixed sequences (several passes a block), a window, a visibility
-    mask with a hidden row, a softcap."""
+    of a block an item bit for bit, at 64 and 128 rows a block: mixed sequences (several passes a
+    block), a window, a visibility mask with a hidden row, a softcap."""
     import sys
     attention = sys.modules["glimmer_cupy.ops.attention"]    # the module (ops.attention is the function)
     rng = np.random.default_rng(70 + blocks + d)
@@ -630,12 +631,12 @@ def test_wgmma_resident_blocks_take_many_items(blocks, d, monkeypatch):
     cases.append((step, dict(visible=visible.astype(np.uint8))))
     for i, (step, kw) in enumerate(cases):
         monkeypatch.setattr(attention, "WGMMA_PERSISTENT", False)
-        one, ref = run_wgmma(*step, force_producer=True, **kw)
+        one, ref = run_wgmma(*step, force_producer=True, force_rows=rows, **kw)
         monkeypatch.setattr(attention, "WGMMA_PERSISTENT", True)
         monkeypatch.setattr(attention, "WGMMA_MAX_BLOCKS", blocks)
-        got, _ = run_wgmma(*step, force_producer=True, **kw)
+        got, _ = run_wgmma(*step, force_producer=True, force_rows=rows, **kw)
         monkeypatch.setattr(attention, "WGMMA_MAX_BLOCKS", None)
-        assert_close(got, ref, ("resident", blocks, d, i), "wgmma")
+        assert_close(got, ref, ("resident", blocks, d, rows, i), "wgmma")
         np.testing.assert_array_equal(got, one, err_msg=f"case {i}, {blocks} blocks")
 
 
@@ -678,6 +679,20 @@ def test_wgmma_q8_codes():
     if not wgmma_runs(128, 4):
         pytest.skip("attn_wgmma_kernel needs an sm_90 device")
     check_q8_codes("wgmma", 16, 25)        # 32 tokens of two sequences: a prefill-shaped step that makes codes
+
+
+def test_wgmma_rows_rule_cpu():
+    """Prefill blocks of 128 rows at head dim 128 where resident producer blocks get a 128-row item
+    an SM each, else 64: Qwen3-8B heads at T = 2048 (512 items of 32 tokens) and 8192, not at 512
+    (128 items on 132 SMs); not at head dim 64 (SmolLM2's 9 / 3 heads), nor for blocks that are not
+    resident."""
+    from glimmer_cupy.ops.attention import wgmma_rows
+    assert wgmma_rows(2048, 4, 8, 128, 132, True) == 128
+    assert wgmma_rows(8192, 4, 8, 128, 132, True) == 128
+    assert wgmma_rows(512, 4, 8, 128, 132, True) == 64
+    assert wgmma_rows(528, 4, 8, 128, 132, True) == 128       # 17 token blocks of 32: 136 items
+    assert wgmma_rows(2048, 3, 3, 64, 132, True) == 64
+    assert wgmma_rows(2048, 4, 8, 128, 132, False) == 64
 
 
 def test_mma_plan_cpu():
