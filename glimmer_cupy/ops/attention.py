@@ -526,7 +526,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     force_stages, force_rows (benchmarks and tests, not "simt"): the pipeline depth (MMA_STAGES, or
     WGMMA_VARIANTS'; MMA_DEPTH, WGMMA_DEPTH or STREAM_DEPTH otherwise; the same result at every depth)
     and the rows of a block (MMA_ROWS, or WGMMA_ROW_CHOICES for attn_wgmma_kernel, which 16 rows
-    leave for attn_mma_kernel; mma_plan's rule or WGMMA_ROWS otherwise).
+    leave for attn_mma_kernel; mma_plan's rule, or wgmma_rows' for attn_wgmma_kernel, otherwise).
     force_cluster (benchmarks and tests, "mma" and "stream" only): blocks per cluster of a split decode step,
     one of CLUSTER_SIZES, at least the split count (mma_cluster's rule otherwise); 1 merges the
     splits through global memory.
