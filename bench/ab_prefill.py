@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.kernels.build as build  # noqa: E402
-from bench_attention import nmse, prompt_inputs  # noqa: E402
+from bench_attention import nmse, prompt_inputs, sdpa_prefill  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.timing import run_meta, time_us  # noqa: E402
 
@@ -84,7 +84,6 @@ def main(argv=None) -> int:
     arms = [parse_arm(a) for a in args.arms.split(";") if a.strip()]
     hq, hkv, d = (int(x) for x in args.heads.split(","))
     import torch
-    import torch.nn.functional as F
 
     key_kernels_by_defines()
     rng = np.random.default_rng(1)
@@ -94,16 +93,7 @@ def main(argv=None) -> int:
     for t in (int(x) for x in args.lengths.split(",")):
         q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, out = prompt_inputs(cupy, rng, t, hq, hkv, d)
         scale = d ** -0.5
-        dense = [torch.from_dlpack(cupy.ascontiguousarray(p[table[0]].transpose(1, 0, 2))).view(torch.bfloat16)[None]
-                 for p in (k_pool, v_pool)]
-        tq = torch.from_dlpack(q).to(torch.bfloat16).permute(1, 0, 2)[None].contiguous()
-
-        def sdpa(i):
-            with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
-                return F.scaled_dot_product_attention(tq, dense[0], dense[1], scale=scale, is_causal=True,
-                                                      enable_gqa=True)
-        torch.cuda.synchronize()
-        ref = cupy.from_dlpack(sdpa(0).float()[0].permute(1, 0, 2).contiguous())
+        sdpa, ref = sdpa_prefill(torch, cupy, q, k_pool, v_pool, table, scale)
         times = {name: [] for name, *_ in arms} | {"sdpa": []}
         errors = {}
         for r in range(args.rounds):

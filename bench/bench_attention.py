@@ -252,6 +252,22 @@ def prompt_inputs(cupy, rng, t: int, hq: int, hkv: int, d: int):
             cupy.arange(t, dtype=cupy.int32), cupy.empty((t, hq, d), np.float32))
 
 
+def sdpa_prefill(torch, cupy, q, k_pool, v_pool, table, scale: float):
+    """PyTorch's causal SDPA on contiguous bf16 copies of one prompt's q and K/V (prompt_inputs'):
+    (a launch(i) on the current CuPy stream, its output as (T, q_heads, D) float32)."""
+    import torch.nn.functional as F
+    dense = [torch.from_dlpack(cupy.ascontiguousarray(pool[table[0]].transpose(1, 0, 2))).view(torch.bfloat16)
+             [None] for pool in (k_pool, v_pool)]                      # (1, kv heads, T, D)
+    tq = torch.from_dlpack(q).to(torch.bfloat16).permute(1, 0, 2)[None].contiguous()   # (1, q heads, T, D)
+
+    def sdpa(i):
+        with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
+            return F.scaled_dot_product_attention(tq, dense[0], dense[1], scale=scale, is_causal=True,
+                                                  enable_gqa=True)
+    torch.cuda.synchronize()
+    return sdpa, cupy.from_dlpack(sdpa(0).float()[0].permute(1, 0, 2).contiguous())
+
+
 def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages=(), rows_list=()) -> dict:
     """Causal attention of one T-token prompt over its own T cells (scattered), the run's heads:
     TFLOP/s counting the causal half (2 T^2 q_heads D multiply-adds), both kernels and SDPA
@@ -286,17 +302,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
         results[kernel] = out.copy()
         row[f"{kernel}_us"], row[f"{kernel}_tflops"] = us, flops / us / 1e6
     if torch is not None:
-        import torch.nn.functional as F
-        dense = [torch.from_dlpack(cupy.ascontiguousarray(pool[table[0]].transpose(1, 0, 2))).view(torch.bfloat16)
-                 [None] for pool in (k_pool, v_pool)]                  # (1, 8, T, D)
-        tq = torch.from_dlpack(q).to(torch.bfloat16).permute(1, 0, 2)[None].contiguous()   # (1, 32, T, D)
-
-        def sdpa(i):
-            with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
-                return F.scaled_dot_product_attention(tq, dense[0], dense[1], scale=scale, is_causal=True,
-                                                      enable_gqa=True)
-        torch.cuda.synchronize()
-        ref = cupy.from_dlpack(sdpa(0).float()[0].permute(1, 0, 2).contiguous())
+        sdpa, ref = sdpa_prefill(torch, cupy, q, k_pool, v_pool, table, scale)
         us = time_us(sdpa, 1, launches, reps)[0]
         row["torch_us"], row["torch_tflops"] = us, flops / us / 1e6
         for kernel, got in results.items():
