@@ -35,8 +35,8 @@
 //   Work items: item i is (kv head chunk i % Y, the (i / Y)-th token block from the end), Y = kv_heads *
 //     head_chunks, so the longest come first. Block b of G takes items snake-wise: round r the
 //     (r even ? b : G - 1 - b)-th of items r G .. r G + G - 1 (wgmma_item_index). With G = every item each
-//     block takes one. With the producer and fewer blocks (two an SM at 64 rows, one at 128) a block stays resident over its
-//     items: the producer makes the next item's token tables (double-buffered) and starts its copies
+//     block takes one. With the producer and fewer blocks (two an SM at 64 rows, one at 128) a block
+//     stays resident over its items: the producer makes the next item's token tables (double-buffered) and starts its copies
 //     while the multiplying warps finish the last, so a block's start (index reads, the passes, the
 //     first tiles' cells and copies: ~5 us of each block's ~30 in the phase probe) overlaps work.
 //   grid=(G,) block=(128 WGS + 128 PRODUCER,); G = every item where int8 codes are asked for (end_block
@@ -123,7 +123,7 @@ __device__ __forceinline__ int wgmma_item_index(int k, int items) {
 // starts at 128 registers a thread at one multiplying warpgroup (two blocks of 256 threads fill the
 // register file) and 168 at two (one block of 384); the producer gives back all but kProducerRegs
 // and the multiplying warpgroups take kConsumerRegs (setmaxnreg): 128 (56 + 200) = 2 * 128 * 128 / 2,
-// and 128 (56 + 2 * 224) = 384 * 168.
+// and 128 * 56 + 256 * 224 = 384 * 168.
 constexpr int kProducerRegs = 56;
 template <int WGS>
 constexpr int kConsumerRegs = WGS == 1 ? 200 : 224;
