@@ -36,8 +36,8 @@
 //     head_chunks, so the longest come first. Block b of G takes items snake-wise: round r the
 //     (r even ? b : G - 1 - b)-th of items r G .. r G + G - 1 (wgmma_item_index). With G = every item each
 //     block takes one. With the producer and fewer blocks (two an SM at 64 rows, one at 128) a block
-//     stays resident over its items: the producer makes the next item's token tables (double-buffered) and starts its copies
-//     while the multiplying warps finish the last, so a block's start (index reads, the passes, the
+//     stays resident over its items: the producer makes the next item's token tables
+//     (double-buffered) and starts its copies while the multiplying warps finish the last, so a block's start (index reads, the passes, the
 //     first tiles' cells and copies: ~5 us of each block's ~30 in the phase probe) overlaps work.
 //   grid=(G,) block=(128 WGS + 128 PRODUCER,); G = every item where int8 codes are asked for (end_block
 //   joins the whole block once)
@@ -59,8 +59,8 @@
 // clock's cycles in each phase of a tile, thread 0 writes the block's sums as stamps. Stamps 0-4
 // are times (start, the first item's tables ready, its q read begun, the last item's tile loop
 // ended, block done), 5 the tiles, 6 and 7 the cycles of every item's q read and of its output (the
-// wait for an item's tables is left to the probe's rest), 8-14 the cycles of the phases in loop order (PHASE(i) ends phase
-// i), 15 the cycles from stamp 2 to 3 (every item's q, tile loop and output).
+// wait for an item's tables is left to the probe's rest), 8-14 the cycles of the phases in loop
+// order (PHASE(i) ends phase i), 15 the cycles from stamp 2 to 3 (every item's q, tile loop and output).
 #ifdef GLIMMER_STAMPS
 #define WG_PHASES 7
 #define PHASE_MARK() (ph_t = (unsigned)clock())

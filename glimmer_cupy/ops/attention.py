@@ -302,7 +302,8 @@ WGMMA_Q_SHARED_DIMS = (64,)          # attention_wgmma.cu's Q_SHARED: q's fragme
 WGMMA_DEPTH = 3                      # with the producer 2-3% faster than 2 (the same without it)
 WGMMA_ROW_CHOICES = (64, 128)
 WGMMA_ROWS = 64
-# PRODUCER: one more warpgroup issues every K/V copy, the others wait on the stages' barriers. Measured (bench/results/attention_wgmma_producer_*_efce866.md), causal,
+# PRODUCER: one more warpgroup issues every K/V copy, the others wait on the stages' barriers.
+# Measured (bench/results/attention_wgmma_producer_*_efce866.md), causal,
 # against the same kernel without it: Qwen3-8B heads T = 512 24.8 / 26.2 us, 2048 147.7 / 166.5,
 # 8192 1548 / 1974 (SDPA 12.8, 82.6, 1020); SmolLM2's T = 2048 46.2 / 53.5, T = 512 23.1 / 22.4. A
 # producer of one warp was 2.6x slower (431 us at 2048: its copies issue ~80 cycles apart). With the
@@ -313,7 +314,8 @@ WGMMA_PRODUCER = True
 # With the producer, blocks stay resident over several work items (two blocks an SM, each taking items
 # snake-wise): the producer makes the next item's token tables and starts its copies while the
 # multiplying warpgroup finishes the last (attention_wgmma.cu). False: a block an item. WGMMA_MAX_BLOCKS
-# caps the resident blocks (None: two an SM at 64 rows, one at 128; tests set a few to give every block many items). Measured
+# caps the resident blocks (None: two an SM at 64 rows, one at 128; tests set a few to give every
+# block many items). Measured
 # (bench/results/attention_wgmma_resident_41ef0c6_h200.txt), Qwen3-8B heads, causal, against a block an
 # item: T = 2048 110.8 / 119.9 us (SDPA 85.1), 8192 1523 / 1539 (1039); T = 512 has fewer items than
 # blocks (18.4 either way). On an H100: 112.9 / 122.2 (SDPA 84.9).
@@ -590,16 +592,14 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     elif wgmma:                                      # prefill: 128-row blocks, one split
         stages = int(force_stages) if force_stages else WGMMA_DEPTH
         producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
-        rows = force_rows or wgmma_rows(t, group, hkv, d, sm_count(), producer and WGMMA_PERSISTENT and not codes_asked)
-        if (d, stages, rows, False) not in WGMMA_VARIANTS:
+        resident = producer and WGMMA_PERSISTENT and not codes_asked
+        rows = force_rows or wgmma_rows(t, group, hkv, d, sm_count(), resident)
+        if (d, stages, rows, producer) not in WGMMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
-        if (d, stages, rows, producer) not in WGMMA_VARIANTS:
-            raise fail(op, "force_producer", f"a built variant for {rows}-row blocks (WGMMA_VARIANTS)", producer)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
         items = hkv * -(-t // tpb)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
-        resident = producer and WGMMA_PERSISTENT and not codes_asked
         per_sm = 2 if rows == 64 else 1                 # blocks an SM (attention_wgmma.cu's launch bounds)
         grid = (min(items, WGMMA_MAX_BLOCKS or per_sm * sm_count()) if resident else items, 1, 1)
         smem = wgmma_smem(d, stages, rows)
