@@ -417,16 +417,7 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 tile_max<NT>(sc, mx);
                 mx[0] = quad_max(mx[0]);
                 mx[1] = quad_max(mx[1]);
-                // attention_mma_frag.cuh's update, with O rescaled only where a row's running max
-                // rose in this warp (after the first tiles, rarely: 64 multiplies a lane a tile fewer)
-                float mu[2], alpha[2];
-                new_max(mx, m, l, mu, alpha);
-#ifdef ATTN_WGMMA_RESCALE_ALWAYS
-                rescale<NO>(o, alpha);
-#else
-                if (__any_sync(kAll, alpha[0] != 1.f || alpha[1] != 1.f)) rescale<NO>(o, alpha);
-#endif
-                exp_pack<NT>(sc, mu, l, p);
+                update<NT, NO>(sc, mx, m, l, o, p);
             };
             // O += P V of the tile in stage `stage`, issued (the caller waits)
             auto values = [&](int stage, u32 (&p)[NT / 2][4]) {
