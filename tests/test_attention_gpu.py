@@ -682,16 +682,17 @@ def test_wgmma_q8_codes():
 
 
 def test_wgmma_rows_rule_cpu():
-    """Prefill blocks of 128 rows at head dim 128 where resident producer blocks get two 128-row
-    items an SM, else 64: Qwen3-8B heads at T = 2048 (512 items of 32 tokens) and 8192, not at 512
-    or 1024 (128 and 256 items on 132 SMs); not at head dim 64 (SmolLM2's 9 / 3 heads), nor for
-    blocks that are not resident."""
+    """Prefill blocks of 128 rows at head dim 128 where resident producer blocks get at least 3.25
+    128-row items an SM, else 64: Qwen3-8B heads at T = 2048 (512 items of 32 tokens) and 8192, not
+    at 512, 1024 or 1696 (128, 256 and 424 items on 132 SMs); not at head dim 64 (SmolLM2's 9 / 3
+    heads), nor for blocks that are not resident."""
     from glimmer_cupy.ops.attention import wgmma_rows
     assert wgmma_rows(2048, 4, 8, 128, 132, True) == 128
     assert wgmma_rows(8192, 4, 8, 128, 132, True) == 128
     assert wgmma_rows(512, 4, 8, 128, 132, True) == 64
     assert wgmma_rows(1024, 4, 8, 128, 132, True) == 64
-    assert wgmma_rows(1025, 4, 8, 128, 132, True) == 128      # 33 token blocks of 32: 264 items
+    assert wgmma_rows(1696, 4, 8, 128, 132, True) == 64       # 53 token blocks of 32: 424 items < 3.25 * 132
+    assert wgmma_rows(1697, 4, 8, 128, 132, True) == 128      # 54: 432 items
     assert wgmma_rows(2048, 3, 3, 64, 132, True) == 64
     assert wgmma_rows(2048, 4, 8, 128, 132, False) == 64
 

@@ -341,17 +341,17 @@ WGMMA_WIDE_DIMS = (128,)
 
 def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident: bool) -> int:
     """Rows of a prefill block: 128 (two multiplying warpgroups share each K/V tile, so half the
-    tiles are copied) where resident producer blocks get at least two 128-row items an SM (so a
-    block still overlaps one item's start with the last one's tiles), at WGMMA_WIDE_DIMS; else
-    WGMMA_ROWS. Measured on an H100, Qwen3-8B heads, causal
-    (bench/results/ab_prefill_r128p_c133a72_h100.txt): T = 2048 107.6 us against 64-row blocks'
-    111.1, T = 8192 1330 against 1501 (SDPA 82.2, 1010); both bounded by the K/V tiles' copies from
-    L2 (at 64 rows they alone take 73.5 and 1124 us). Between T = 1025 (the rule's first 128-row
-    length at those heads) and 2048 the choice is not measured."""
+    tiles are copied) where resident producer blocks get at least 3.25 128-row items an SM, at
+    WGMMA_WIDE_DIMS; else WGMMA_ROWS. Measured on an H100, Qwen3-8B heads, causal, 64 / 128 rows
+    (bench/results/ab_prefill_rows_584cdb6_h100.txt): T = 1088 42.0 / 45.4 us, 1536 68.6 / 75.2,
+    1600 74.9 / 76.0, 1664 78.9 / 80.1 (416 items, 3.15 an SM), 1728 84.0 / 83.5 (432, 3.27),
+    1792 89.6 / 87.6, 2048 111.2 / 107.8, 2560 166.8 / 159.2; T = 8192 1501 / 1330
+    (ab_prefill_r128p_c133a72_h100.txt). Long prompts are bounded by the K/V tiles' copies from L2,
+    which 128-row blocks halve; with fewer items, one block an SM has too little to overlap."""
     if not resident or d not in WGMMA_WIDE_DIMS:
         return WGMMA_ROWS
     items = kv_heads * -(-n_tok // (128 // group))
-    return 128 if items >= 2 * sms else WGMMA_ROWS
+    return 128 if 4 * items >= 13 * sms else WGMMA_ROWS
 
 
 def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
