@@ -57,11 +57,28 @@ def parse_arm(text: str) -> tuple[str, list[str], dict, dict]:
     return name.strip(), [d.strip() for d in defines.split(",") if d.strip()], attrs_d, pairs(kwargs)
 
 
+def compiled_alone(wgmma_kernel):
+    """ops.attention's _wgmma_kernel (unwrapped) building a module of the one variant asked for
+    rather than of every variant (WGMMA_VARIANTS): each arm's defines cost a compile on the device,
+    and one variant compiles in a fraction of the time. Each instantiation compiles apart, so its
+    code is the same either way."""
+    def one(d, stages, rows, producer=False):
+        every = attention._WGMMA_EXPRS
+        attention._WGMMA_EXPRS = (attention.wgmma_expr(d, stages, rows, producer),)
+        try:
+            return wgmma_kernel(d, stages, rows, producer)
+        finally:
+            attention._WGMMA_EXPRS = every
+    return one
+
+
 def key_kernels_by_defines() -> None:
     """The build layer and ops.attention cache compiled modules and kernel functions by their own
-    arguments only; key them by the process-wide defines too, so that each arm gets its own build."""
+    arguments only; key them by the process-wide defines too, so that each arm gets its own build
+    (of the variants it runs only: compiled_alone)."""
     extra = lambda: tuple(build._EXTRA_DEFINES)                     # noqa: E731
-    load, kernel, wgmma = build._load.__wrapped__, build._kernel.__wrapped__, attention._wgmma_kernel.__wrapped__
+    load, kernel = build._load.__wrapped__, build._kernel.__wrapped__
+    wgmma = compiled_alone(attention._wgmma_kernel.__wrapped__)
     load_k = functools.cache(lambda ex, *a: load(*a))
     kernel_k = functools.cache(lambda ex, *a: kernel(*a))
     wgmma_k = functools.cache(lambda ex, *a: wgmma(*a))

@@ -27,6 +27,19 @@ def test_a_bad_arm_is_named(arm, words):
         ab_prefill.parse_arm(arm)
 
 
+def test_an_arm_compiles_only_the_variants_it_runs():
+    seen = []
+
+    def fake(d, stages, rows, producer=False):
+        seen.append(ab_prefill.attention._WGMMA_EXPRS)
+        return "kernel"
+
+    every = ab_prefill.attention._WGMMA_EXPRS
+    assert ab_prefill.compiled_alone(fake)(128, 3, 128, True) == "kernel"
+    assert seen == [("attn_wgmma_kernel<128, 3, 2, true>",)]
+    assert ab_prefill.attention._WGMMA_EXPRS == every and len(every) > 1
+
+
 @pytest.mark.gpu
 def test_each_arm_runs_its_own_build(tmp_path):
     pytest.importorskip("torch")

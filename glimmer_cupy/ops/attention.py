@@ -323,7 +323,14 @@ WGMMA_PERSISTENT = True
 WGMMA_MAX_BLOCKS: int | None = None
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
                        for p in (False, True))
-_WGMMA_EXPRS = tuple(f"attn_wgmma_kernel<{d}, {st}, {r // 64}, {str(p).lower()}>" for d, st, r, p in WGMMA_VARIANTS)
+
+
+def wgmma_expr(d: int, stages: int, rows: int, producer: bool) -> str:
+    """The name expression of attn_wgmma_kernel<d, stages, rows // 64, producer>."""
+    return f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}, {str(producer).lower()}>"
+
+
+_WGMMA_EXPRS = tuple(wgmma_expr(*v) for v in WGMMA_VARIANTS)
 
 
 def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
@@ -366,8 +373,7 @@ def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
 def _wgmma_kernel(d: int, stages: int, rows: int, producer: bool = False):
     """attn_wgmma_kernel<d, stages, rows // 64, producer>."""
     from cupy_backends.cuda.api import driver
-    kern = get_kernel("attention_wgmma", f"attn_wgmma_kernel<{d}, {stages}, {rows // 64}, {str(producer).lower()}>",
-                      name_expressions=_WGMMA_EXPRS)
+    kern = get_kernel("attention_wgmma", wgmma_expr(d, stages, rows, producer), name_expressions=_WGMMA_EXPRS)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             wgmma_smem(d, stages, rows))
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100)
