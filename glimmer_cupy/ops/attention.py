@@ -353,8 +353,9 @@ def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident
     (bench/results/ab_prefill_rows_584cdb6_h100.txt): T = 1088 42.0 / 45.4 us, 1536 68.6 / 75.2,
     1600 74.9 / 76.0, 1664 78.9 / 80.1 (416 items, 3.15 an SM), 1728 84.0 / 83.5 (432, 3.27),
     1792 89.6 / 87.6, 2048 111.2 / 107.8, 2560 166.8 / 159.2; T = 8192 1501 / 1330
-    (ab_prefill_r128p_c133a72_h100.txt). Long prompts are bounded by the K/V tiles' copies from L2,
-    which 128-row blocks halve; with fewer items, one block an SM has too little to overlap."""
+    (ab_prefill_r128p_c133a72_h100.txt). 128-row blocks copy half the K/V tiles from L2 (at 64 rows
+    the copies alone take 73.5 of 111 us at T = 2048); with fewer items, one block an SM has too
+    little to overlap its math with."""
     if not resident or d not in WGMMA_WIDE_DIMS:
         return WGMMA_ROWS
     items = kv_heads * -(-n_tok // (128 // group))
