@@ -36,9 +36,10 @@
 //     head_chunks, so the longest come first. Block b of G takes items snake-wise: round r the
 //     (r even ? b : G - 1 - b)-th of items r G .. r G + G - 1 (wgmma_item_index). With G = every item each
 //     block takes one. With the producer and fewer blocks (two an SM at 64 rows, one at 128) a block
-//     stays resident over its items: the producer makes the next item's token tables
-//     (double-buffered) and starts its copies while the multiplying warps finish the last, so a block's start (index reads, the passes, the
-//     first tiles' cells and copies: ~5 us of each block's ~30 in the phase probe) overlaps work.
+//     stays resident over its items: the producer makes the next item's token tables (double-buffered)
+//     and starts its copies while the multiplying warps finish the last, so a block's start (index
+//     reads, the passes, the first tiles' cells and copies: ~5 us of each block's ~30 in the phase
+//     probe) overlaps work.
 //   grid=(G,) block=(128 WGS + 128 PRODUCER,); G = every item where int8 codes are asked for (end_block
 //   joins the whole block once)
 //   dynamic shared memory (ops/attention.py: wgmma_smem): the K and V stages (then q's fragments

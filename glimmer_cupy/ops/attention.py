@@ -346,6 +346,12 @@ def wgmma_smem(d: int, stages: int, rows: int = WGMMA_ROWS) -> int:
 WGMMA_WIDE_DIMS = (128,)
 
 
+def wgmma_items(n_tok: int, group: int, kv_heads: int, rows: int) -> int:
+    """Work items of a prefill launch of rows-row blocks: each kv head's token blocks of rows // group
+    tokens (attention_wgmma.cu's wgmma_token_blocks, at group <= rows)."""
+    return kv_heads * -(-n_tok // (rows // group))
+
+
 def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident: bool) -> int:
     """Rows of a prefill block: 128 (two multiplying warpgroups share each K/V tile, so half the
     tiles are copied) where resident producer blocks get at least 3.25 128-row items an SM, at
@@ -358,8 +364,7 @@ def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident
     little to overlap its math with."""
     if not resident or d not in WGMMA_WIDE_DIMS:
         return WGMMA_ROWS
-    items = kv_heads * -(-n_tok // (128 // group))
-    return 128 if 4 * items >= 13 * sms else WGMMA_ROWS
+    return 128 if 4 * wgmma_items(n_tok, group, kv_heads, 128) >= 13 * sms else WGMMA_ROWS
 
 
 def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
@@ -605,7 +610,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
-        items = hkv * -(-t // tpb)
+        items = wgmma_items(t, group, hkv, rows)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
         per_sm = 2 if rows == 64 else 1                 # blocks an SM (attention_wgmma.cu's launch bounds)
         grid = (min(items, WGMMA_MAX_BLOCKS or per_sm * sm_count()) if resident else items, 1, 1)
