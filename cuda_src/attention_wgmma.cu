@@ -425,6 +425,15 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 wg::hold(o);
                 wg::hold(p);
                 wg::fence();
+#ifdef ATTN_WGMMA_PV_N128
+                // one m64n128k16 a k-step over both 64-wide panels of V (LBO between them); head dim 128
+                if constexpr (PANELS == 2) {
+#pragma unroll
+                    for (int ks = 0; ks < NT / 2; ++ks)
+                        wg::mma_rs_n128<1>(*reinterpret_cast<float(*)[16][4]>(&o[0][0]), p[ks],
+                                           wg::sw128_desc(sV + stage * TILE + ks * 16 * 128, PANEL, 1024));
+                } else
+#endif
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ++ks)
 #pragma unroll

@@ -90,7 +90,8 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const u32 (&a)[4], u64 
 }
 
 // The shapes bench/probe_wgmma_tile.py measures (wgmma_probe.cu): d += a b with a and b bf16 from
-// shared memory (SS, both K-major), m64n128k16 and m64n256k16; and m64n128k16 with a from registers.
+// shared memory (SS, both K-major), m64n128k16 and m64n256k16; and m64n128k16 with a from registers
+// (b K-major, or N-major: TB = 1, two 64-wide panels LBO apart).
 __device__ __forceinline__ void mma_ss(float (&d)[16][4], u64 desc_a, u64 desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
@@ -109,14 +110,15 @@ __device__ __forceinline__ void mma_ss(float (&d)[32][4], u64 desc_a, u64 desc_b
         : WG_ACC8(d, 0), WG_ACC8(d, 8), WG_ACC8(d, 16), WG_ACC8(d, 24)
         : "l"(desc_a), "l"(desc_b));
 }
+template <int TB = 0>
 __device__ __forceinline__ void mma_rs_n128(float (&d)[16][4], const u32 (&a)[4], u64 desc_b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
         : WG_ACC8(d, 0), WG_ACC8(d, 8)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TB));
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
