@@ -425,8 +425,10 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 wg::hold(o);
                 wg::hold(p);
                 wg::fence();
-#ifdef ATTN_WGMMA_PV_N128
-                // one m64n128k16 a k-step over both 64-wide panels of V (LBO between them); head dim 128
+#ifndef ATTN_WGMMA_PV_N64
+                // head dim 128: one m64n128k16 a k-step over both 64-wide panels of V (LBO apart), half the
+                // multiplies of an m64n64k16 a panel (ATTN_WGMMA_PV_N64, for A/Bs): T = 2048 107.1 against
+                // 108.4 us on an H100 (bench/results/ab_prefill_next2_741f54e_h100.txt)
                 if constexpr (PANELS == 2) {
 #pragma unroll
                     for (int ks = 0; ks < NT / 2; ++ks)
@@ -557,4 +559,6 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     template __global__ void attn_wgmma_kernel<D, S, 1, true>(ATTN_TC_TYPES); \
     template __global__ void attn_wgmma_kernel<D, S, 2, true>(ATTN_TC_TYPES);
 ATTN_WGMMA(64, 2) ATTN_WGMMA(64, 3) ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
+template __global__ void attn_wgmma_kernel<128, 4, 2, true>(ATTN_TC_TYPES);
+template __global__ void attn_wgmma_kernel<128, 5, 2, true>(ATTN_TC_TYPES);
 #endif

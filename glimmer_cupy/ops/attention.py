@@ -322,7 +322,7 @@ WGMMA_PRODUCER = True
 WGMMA_PERSISTENT = True
 WGMMA_MAX_BLOCKS: int | None = None
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
-                       for p in (False, True))
+                       for p in (False, True)) + tuple((128, st, 128, True) for st in (4, 5))
 
 
 def wgmma_expr(d: int, stages: int, rows: int, producer: bool) -> str:
