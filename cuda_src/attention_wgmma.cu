@@ -560,5 +560,4 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
     template __global__ void attn_wgmma_kernel<D, S, 2, true>(ATTN_TC_TYPES);
 ATTN_WGMMA(64, 2) ATTN_WGMMA(64, 3) ATTN_WGMMA(128, 2) ATTN_WGMMA(128, 3)
 template __global__ void attn_wgmma_kernel<128, 4, 2, true>(ATTN_TC_TYPES);
-template __global__ void attn_wgmma_kernel<128, 5, 2, true>(ATTN_TC_TYPES);
 #endif

@@ -697,6 +697,19 @@ def test_wgmma_rows_rule_cpu():
     assert wgmma_rows(2048, 4, 8, 128, 132, False) == 64
 
 
+def test_wgmma_depth_rule_cpu():
+    """4 stages for 128-row producer blocks with fewer than 6 items an SM (Qwen3-8B heads at T = 2048:
+    512 items on 132 SMs), 3 otherwise: at 8192 (2048 items), for 64-row blocks and without the producer."""
+    from glimmer_cupy.ops.attention import WGMMA_DEPTH, WGMMA_VARIANTS, wgmma_depth, wgmma_items
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 128, True, 132) == 4
+    assert wgmma_depth(wgmma_items(8192, 4, 8, 128), 128, True, 132) == WGMMA_DEPTH == 3
+    assert wgmma_depth(6 * 132 - 1, 128, True, 132) == 4
+    assert wgmma_depth(6 * 132, 128, True, 132) == 3
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 64), 64, True, 132) == 3
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 128, False, 132) == 3
+    assert (128, 4, 128, True) in WGMMA_VARIANTS
+
+
 def test_mma_plan_cpu():
     """The mma route's block shapes: decode steps 16-row blocks split over positions; wider steps
     64-row blocks of 64 // group tokens, unsplit (128-row blocks only when forced); forced splits

@@ -322,7 +322,7 @@ WGMMA_PRODUCER = True
 WGMMA_PERSISTENT = True
 WGMMA_MAX_BLOCKS: int | None = None
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
-                       for p in (False, True)) + tuple((128, st, 128, True) for st in (4, 5))
+                       for p in (False, True)) + ((128, 4, 128, True),)
 
 
 def wgmma_expr(d: int, stages: int, rows: int, producer: bool) -> str:
@@ -365,6 +365,20 @@ def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident
     if not resident or d not in WGMMA_WIDE_DIMS:
         return WGMMA_ROWS
     return 128 if 4 * wgmma_items(n_tok, group, kv_heads, 128) >= 13 * sms else WGMMA_ROWS
+
+
+# 128-row producer blocks with fewer work items than this an SM run 4 stages (wgmma_depth)
+WGMMA_DEEP_ITEMS = 6
+
+
+def wgmma_depth(items: int, rows: int, producer: bool, sms: int) -> int:
+    """Stages of a prefill launch: 4 for 128-row producer blocks with fewer than WGMMA_DEEP_ITEMS
+    items an SM, else WGMMA_DEPTH. Measured on an H100, Qwen3-8B heads, causal, 3 / 4 / 5 stages
+    (bench/results/ab_prefill_stages_1d4dacf_h100.txt): T = 2048 (3.9 items an SM) 107.6 / 101.9 /
+    102.0 us, 4096 (7.8) 357.2 / 356.4 / 356.6, 8192 (15.5) 1317 / 1345 / 1341. With few items a
+    block's item boundaries (the next item's q read and tables) come every ~16 tiles and a deeper
+    producer covers them; with many, the deeper stages cost (not understood: L1 is 32 KB smaller)."""
+    return 4 if rows == 128 and producer and items < WGMMA_DEEP_ITEMS * sms else WGMMA_DEPTH
 
 
 def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
@@ -540,7 +554,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     "mma" (attn_mma_kernel for every step: tensor cores, q and the softmax weights rounded to bf16,
     NMSE ~5e-6 against the reference) or "simt" (attn_kernel, CUDA cores, float32).
     force_stages, force_rows (benchmarks and tests, not "simt"): the pipeline depth (MMA_STAGES, or
-    WGMMA_VARIANTS'; MMA_DEPTH, WGMMA_DEPTH or STREAM_DEPTH otherwise; the same result at every depth)
+    WGMMA_VARIANTS'; MMA_DEPTH, wgmma_depth's or STREAM_DEPTH otherwise; the same result at every depth)
     and the rows of a block (MMA_ROWS, or WGMMA_ROW_CHOICES for attn_wgmma_kernel, which 16 rows
     leave for attn_mma_kernel; mma_plan's rule, or wgmma_rows' for attn_wgmma_kernel, otherwise).
     force_cluster (benchmarks and tests, "mma" and "stream" only): blocks per cluster of a split decode step,
@@ -602,15 +616,15 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
-        stages = int(force_stages) if force_stages else WGMMA_DEPTH
         producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
         resident = producer and WGMMA_PERSISTENT and not codes_asked
         rows = force_rows or wgmma_rows(t, group, hkv, d, sm_count(), resident)
+        items = wgmma_items(t, group, hkv, rows)
+        stages = int(force_stages) if force_stages else wgmma_depth(items, rows, producer, sm_count())
         if (d, stages, rows, producer) not in WGMMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
         chunks, tpb, splits, cluster = 1, rows // group, 1, 1
-        items = wgmma_items(t, group, hkv, rows)
         fn, block = _wgmma_kernel(d, stages, rows, producer), (2 * rows + 128 * producer,)
         per_sm = 2 if rows == 64 else 1                 # blocks an SM (attention_wgmma.cu's launch bounds)
         grid = (min(items, WGMMA_MAX_BLOCKS or per_sm * sm_count()) if resident else items, 1, 1)
