@@ -284,7 +284,7 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     variants = [("simt", {})] + ([("mma", {})] if mma else [])
     if mma and wgmma_runs(D, HQ // HKV, "wgmma"):   # the warpgroup kernel on Hopper, each depth and block
         rows = wgmma_rows(t, HQ // HKV, HKV, D, sm_count(), WGMMA_PRODUCER and WGMMA_PERSISTENT)
-        rule = (wgmma_depth(wgmma_items(t, HQ // HKV, HKV, rows), rows, WGMMA_PRODUCER, sm_count()), rows,
+        rule = (wgmma_depth(wgmma_items(t, HQ // HKV, HKV, rows), D, rows, WGMMA_PRODUCER, sm_count()), rows,
                 WGMMA_PRODUCER)                          # the default route's: the "wgmma" row
         variants += [("wgmma", {})] + [(f"wgmma_r{r}_s{st}" + "_p" * p,
                                         dict(kernel="wgmma", force_rows=r, force_stages=st, force_producer=p))

@@ -698,16 +698,20 @@ def test_wgmma_rows_rule_cpu():
 
 
 def test_wgmma_depth_rule_cpu():
-    """4 stages for 128-row producer blocks with fewer than 6 items an SM (Qwen3-8B heads at T = 2048:
-    512 items on 132 SMs), 3 otherwise: at 8192 (2048 items), for 64-row blocks and without the producer."""
+    """4 stages for 128-row producer blocks at head dim 128 with fewer than 6 items an SM (Qwen3-8B
+    heads at T = 2048: 512 items on 132 SMs), 3 otherwise: at 8192 (2048 items), for 64-row blocks,
+    without the producer, and at head dim 64 (no 4-stage build); every depth it picks is built."""
     from glimmer_cupy.ops.attention import WGMMA_DEPTH, WGMMA_VARIANTS, wgmma_depth, wgmma_items
-    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 128, True, 132) == 4
-    assert wgmma_depth(wgmma_items(8192, 4, 8, 128), 128, True, 132) == WGMMA_DEPTH == 3
-    assert wgmma_depth(6 * 132 - 1, 128, True, 132) == 4
-    assert wgmma_depth(6 * 132, 128, True, 132) == 3
-    assert wgmma_depth(wgmma_items(2048, 4, 8, 64), 64, True, 132) == 3
-    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 128, False, 132) == 3
-    assert (128, 4, 128, True) in WGMMA_VARIANTS
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 128, 128, True, 132) == 4
+    assert wgmma_depth(wgmma_items(8192, 4, 8, 128), 128, 128, True, 132) == WGMMA_DEPTH == 3
+    assert wgmma_depth(6 * 132 - 1, 128, 128, True, 132) == 4
+    assert wgmma_depth(6 * 132, 128, 128, True, 132) == 3
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 64), 128, 64, True, 132) == 3
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 128, 128, False, 132) == 3
+    assert wgmma_depth(wgmma_items(2048, 4, 8, 128), 64, 128, True, 132) == 3
+    for d, rows, producer in {(d, r, p) for d, _, r, p in WGMMA_VARIANTS}:
+        for items in (1, 100, 791, 792, 5000):
+            assert (d, wgmma_depth(items, d, rows, producer, 132), rows, producer) in WGMMA_VARIANTS
 
 
 def test_mma_plan_cpu():

@@ -371,14 +371,17 @@ def wgmma_rows(n_tok: int, group: int, kv_heads: int, d: int, sms: int, resident
 WGMMA_DEEP_ITEMS = 6
 
 
-def wgmma_depth(items: int, rows: int, producer: bool, sms: int) -> int:
+def wgmma_depth(items: int, d: int, rows: int, producer: bool, sms: int) -> int:
     """Stages of a prefill launch: 4 for 128-row producer blocks with fewer than WGMMA_DEEP_ITEMS
-    items an SM, else WGMMA_DEPTH. Measured on an H100, Qwen3-8B heads, causal, 3 / 4 / 5 stages
+    items an SM at the head dims built with 4 (WGMMA_VARIANTS), else WGMMA_DEPTH. Measured on an H100, Qwen3-8B heads, causal, 3 / 4 / 5 stages
     (bench/results/ab_prefill_stages_1d4dacf_h100.txt): T = 2048 (3.9 items an SM) 107.6 / 101.9 /
-    102.0 us, 4096 (7.8) 357.2 / 356.4 / 356.6, 8192 (15.5) 1317 / 1345 / 1341. With few items a
+    102.0 us, 4096 (7.8) 357.2 / 356.4 / 356.6, 8192 (15.5) 1317 / 1345 / 1341; with the rule, 4 / 3
+    stages (ab_prefill_depth_ce25013_h100.txt): 1792 86.0 / 87.9, 2048 104.3 / 107.9, 3072 (5.8)
+    209.0 / 214.5. With few items a
     block's item boundaries (the next item's q read and tables) come every ~16 tiles and a deeper
     producer covers them; with many, the deeper stages cost (not understood: L1 is 32 KB smaller)."""
-    return 4 if rows == 128 and producer and items < WGMMA_DEEP_ITEMS * sms else WGMMA_DEPTH
+    deep = (d, 4, rows, producer) in WGMMA_VARIANTS
+    return 4 if deep and items < WGMMA_DEEP_ITEMS * sms else WGMMA_DEPTH
 
 
 def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
@@ -620,7 +623,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         resident = producer and WGMMA_PERSISTENT and not codes_asked
         rows = force_rows or wgmma_rows(t, group, hkv, d, sm_count(), resident)
         items = wgmma_items(t, group, hkv, rows)
-        stages = int(force_stages) if force_stages else wgmma_depth(items, rows, producer, sm_count())
+        stages = int(force_stages) if force_stages else wgmma_depth(items, d, rows, producer, sm_count())
         if (d, stages, rows, producer) not in WGMMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
