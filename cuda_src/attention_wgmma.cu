@@ -427,8 +427,9 @@ __global__ void __launch_bounds__(128 * WGS + (PRODUCER ? 128 : 0), WGS == 1 ? 2
                 wg::fence();
 #ifndef ATTN_WGMMA_PV_N64
                 // head dim 128: one m64n128k16 a k-step over both 64-wide panels of V (LBO apart), half the
-                // multiplies of an m64n64k16 a panel (ATTN_WGMMA_PV_N64, for A/Bs): T = 2048 107.1 against
-                // 108.4 us on an H100 (bench/results/ab_prefill_next2_741f54e_h100.txt)
+                // multiplies of an m64n64k16 a panel (ATTN_WGMMA_PV_N64, for A/Bs). On an H100, n128 / n64:
+                // T = 2048 107.1 / 108.4 and 107.6 / 107.0 us, 8192 1372 / 1375 and 1331 / 1352
+                // (bench/results/ab_prefill_next2_741f54e_h100.txt, ab_prefill_pv_1d4dacf_h100.txt)
                 if constexpr (PANELS == 2) {
 #pragma unroll
                     for (int ks = 0; ks < NT / 2; ++ks)
