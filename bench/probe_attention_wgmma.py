@@ -9,7 +9,7 @@ each with its q read and output). Whether the loop waits on its copies (K or V l
 cores (the two multiplies) or on the softmax is what decides the kernel's next form.
 
     PYTHONPATH=$PWD python3 bench/probe_attention_wgmma.py [--heads 32,8,128] [--rows 64|128]
-                                                           [--stages 2|3] [--resident 0|1] [T ...]
+                                                           [--stages 2|3|4] [--resident 0|1] [T ...]
 """
 
 from __future__ import annotations
