@@ -322,7 +322,7 @@ WGMMA_PRODUCER = True
 WGMMA_PERSISTENT = True
 WGMMA_MAX_BLOCKS: int | None = None
 WGMMA_VARIANTS = tuple((d, st, r, p) for d in WGMMA_DIMS for st in (2, 3) for r in WGMMA_ROW_CHOICES
-                       for p in (False, True)) + ((128, 4, 128, True),)
+                       for p in (False, True)) + ((128, 4, 128, True),)     # the deep one: wgmma_depth
 
 
 def wgmma_expr(d: int, stages: int, rows: int, producer: bool) -> str:
@@ -373,13 +373,14 @@ WGMMA_DEEP_ITEMS = 6
 
 def wgmma_depth(items: int, d: int, rows: int, producer: bool, sms: int) -> int:
     """Stages of a prefill launch: 4 for 128-row producer blocks with fewer than WGMMA_DEEP_ITEMS
-    items an SM at the head dims built with 4 (WGMMA_VARIANTS), else WGMMA_DEPTH. Measured on an H100, Qwen3-8B heads, causal, 3 / 4 / 5 stages
-    (bench/results/ab_prefill_stages_1d4dacf_h100.txt): T = 2048 (3.9 items an SM) 107.6 / 101.9 /
-    102.0 us, 4096 (7.8) 357.2 / 356.4 / 356.6, 8192 (15.5) 1317 / 1345 / 1341; with the rule, 4 / 3
-    stages (ab_prefill_depth_ce25013_h100.txt): 1792 86.0 / 87.9, 2048 104.3 / 107.9, 3072 (5.8)
-    209.0 / 214.5. With few items a
-    block's item boundaries (the next item's q read and tables) come every ~16 tiles and a deeper
-    producer covers them; with many, the deeper stages cost (not understood: L1 is 32 KB smaller)."""
+    items an SM at the head dims built with 4 (WGMMA_VARIANTS), else WGMMA_DEPTH. Measured with
+    Qwen3-8B heads, causal, 3 / 4 / 5 stages on an H100 (bench/results/ab_prefill_stages_1d4dacf_h100.txt):
+    T = 2048 (3.9 items an SM) 107.6 / 101.9 / 102.0 us, 4096 (7.8) 357.2 / 356.4 / 356.6, 8192 (15.5)
+    1317 / 1345 / 1341; 3 / 4 stages (ab_prefill_depth_ce25013_h100.txt): 1792 87.9 / 86.0, 2048
+    107.9 / 104.3, 3072 (5.8) 214.5 / 209.0; on the H200 (ab_prefill_depth_807626f_h200.txt): 2048
+    105.1 / 101.9. With few items, a block's item boundaries (the next item's q read and tables) come
+    every ~16 tiles and a deeper producer covers more of them; with many, 4 stages lose ~2% (not
+    understood; the L1 left is 32 KB smaller)."""
     deep = (d, 4, rows, producer) in WGMMA_VARIANTS
     return 4 if deep and items < WGMMA_DEEP_ITEMS * sms else WGMMA_DEPTH
 
