@@ -380,7 +380,7 @@ def wgmma_depth(items: int, d: int, rows: int, producer: bool, sms: int) -> int:
     107.9 / 104.3, 3072 (5.8) 214.5 / 209.0; on the H200 (ab_prefill_depth_807626f_h200.txt): 2048
     105.1 / 101.9. With few items, a block's item boundaries (the next item's q read and tables) come
     every ~16 tiles and a deeper producer covers more of them; with many, 4 stages lose ~2% (not
-    understood; the L1 left is 32 KB smaller)."""
+    understood: the L1 is the same, the kernel asks for all of the shared memory at either depth)."""
     deep = (d, 4, rows, producer) in WGMMA_VARIANTS
     return 4 if deep and items < WGMMA_DEEP_ITEMS * sms else WGMMA_DEPTH
 
