@@ -39,8 +39,8 @@ from glimmer_cupy.kernels.build import sm_count  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS,  # noqa: E402
                                         WGMMA_PERSISTENT, WGMMA_PRODUCER, WGMMA_VARIANTS, mma_cluster,
-                                        mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_depth,
-                                        wgmma_items, wgmma_rows, wgmma_runs, workspace_size)
+                                        mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_plan,
+                                        wgmma_runs, workspace_size)
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -283,9 +283,9 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     results = {}
     variants = [("simt", {})] + ([("mma", {})] if mma else [])
     if mma and wgmma_runs(D, HQ // HKV, "wgmma"):   # the warpgroup kernel on Hopper, each depth and block
-        rows = wgmma_rows(t, HQ // HKV, HKV, D, sm_count(), WGMMA_PRODUCER and WGMMA_PERSISTENT)
-        rule = (wgmma_depth(wgmma_items(t, HQ // HKV, HKV, rows), D, rows, WGMMA_PRODUCER, sm_count()), rows,
-                WGMMA_PRODUCER)                          # the default route's: the "wgmma" row
+        rows, stages, _ = wgmma_plan(t, HQ // HKV, HKV, D, sm_count(), WGMMA_PRODUCER,
+                                     WGMMA_PRODUCER and WGMMA_PERSISTENT)
+        rule = (stages, rows, WGMMA_PRODUCER)           # the default route's: the "wgmma" row
         variants += [("wgmma", {})] + [(f"wgmma_r{r}_s{st}" + "_p" * p,
                                         dict(kernel="wgmma", force_rows=r, force_stages=st, force_producer=p))
                                        for d, st, r, p in WGMMA_VARIANTS if d == D and (st, r, p) != rule]

@@ -714,6 +714,17 @@ def test_wgmma_depth_rule_cpu():
             assert (d, wgmma_depth(items, d, rows, producer, 132), rows, producer) in WGMMA_VARIANTS
 
 
+def test_wgmma_plan_cpu():
+    """A prefill launch's rows, stages and items: the rules' where not forced, the depth following
+    forced rows."""
+    from glimmer_cupy.ops.attention import wgmma_plan
+    assert wgmma_plan(2048, 4, 8, 128, 132, True, True) == (128, 4, 512)
+    assert wgmma_plan(8192, 4, 8, 128, 132, True, True) == (128, 3, 2048)
+    assert wgmma_plan(512, 4, 8, 128, 132, True, True) == (64, 3, 256)     # 32 blocks of 16 tokens a kv head
+    assert wgmma_plan(512, 4, 8, 128, 132, True, True, force_rows=128) == (128, 4, 128)
+    assert wgmma_plan(2048, 4, 8, 128, 132, True, True, force_stages=2) == (128, 2, 512)
+
+
 def test_mma_plan_cpu():
     """The mma route's block shapes: decode steps 16-row blocks split over positions; wider steps
     64-row blocks of 64 // group tokens, unsplit (128-row blocks only when forced); forced splits

@@ -385,6 +385,16 @@ def wgmma_depth(items: int, d: int, rows: int, producer: bool, sms: int) -> int:
     return 4 if deep and items < WGMMA_DEEP_ITEMS * sms else WGMMA_DEPTH
 
 
+def wgmma_plan(n_tok: int, group: int, kv_heads: int, d: int, sms: int, producer: bool, resident: bool,
+               force_rows: int | None = None, force_stages: int | None = None) -> tuple[int, int, int]:
+    """(rows, stages, work items) of a prefill launch on attn_wgmma_kernel: wgmma_rows' and
+    wgmma_depth's choices where not forced (the depth follows the rows either way)."""
+    rows = force_rows or wgmma_rows(n_tok, group, kv_heads, d, sms, resident)
+    items = wgmma_items(n_tok, group, kv_heads, rows)
+    stages = int(force_stages) if force_stages else wgmma_depth(items, d, rows, producer, sms)
+    return rows, stages, items
+
+
 def wgmma_runs(d: int, group: int, kernel: str = "stream") -> bool:
     """Whether attn_wgmma_kernel serves a prefill step of head dim d and GQA group size `group`
     for `kernel` ("wgmma" asks for it at every head dim it is built for; "stream", the default,
@@ -622,9 +632,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     elif wgmma:                                      # prefill: 128-row blocks, one split
         producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
         resident = producer and WGMMA_PERSISTENT and not codes_asked
-        rows = force_rows or wgmma_rows(t, group, hkv, d, sm_count(), resident)
-        items = wgmma_items(t, group, hkv, rows)
-        stages = int(force_stages) if force_stages else wgmma_depth(items, d, rows, producer, sm_count())
+        rows, stages, items = wgmma_plan(t, group, hkv, d, sm_count(), producer, resident, force_rows, force_stages)
         if (d, stages, rows, producer) not in WGMMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {sorted({v[1] for v in WGMMA_VARIANTS})} for the warpgroup kernel",
                        stages)
