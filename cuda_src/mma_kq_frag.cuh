@@ -81,14 +81,6 @@ GQ_HD u32 load_stream2(const u8* p) {              // 2-byte aligned, zero-exten
 #endif
 }
 
-GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
-#ifdef __CUDA_ARCH__
-    return fmaf(a, b, c);
-#else
-    return __builtin_fmaf(a, b, c);
-#endif
-}
-
 // 2^23 + byte i of w as a float (one PRMT on the device): fmaf(that, d, -2^23 d) is d * byte, rounded once
 GQ_HD float biased_byte(u32 w, int i) {
 #ifdef __CUDA_ARCH__

@@ -65,6 +65,9 @@ EARLY_FETCH = {
     # the first super-block of W into registers, the next ones asked into L2; x is staged after
     "mma_dq_kernel": (r"\by\[", r"stage_x", r"(?<![.\w])x\s*\[", r"\bx\s*\+", r"part\[", r"__syncthreads",
                       r"cluster_", r"smem\b"),
+    # the barriers set up and W's bulk copies issued; x's stages, the multiplies and every write after
+    "mma_st_kernel": (r"\by\[", r"\bxst\b", r"mma_u8s8", r"mma_s8s8", r"part\[", r"cluster_", r"mbar_wait",
+                      r"\bacc\["),
     # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
     # the offsets table, the barriers and layer 0's rows of every matrix (bulk copies of weights); the

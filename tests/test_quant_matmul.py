@@ -6,7 +6,8 @@ error is NMSE = mse(out, ref) / mse(ref, 0), budget per bucket:
 - mma and dequant_cublas round W and x to bf16 (8-bit mantissa) for tensor cores: NMSE ~6e-6,
   so 1e-4;
 - gemv_kq and gemv_dp4a quantize x to int8 per 32 values (step max|x|/127): for Gaussian x that alone is
-  NMSE ~3e-5 (seen up to 1.2e-4 on one row), so 5e-4. A wrong nibble, bit or scale in a block gives 1e-3 or worse.
+  NMSE ~3e-5 (seen up to 1.2e-4 on one row), so 5e-4. A wrong nibble, bit or scale in a block gives 1e-3 or worse;
+- mma_st quantizes x per 256 values (a larger max|x| a step): for Gaussian x ~6e-5, so 5e-4 too.
 """
 
 import functools
@@ -20,7 +21,8 @@ from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 NMSE_BUDGET = {"gemv": 1e-9, "dequant_cublas": 1e-4, "mma": 1e-4, "gemv_dp4a": 5e-4, "gemv_kq": 5e-4,
-               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4}
+               "mma_kq": 5e-4, "mma_dq": 1e-4, "mma_wg": 1e-4,
+               "mma_st": 5e-4}
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
 
 M_SWEEP = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33, 64, 65, 128, 512)
@@ -139,6 +141,24 @@ def test_mma_dq_config_splits_short_blocks_onto_the_chip():
     assert mma_dq_config(16, 24576, 4096) == (2, 4) and mma_dq_config(16, 4096, 12288) == (2, 8)
 
 
+def test_mma_st_config_splits_until_blocks_are_short_and_fill_the_chip():
+    """K splits double, up to a cluster of 8, while a block holds more than MMA_ST_SB_PER_BLOCK
+    super-blocks or fewer than MMA_ST_MIN_BLOCKS blocks are launched; every split keeps a super-block
+    and every block's stages fit shared memory at the Qwen3-8B shapes."""
+    from glimmer_cupy.ops.matmul import (MMA_ST_BLOCK_ROWS, MMA_ST_MAX_SB, MMA_ST_MIN_BLOCKS, MMA_ST_SB_PER_BLOCK,
+                                         MMA_ST_SMEM_CAP, mma_st_config, mma_st_smem)
+    for m in (1, 9, 16, 32):
+        for n, k in ((4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (300, 256), (77, 768)):
+            nt, ks = mma_st_config(m, n, k)
+            tiles, nsb = -(-n // MMA_ST_BLOCK_ROWS), k // 256
+            assert nt == -(-m // 8) and ks in (1, 2, 4, 8) and ks <= max(1, nsb // 1)
+            assert -(-nsb // ks) <= MMA_ST_MAX_SB and mma_st_smem(nt, k, ks) <= MMA_ST_SMEM_CAP
+            done = -(-nsb // ks) <= MMA_ST_SB_PER_BLOCK and tiles * ks >= MMA_ST_MIN_BLOCKS
+            assert done or ks == 8 or 2 * ks > nsb, (m, n, k, ks)
+    assert mma_st_config(16, 4096, 4096) == (2, 4) and mma_st_config(16, 4096, 12288) == (2, 8)
+    assert mma_st_config(16, 151936, 4096) == (2, 4)
+
+
 def test_kq_occupancy_serves_small_layers_at_m1_only():
     from glimmer_cupy.ops.matmul import kq_occupancy
     assert kq_occupancy(QType.Q4_K, 1, 6144, 1024, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 1024, 3072, 2) == 5
@@ -161,9 +181,9 @@ def test_forced_buckets_agree(q):
     for m in (1, 3, 8, 16, 33, 100):
         x = rng.normal(0, 1, (m, 1024)).astype(np.float32)
         ref = x.astype(np.float64) @ ref_w.T
-        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg"):
+        for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg", "mma_st"):
             if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
-                    or (b == "gemv_kq" and q not in KQ_TYPES) or (b == "mma_dq" and (q != QType.Q4_K or m > 32)) \
+                    or (b == "gemv_kq" and q not in KQ_TYPES) or (b in ("mma_dq", "mma_st") and (q != QType.Q4_K or m > 32)) \
                     or (b == "mma_wg" and q != QType.Q4_K):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
@@ -224,6 +244,87 @@ def test_mma_dq_matches_the_reference(n, k):
         assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_dq"], what
         again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket="mma_dq"))
         assert np.array_equal(got, again), what
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512), (77, 768), (4096, 12288),
+                                 (1000, 8448), (4096, 4096)])
+def test_mma_st_matches_the_reference(n, k):
+    """The staged int8 tensor-core bucket (forced) on Q4_K: every n-tile count of x (M 1..32, rows of
+    x past a tile's edge), K split over clusters of 1..8 blocks (the shapes pick them; 8448's 33
+    super-blocks in 8 splits of 5 leave the last with 3), rows of W past a block's 64; every output
+    written (NaN first); the same bits on a second call (the cluster sums in rank order)."""
+    import cupy
+
+    from glimmer_cupy.ops.matmul import mma_st_config
+    rng = np.random.default_rng(n + k + 2)
+    w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+    ref_w = w.dequantize(np.float64)
+    w_dev = w.to_device()
+    for m in (1, 3, 8, 9, 16, 17, 24, 25, 32):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        out = cupy.full((m, n), np.nan, np.float32)
+        got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_st"))
+        what = (m, n, k, mma_st_config(m, n, k))
+        assert np.isfinite(got).all(), what
+        assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+        again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket="mma_st"))
+        assert np.array_equal(got, again), what
+
+
+@gpu
+@pytest.mark.parametrize("splits", [1, 2, 4, 8])
+def test_mma_st_every_split_gives_the_same_products(splits):
+    """Each cluster size along K, on a shape where 8 splits leave some blocks without a super-block
+    (K of 5: splits of 1 super-block and 3 empty), against float64 and against the codes' exact
+    product (the x image of test_mma_st_lanes.py, which the stage kernel must write byte for byte)."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    from test_mma_st_lanes import stage_x_image
+    rng = np.random.default_rng(splits)
+    for n, k, m in ((333, 1280, 16), (200, 4096, 5), (64, 256, 32)):
+        if splits > k // 256:
+            continue
+        w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+        ref_w = w.dequantize(np.float64)
+        w_dev = w.to_device()
+        x = rng.normal(0, 1, (m, k)).astype(np.float32)
+        out = cupy.full((m, n), np.nan, np.float32)
+        mm.mma_st(out, cupy.asarray(x), w_dev, splits=splits)
+        got = cupy.asnumpy(out)
+        nt = -(-m // 8)
+        img = stage_x_image(x, nt)
+        codes = np.zeros((m, k))
+        for sb in range(k // 256):
+            xs = img[sb, 272 * 8 * nt:276 * 8 * nt].view(np.float32).astype(np.float64)
+            for r in range(m):
+                c = np.concatenate([img[sb, 256 * r + 32 * (j ^ (r & 7)):][:32].view(np.int8) for j in range(8)])
+                codes[r, 256 * sb:256 * (sb + 1)] = c * xs[r]
+        exact = codes @ ref_w.T
+        what = (splits, n, k, m)
+        assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max(), what
+        assert nmse(got, x.astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+
+
+@gpu
+def test_mma_st_stage_kernel_writes_the_image():
+    """mma_st_stage_x_kernel's bytes equal the NumPy image (codes rounded half to even from x times
+    127 / max|x|, the sums' (hi, lo), the scale), with rows past M and an all-zero super-block."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    from test_mma_st_lanes import stage_x_image
+    rng = np.random.default_rng(9)
+    for m, k in ((13, 768), (1, 256), (32, 1024)):
+        x = (rng.normal(0, 1, (m, k)) * rng.uniform(0.01, 30, (m, 1))).astype(np.float32)
+        x[0, :256] = 0
+        nt = -(-m // 8)
+        _, stage = mm._mma_st_module(nt, 1)
+        xst = cupy.full(k // 256 * mm.MMA_ST_X_BYTES * nt, 0xAB, dtype=cupy.uint8)
+        stage((-(-(k // 256) * 8 * nt // 4),), (128,), (xst, cupy.asarray(x), np.int32(m), np.int32(k)))
+        want = stage_x_image(x, nt).reshape(-1)
+        assert np.array_equal(cupy.asnumpy(xst), want), (m, k)
 
 
 @gpu

@@ -189,7 +189,7 @@ def load_module(name: str, defines: dict | None = None, name_expressions=()):
 # sources whose every kernel calls pdl_wait() before touching earlier kernels' data (pdl.cuh);
 # tests/test_launch.py checks the list against the sources
 PDL_SOURCES = frozenset({"activation", "attention", "attention_mma", "attention_stream", "attention_wgmma", "decode_stack", "embed",
-                         "gemv_kq", "gemv_staged", "mma_dq", "mma_kq", "mma_wg", "norm", "prepare_qkv", "quant_matmul",
+                         "gemv_kq", "gemv_staged", "mma_dq", "mma_kq", "mma_st", "mma_wg", "norm", "prepare_qkv", "quant_matmul",
                          "quant_mma", "rope", "sampling", "speculative"})
 
 

@@ -76,7 +76,7 @@ BUCKETS = {
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
-BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg")
+BUCKET_NAMES = ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_kq", "mma_dq", "mma_wg", "mma_st")
 INT8_BUCKETS = frozenset({"gemv_kq", "gemv_dp4a", "mma_kq"})    # x quantized to int8 per 32 values (ops/q8.py)
 MMA_KQ_ROWS = 32                    # the widest M of an mma_kq launch (four n-tiles of 8 rows of x)
 MMA_KQ_CHUNKED_ROWS = 64            # the widest M mma_kq serves, a launch per 32 rows (graph widths)
@@ -101,6 +101,81 @@ MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
+#   mma_st (not in the table: force_bucket="mma_st", until measured): int8 tensor cores on Q4_K for
+#     up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice) asked for
+#     at its start by bulk copies into shared memory, so that the bytes in flight are bounded by
+#     shared memory and not by registers (mma_kq and mma_dq hold the next super-block in registers);
+#     x quantized per 256 values, so a super-block's sub-blocks add up in int32. K split over a
+#     cluster of up to 8 blocks (mma_st_config). Needs sm_90 (bulk copies, clusters).
+MMA_ST_TYPES = frozenset({QType.Q4_K})
+MMA_ST_ROWS = 32                    # the widest M (four n-tiles of 8 rows of x)
+MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
+MMA_ST_W_BYTES = 64 * 160           # kWBytes: a super-block of the block's rows in a stage
+MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
+MMA_ST_MAX_SB = 16                  # kMaxSB: super-blocks a block stages at most
+MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
+MMA_ST_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
+MMA_ST_MIN_BLOCKS = 256               # ...and about two blocks per SM of an H200 are launched
+MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
+
+
+def mma_st_config(m: int, n: int, k: int) -> tuple[int, int]:
+    """(n-tiles of x, K splits) for mma_st: splits double (a cluster of at most 8 blocks along K)
+    while a block holds more than MMA_ST_SB_PER_BLOCK super-blocks or the launch has fewer blocks
+    than MMA_ST_MIN_BLOCKS, as long as each split keeps a super-block."""
+    nt = -(-m // 8)
+    tiles = -(-n // MMA_ST_BLOCK_ROWS)
+    nsb = k // 256
+    ks = 1
+    while (ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb
+           and (-(-nsb // ks) > MMA_ST_SB_PER_BLOCK or tiles * ks < MMA_ST_MIN_BLOCKS)):
+        ks *= 2
+    return nt, ks
+
+
+def mma_st_smem(nt: int, k: int, ks: int) -> int:
+    """mma_st_kernel's dynamic shared memory: a stage per super-block of the block's K slice."""
+    return -(-(k // 256) // ks) * (MMA_ST_W_BYTES + MMA_ST_X_BYTES * nt)
+
+
+@cache
+def _mma_st_module(nt: int, ks: int):
+    from cupy_backends.cuda.api import driver
+    exprs = tuple(f"mma_st_kernel<{i}, {j}>" for i in range(1, MMA_ST_ROWS // 8 + 1) for j in (1, 2, 4, 8)) + \
+        tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
+    kern = get_kernel("mma_st", f"mma_st_kernel<{nt}, {ks}>", name_expressions=exprs)
+    driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
+    return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
+
+
+def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
+    """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
+    values), then the matmul, its K split over a cluster of `splits` blocks (mma_st_config's by
+    default). Needs an sm_90 device; x and W 16-byte aligned."""
+    import cupy
+
+    m, k = x.shape
+    n = w.shape[0]
+    if not has_arch_specific():
+        raise fail("quant_matmul", "force_bucket", "a bucket this device runs (mma_st needs sm_90)", "mma_st")
+    check_aligned16(x, w, "mma_st")
+    nt, ks = mma_st_config(m, n, k)
+    if splits is not None:
+        if splits not in (1, 2, 4, 8):
+            raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
+        ks = splits
+    nsb = k // 256
+    smem = mma_st_smem(nt, k, ks)
+    if -(-nsb // ks) > MMA_ST_MAX_SB or smem > MMA_ST_SMEM_CAP:
+        raise fail("mma_st", "K", f"at most {MMA_ST_MAX_SB} super-blocks a split that fit shared memory "
+                   f"({ks} splits)", k)
+    matmul, stage = _mma_st_module(nt, ks)
+    xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
+    stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
+    matmul((-(-n // MMA_ST_BLOCK_ROWS), ks), (128,),
+           (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)), shared_mem=smem)
+
+
 MMA_WG_TYPES = frozenset({QType.Q4_K})
 MMA_WG_TILE = 128                   # kRowsX, kRowsW in mma_wg.cu: rows of x and of W per block
 MMA_WG_STAGE = 5 * 128 * 128               # kStage in mma_wg.cu: bytes of a stage (x's 256 values, the sums)
@@ -393,6 +468,8 @@ def serves(b: str, qtype: QType, m: int) -> bool:
         return m <= GEMV_WIDTHS[-1]
     if b == "mma_wg":
         return qtype in MMA_WG_TYPES
+    if b == "mma_st":
+        return qtype in MMA_ST_TYPES and m <= MMA_ST_ROWS
     return b in BUCKET_NAMES
 
 
@@ -509,6 +586,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if not has_arch_specific():
             raise fail("quant_matmul", "force_bucket", f"a bucket this device runs ({b} needs sm_90)", b)
         mma_wg(out, x, w)
+        return out
+    if b == "mma_st":
+        mma_st(out, x, w)
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")

@@ -1,0 +1,104 @@
+"""mma_st (Q4_K, staged int8 tensor cores) beside the table's buckets for 9..32 rows of x, on the
+Qwen3-8B shapes of issue 3's M = 16 bar and its head: the table's M = 1 time, mma_dq and mma_kq at
+each M, and mma_st at the rule's K splits and at each forced split, the same weights and x for every
+arm, timed in a PDL graph as decode runs them (bench_quant_matmul's timing: weights rotated past L2).
+The rule's mma_st is timed first and last in each row, so that drift shows. Prints the ratio to M = 1
+that the bar (<= 1.3x) counts.
+
+    PYTHONPATH=$PWD python3 bench/ab_mma_st.py [--ms 8,16,32] [--splits 1,2,4,8] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
+from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
+from glimmer_cupy.ops import matmul  # noqa: E402
+from glimmer_cupy.ops.matmul import TRAITS, quantize_x  # noqa: E402
+from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
+from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
+from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
+
+SHAPES = ((4096, 4096), (12288, 4096), (4096, 12288), (24576, 4096), (151936, 4096))
+
+
+def main(argv=None) -> int:
+    import cupy
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ms", default="8,16,32")
+    ap.add_argument("--splits", default="1,2,4,8", help="comma-separated, each 1, 2, 4 or 8 (may be empty)")
+    ap.add_argument("--shapes", default="", help="NxK,... (default: the Qwen3-8B shapes and head)")
+    ap.add_argument("--launches", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    ms = [int(v) for v in a.ms.split(",")]
+    splits = [int(v) for v in a.splits.split(",") if v]
+    if not set(splits) <= {1, 2, 4, 8}:
+        ap.error(f"--splits: each of 1, 2, 4, 8 (mma_st_kernel's clusters), got {a.splits}")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s] or SHAPES
+    rng = np.random.default_rng(11)
+    rows = []
+    for n, k in shapes:
+        sets = n_sets(n * k * 144 // 256)
+        ws = [QuantTensor("w", QType.Q4_K, (n, k), cupy.asarray(random_blocks(QType.Q4_K, n, k, rng, 0.02)))
+              for _ in range(sets)]
+        x1 = [cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32)) for _ in range(sets)]
+        c1 = [Q8Rows(x, *quantize_x(x, TRAITS[QType.Q4_K])) for x in x1]
+        o1 = [cupy.empty((1, n), np.float32) for _ in range(sets)]
+        with overlapped(True):
+            m1 = time_us(lambda i: ops.quant_matmul(c1[i], ws[i], out=o1[i]), sets, a.launches, a.reps)[0]
+        for m in ms:
+            xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
+            outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
+
+            def timed(call):
+                with overlapped(True):
+                    return time_us(lambda i: call(i), sets, a.launches, a.reps)[0]
+
+            def bucket(b):
+                return timed(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=b))
+
+            def st(ks):
+                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks))
+
+            want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_dq")
+            row = dict(n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k)[1], rule_us=[st(None)],
+                       mma_dq_us=bucket("mma_dq"), mma_kq_us=bucket("mma_kq"), split_us={})
+            for ks in splits:
+                if ks > k // 256:
+                    continue
+                try:
+                    t = st(ks)
+                except Exception as e:          # a split whose stages do not fit: say so, go on
+                    row["split_us"][ks] = (None, str(e).splitlines()[0])
+                    continue
+                got = cupy.empty((m, n), np.float32)
+                matmul.mma_st(got, xs[0], ws[0], splits=ks)
+                row["split_us"][ks] = (t, float(cupy.abs(got - want).max() / cupy.abs(want).max()))
+            row["rule_us"].append(st(None))
+            rows.append(row)
+            rule = min(row["rule_us"])
+            print(f"{n:>6}x{k:<6} M={m:<3} M=1 {m1:6.1f} us | mma_dq {row['mma_dq_us']:6.1f} mma_kq "
+                  f"{row['mma_kq_us']:6.1f} | mma_st rule (ks {row['rule_splits']}) {row['rule_us'][0]:6.1f} / "
+                  f"{row['rule_us'][1]:6.1f} = {rule / m1:.2f}x M=1 | "
+                  + " ".join(f"ks {s}: {t:6.1f} ({e:.0e})" if t is not None else f"ks {s}: -"
+                             for s, (t, e) in row["split_us"].items()), flush=True)
+        ws = x1 = c1 = o1 = None        # this shape's buffers go before the next one's
+        cupy.get_default_memory_pool().free_all_blocks()
+    if a.out:
+        a.out.write_text(json.dumps(dict(meta=run_meta(), rows=rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

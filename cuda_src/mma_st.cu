@@ -1,0 +1,225 @@
+// mma_st.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K, on int8 tensor cores, every byte of W
+// a block needs asked for at the block's start by bulk copies into shared memory.
+//
+// mma_st_stage_x_kernel<NT>  x (M, K) float32 -> xst: per super-block one XStage<NT> image
+//   (mma_st_lanes.cuh: int8 codes per 256 values, swizzled; the sub-blocks' sums as (hi, lo);
+//   the scale). grid = (ceil(K / 256 * 8 NT / 4),) block = (128,): a warp a (super-block, row of x).
+//   It lets the matmul launch first thing (pdl_release), so that, in a graph, the matmul's blocks
+//   ask for W while this kernel waits for the one before and quantizes x.
+// mma_st_kernel<NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K blocks (16-byte aligned).
+//   grid = (ceil(N / 64), KS), clusters of (1, KS, 1), block = (128,), dynamic shared memory
+//   ceil(K / 256 / KS) * XStage<NT>::kStage bytes.
+//
+// Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
+// GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
+// its next super-block in registers, so the bytes an SM had in flight were bounded by its registers,
+// and their per-sub-block epilogues were a third to a half of their instructions. Here:
+//   - the block's whole share of W (64 rows by its K slice) is asked for at once, before pdl_wait,
+//     one bulk copy per row and super-block onto one mbarrier per super-block, and x's stages after
+//     the wait (one bulk copy each): the bytes in flight are bounded by shared memory, and the
+//     warps compute super-block s as soon as its barrier completes;
+//   - x is quantized per 256 values, so a super-block's sub-blocks add up in int32 (one IMAD per C
+//     value and sub-block), and its mins are two small multiplies (mma_st_lanes.cuh).
+// K is split over the KS blocks of a cluster (rule: ops/matmul.py mma_st_config); they add their
+// partial sums through distributed shared memory in rank order, so the bits do not depend on timing.
+// Rows of W past N copy row N - 1 and are not stored.
+#include "cluster.cuh"
+#include "mma_st_lanes.cuh"
+#include "pdl.cuh"
+
+namespace mst {
+
+__device__ __forceinline__ void mma_u8s8_k32(int (&c)[4], const u32 (&a)[4], u32x2 b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
+}
+__device__ __forceinline__ void mma_s8s8_k16(int (&c)[4], u32 a0, u32 a1, u32 b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
+
+// `bytes` (a multiple of 16, both ends 16-byte aligned) global -> this block's shared memory,
+// counted on bar as they land
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// the same with an L2 policy (createpolicy), for bytes read once
+__device__ __forceinline__ void bulk_copy_hint(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
+                                               unsigned long long policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
+}
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+}  // namespace mst
+
+template <int NT>
+__global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __restrict__ xst,
+                                                             const float* __restrict__ x, int m, int k) {
+    pdl_release();                     // mma_st_kernel's blocks may start their copies of W meanwhile
+    pdl_wait();
+    using namespace mst;
+    const int lane = threadIdx.x & 31;
+    const int item = blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int nsb = k >> 8, r = item % (8 * NT), sb = item / (8 * NT);
+    if (sb >= nsb) return;
+    unsigned char* st = xst + (long long)sb * XStage<NT>::kBytes;
+    float v[8];
+    if (r < m) {
+        const float4* src = reinterpret_cast<const float4*>(x + (long long)r * k + 256 * sb + 8 * lane);
+        const float4 p = src[0], q = src[1];
+        v[0] = p.x; v[1] = p.y; v[2] = p.z; v[3] = p.w; v[4] = q.x; v[5] = q.y; v[6] = q.z; v[7] = q.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = 0.f;
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.f ? __fdiv_rn(127.f, amax) : 0.f;
+    u32 word[2] = {0u, 0u};
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int c = (int)rintf(__fmul_rn(v[i], inv));
+        sum += c;
+        word[i >> 2] |= ((u32)c & 0xFFu) << (8 * (i & 3));
+    }
+    const int j = lane >> 2;                                   // the sub-block; lanes 4j..4j+3 hold it
+    *reinterpret_cast<uint2*>(st + XStage<NT>::kCodes + 256 * r + 32 * (j ^ (r & 7)) + 8 * (lane & 3)) =
+        make_uint2(word[0], word[1]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if ((lane & 3) == 0) {                                      // (hi, lo) = (sum >> 6, sum & 63)
+        const unsigned short pair = (unsigned short)(((u32)(sum >> 6) & 0xFFu) | ((u32)(sum & 63) << 8));
+        *reinterpret_cast<unsigned short*>(st + XStage<NT>::kMins + 16 * r + 2 * j) = pair;
+    }
+    if (lane == 0) *reinterpret_cast<float*>(st + XStage<NT>::kScales + 4 * r) = __fdiv_rn(amax, 127.f);
+}
+
+template <int NT, int KS>
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
+mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const unsigned char* __restrict__ w,
+              int m, int n, int k, long long row_bytes) {
+    using namespace mst;
+    constexpr int kStage = XStage<NT>::kStage;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ unsigned long long bars[kMaxSB];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
+    const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
+    const int row0 = blockIdx.x * kRows;
+
+    if (tid == 0) {
+        for (int s = 0; s < count; ++s) mbar_init(&bars[s], 1);
+        fence_mbarrier_init();
+        for (int s = 0; s < count; ++s) mbar_arrive_expect_tx(&bars[s], kRows * kBlockBytes + XStage<NT>::kBytes);
+    }
+    __syncthreads();
+    // W: row i % 64 of super-block i / 64, from every thread; no kernel writes W, so before the wait
+    {
+        const unsigned long long policy = evict_first_policy();
+        for (int i = tid; i < kRows * count; i += 128) {
+            const int r = i % kRows, s = i / kRows;
+            const unsigned char* src = w + (long long)min(row0 + r, n - 1) * row_bytes + (long long)(sb0 + s) * kBlockBytes;
+            bulk_copy_hint(smem + s * kStage + r * kRowStride, src, kBlockBytes, &bars[s], policy);
+        }
+    }
+    pdl_wait();                                                // x's stages are the kernel before's
+    if (tid < count)
+        bulk_copy(smem + tid * kStage + kWBytes, xst + (long long)(sb0 + tid) * XStage<NT>::kBytes,
+                  XStage<NT>::kBytes, &bars[tid]);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    for (int s = 0; s < count; ++s) {
+        const unsigned char* stage = smem + s * kStage;
+        const unsigned char* xs = stage + kWBytes;
+        const unsigned char* const wrow[2] = {stage + (16 * warp + g) * kRowStride,
+                                              stage + (16 * warp + g + 8) * kRowStride};
+        mbar_wait(&bars[s], 0);
+        const Scales sc = scales(wrow, t);
+        int main[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) main[nt][0] = main[nt][1] = main[nt][2] = main[nt][3] = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const Pair a = a_pair(wrow, c, t);
+            const int se[2] = {sc.sc[0][2 * c], sc.sc[1][2 * c]}, so[2] = {sc.sc[0][2 * c + 1], sc.sc[1][2 * c + 1]};
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                int ce[4], co[4];
+                mma_u8s8_k32(ce, a.lo, b_frag<NT>(xs, nt, 2 * c, g, t));
+                mma_u8s8_k32(co, a.hi, b_frag<NT>(xs, nt, 2 * c + 1, g, t));
+                add_scaled(main[nt], ce, se);
+                add_scaled(main[nt], co, so);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const u32 bm = b_mins<NT>(xs, nt, g, t);
+            int hi[4], lo[4];
+            mma_s8s8_k16(hi, sc.mhi[0], sc.mhi[1], bm);
+            mma_s8s8_k16(lo, sc.mlo[0], sc.mlo[1], bm);
+            finish(acc[nt], main[nt], hi, lo, sc, x_scales<NT>(xs, nt, t));
+        }
+    }
+
+    // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
+    if (KS == 1) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int row = row0 + 16 * warp + g + 8 * (q >> 1), col = 8 * nt + 2 * t + (q & 1);
+                if (row < n && col < m) y[(long long)col * n + row] = acc[nt][q];
+            }
+        return;
+    }
+    constexpr int kCols = 8 * NT;
+    float* part = reinterpret_cast<float*>(smem);              // [kRows][kCols], over the first stage
+    __syncthreads();                                           // every warp is done reading the stages
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
+    cluster_sync();
+    // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
+    const int rank = (int)cluster_rank();
+    constexpr int kShare = kRows / KS * kCols;
+    const unsigned local = smem_addr(part);
+    for (int idx = tid; idx < kShare; idx += 128) {
+        const int off = rank * kShare + idx;
+        const int row = row0 + off / kCols, col = off % kCols;
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < KS; ++q) {
+            float v;
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(local + 4u * off, q)) : "memory");
+            sum += v;
+        }
+        if (row < n && col < m) y[(long long)col * n + row] = sum;
+    }
+    cluster_sync();                                            // no block leaves while another reads it
+}
+
+#ifdef GLIMMER_INSTANTIATE
+#define MMA_ST(NT, KS) template __global__ void mma_st_kernel<NT, KS>(float*, const unsigned char*, \
+    const unsigned char*, int, int, int, long long);
+#define MMA_ST_KS(NT) MMA_ST(NT, 1) MMA_ST(NT, 2) MMA_ST(NT, 4) MMA_ST(NT, 8) \
+    template __global__ void mma_st_stage_x_kernel<NT>(unsigned char*, const float*, int, int);
+MMA_ST_KS(1) MMA_ST_KS(2) MMA_ST_KS(3) MMA_ST_KS(4)
+#endif

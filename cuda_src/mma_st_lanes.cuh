@@ -1,0 +1,153 @@
+// mma_st_lanes.cuh — the stages of mma_st.cu in shared memory and a lane's fragments of them.
+//
+// mma_st multiplies Q4_K weight rows by x quantized per 256 values (one float scale a super-block
+// and row of x, int8 codes), on int8 tensor cores (mma.sync m16n8k32, 16 weight rows as A, 8 rows
+// of x as B). One scale per super-block of x is what lets a super-block's eight sub-blocks add up
+// in int32: lane (g, t) adds sc_j * C_j for each sub-block j with one integer multiply-add per C
+// value, and turns the sum into float once per super-block, where a scale per 32 values
+// (mma_kq.cu) costs three float operations per C value and sub-block. The mins are a 16-deep
+// product of their own, sum_j m_j * xsum_j, as two m16n8k16 multiplies a super-block (xsum_j, up
+// to 32 * 127, does not fit a byte: it is split as 64 * hi + lo, hi in [-64, 63], lo in [0, 63]).
+//
+// A super-block's stage (XStage<NT>::kStage bytes; every part 16-byte aligned):
+//   W:  kRows = 64 rows at kRowStride = 160 bytes: the row's 144-byte Q4_K block (d, dmin, 12
+//       scale bytes, qs[128]) and 16 bytes of padding. A lane's 8-byte loads at row g and byte
+//       16 + 32c + 8t then cover the 32 banks once per half-warp (rows g = 0..3 at banks 8g..8g+7).
+//   x:  XStage<NT> (written by mma_st_stage_x_kernel, copied in as one piece):
+//       codes   8 NT rows x 256 bytes: row r's sub-block j (32 codes) at slot j ^ (r & 7), so that
+//               a B load (8 rows, 8 bytes from each of 4 lanes) covers the banks once per half-warp;
+//       mins    8 NT rows x 16 bytes: byte 2j = hi_j, byte 2j + 1 = lo_j (xsum_j = 64 hi_j + lo_j);
+//       scales  8 NT floats: the row's xs (max |x| / 127 over the super-block; 0 for an all-zero one).
+//   Rows of x past M are zeros everywhere, so their sums are 0 (and are not stored).
+// The order of k inside a sub-block is free as long as A and B agree (the sum does not depend on
+// it): fragment k 4t + i and 16 + 4t + i hold the sub-block's values 8t + i and 8t + 4 + i, so a
+// lane's A and B of a sub-block are each one 8-byte load (values 8t .. 8t + 7).
+// Fragments (PTX, lane = 4g + t):
+//   m16n8k32 u8 x s8  A: a0 = row g, k 4t..4t+3; a1 = row g+8; a2 = row g, k 16+4t..; a3 = row g+8
+//                     B: b0 = column g, k 4t..4t+3; b1 = column g, k 16+4t..
+//   m16n8k16 s8 x s8  A: a0 = row g, k 4t..4t+3; a1 = row g+8;  B: b0 = column g, k 4t..4t+3
+//   C (int32): c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, the same columns.
+// Sub-block 2c is the low nibbles of qs[32c .. 32c+31], 2c + 1 the high ones; A of the high ones is
+// the byte with its low nibble cleared (16 q, an unsigned byte), so no shift: its C is 16x, and the
+// low nibbles' scale is taken 16x to match (the super-block's sum is 16x; d / 16 undoes it, exactly).
+// Everything here is __host__ __device__, so tests/test_mma_st_lanes.py runs it on the CPU.
+#pragma once
+#include "kq_lanes.cuh"
+
+namespace mst {
+
+using gguf::u32;
+using gguf::u8;
+using gguf::u32x2;
+using gguf::u32x4;
+using gguf::f32x2;
+
+constexpr int kWarps = 4;                      // each 16 weight rows
+constexpr int kRows = 16 * kWarps;             // weight rows of a block
+constexpr int kRowStride = 160;                // bytes of a weight row in a stage
+constexpr int kBlockBytes = 144;               // a Q4_K super-block
+constexpr int kWBytes = kRows * kRowStride;    // 10240
+constexpr int kMaxSB = 16;                     // super-blocks a block stages at most (its barriers)
+
+template <int NT>
+struct XStage {                                // x's part of a stage: 8 NT rows of x
+    static constexpr int kCodes = 0;
+    static constexpr int kMins = 256 * 8 * NT;
+    static constexpr int kScales = kMins + 16 * 8 * NT;
+    static constexpr int kBytes = kScales + 4 * 8 * NT;     // 2208 NT
+    static constexpr int kStage = kWBytes + kBytes;         // a whole stage: W, then x
+};
+
+GQ_HD u32 load4(const u8* p) { return gguf::load_vec<u32>(p); }
+
+// bytes of x (lo) picked by selector nibbles, 4..7 giving zero (PRMT with a zero second word)
+GQ_HD u32 pick_bytes(u32 x, u32 sel) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(x, 0u, sel);
+#else
+    u32 r = 0;
+    for (int i = 0; i < 4; ++i) {
+        const u32 s = (sel >> (4 * i)) & 7u;
+        r |= (s < 4 ? (x >> (8 * s)) & 0xFFu : 0u) << (8 * i);
+    }
+    return r;
+#endif
+}
+
+// A lane's view of one super-block of its weight rows g and g + 8 (wrow[r]: the row's block in
+// the stage): the words of sub-block pair c
+struct Pair { u32 lo[4], hi[4]; };             // A of sub-blocks 2c (low nibbles) and 2c + 1
+GQ_HD Pair a_pair(const u8* const (&wrow)[2], int c, int t) {
+    const u32x2 w0 = gguf::load8(wrow[0] + 16 + 32 * c + 8 * t), w1 = gguf::load8(wrow[1] + 16 + 32 * c + 8 * t);
+    const u32 v[4] = {w0.x, w1.x, w0.y, w1.y};
+    Pair p;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        p.lo[i] = v[i] & 0x0F0F0F0Fu;
+        p.hi[i] = v[i] & 0xF0F0F0F0u;
+    }
+    return p;
+}
+
+// The two rows' scales of a super-block: sc (as the integer factors of C, 16x for the low-nibble
+// sub-blocks), the mins' A fragments, d / 16 and dmin
+struct Scales {
+    int sc[2][8];
+    u32 mhi[2], mlo[2];                        // A of the mins' two multiplies: rows g, g + 8
+    float d16[2], dmin[2];
+};
+GQ_HD Scales scales(const u8* const (&wrow)[2], int t) {
+    Scales s;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const u32x4 hd = gguf::load16(wrow[r]);
+        const gguf::Q4KScales a = gguf::q4k_scale_words(hd, 0), b = gguf::q4k_scale_words(hd, 4);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int v = (int)(((j < 4 ? a.sc : b.sc) >> (8 * (j & 3))) & 0xFFu);
+            s.sc[r][j] = (j & 1) ? v : 16 * v;
+        }
+        // lane t's slots 4t..4t+3 are (hi, lo) of sub-blocks 2t and 2t + 1
+        const u32 mn = ((t < 2 ? a.mn : b.mn) >> (16 * (t & 1))) & 0xFFFFu;
+        s.mhi[r] = pick_bytes(mn, 0x4140u);    // m_2t, 0, m_2t+1, 0
+        s.mlo[r] = pick_bytes(mn, 0x1404u);    // 0, m_2t, 0, m_2t+1
+        s.d16[r] = gguf::half_to_float((gguf::u16)(hd.x & 0xFFFFu)) * 0.0625f;
+        s.dmin[r] = gguf::half_to_float((gguf::u16)(hd.x >> 16));
+    }
+    return s;
+}
+
+// x's B fragment of sub-block j for n-tile nt (b0, b1), its mins fragment and its two scales
+template <int NT>
+GQ_HD u32x2 b_frag(const u8* xs, int nt, int j, int g, int t) {
+    const int r = 8 * nt + g;
+    return gguf::load8(xs + XStage<NT>::kCodes + 256 * r + 32 * (j ^ (r & 7)) + 8 * t);
+}
+template <int NT>
+GQ_HD u32 b_mins(const u8* xs, int nt, int g, int t) {
+    return load4(xs + XStage<NT>::kMins + 16 * (8 * nt + g) + 4 * t);
+}
+template <int NT>
+GQ_HD f32x2 x_scales(const u8* xs, int nt, int t) {
+    return gguf::load_vec<f32x2>(xs + XStage<NT>::kScales + 4 * (8 * nt + 2 * t));
+}
+
+// acc (C's places) += sc * C for the lane's two rows
+GQ_HD void add_scaled(int (&acc)[4], const int (&c)[4], const int (&sc)[2]) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[q] += sc[q >> 1] * c[q];
+}
+
+// The super-block done: y += xs * (d / 16 * main - dmin * (64 hi + lo)), main the 16x sum of sc * C
+GQ_HD void finish(float (&y)[4], const int (&main)[4], const int (&hi)[4], const int (&lo)[4], const Scales& s,
+                  f32x2 xs) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int r = q >> 1;
+        const float mins = (float)(64 * hi[q] + lo[q]);
+        const float v = gguf::fma_rn(s.d16[r], (float)main[q], -(s.dmin[r] * mins));
+        y[q] = gguf::fma_rn((q & 1) ? xs.y : xs.x, v, y[q]);
+    }
+}
+
+}  // namespace mst
