@@ -1,11 +1,12 @@
-"""mma_st (Q4_K, staged int8 tensor cores) beside the table's buckets for 9..32 rows of x, on the
-Qwen3-8B shapes of issue 3's M = 16 bar and its head: the table's M = 1 time, mma_dq and mma_kq at
-each M, and mma_st at the rule's K splits and at each forced split, the same weights and x for every
-arm, timed in a PDL graph as decode runs them (bench_quant_matmul's timing: weights rotated past L2).
-The rule's mma_st is timed first and last in each row, so that drift shows. Prints the ratio to M = 1
-that the bar (<= 1.3x) counts.
+"""mma_st (Q4_K and Q6_K, staged int8 tensor cores) beside the table's buckets for 8..32 rows of x,
+on the Qwen3-8B shapes of issue 3's M = 16 bar and its head: the table's M = 1 time, the table's
+bucket and mma_kq at each M (and mma_dq for Q4_K), and mma_st at the rule's K splits and at each
+forced split, the same weights and x for every arm, timed in a PDL graph as decode runs them
+(bench_quant_matmul's timing: weights rotated past L2). The rule's mma_st is timed first and last in
+each row, so that drift shows. Prints the ratio to M = 1 that the bar (<= 1.3x) counts.
 
-    PYTHONPATH=$PWD python3 bench/ab_mma_st.py [--ms 8,16,32] [--splits 1,2,4,8] [--out FILE.json]
+    PYTHONPATH=$PWD python3 bench/ab_mma_st.py [--types Q4_K,Q6_K] [--ms 8,16,32] [--splits 1,2,4,8]
+        [--shapes NxK,...] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ SHAPES = ((4096, 4096), (12288, 4096), (4096, 12288), (24576, 4096), (151936, 40
 def main(argv=None) -> int:
     import cupy
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--types", default="Q4_K,Q6_K")
     ap.add_argument("--ms", default="8,16,32")
     ap.add_argument("--splits", default="1,2,4,8", help="comma-separated, each 1, 2, 4 or 8 (may be empty)")
     ap.add_argument("--shapes", default="", help="NxK,... (default: the Qwen3-8B shapes and head)")
@@ -46,14 +48,17 @@ def main(argv=None) -> int:
     if not set(splits) <= {1, 2, 4, 8}:
         ap.error(f"--splits: each of 1, 2, 4, 8 (mma_st_kernel's clusters), got {a.splits}")
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s] or SHAPES
+    types = [QType[t] for t in a.types.split(",")]
+    if not set(types) <= matmul.MMA_ST_TYPES:
+        ap.error(f"--types: each of {', '.join(q.name for q in matmul.MMA_ST_TYPES)}, got {a.types}")
     rng = np.random.default_rng(11)
     rows = []
-    for n, k in shapes:
-        sets = n_sets(n * k * 144 // 256)
-        ws = [QuantTensor("w", QType.Q4_K, (n, k), cupy.asarray(random_blocks(QType.Q4_K, n, k, rng, 0.02)))
+    for qtype, (n, k) in ((q, s) for q in types for s in shapes):
+        sets = n_sets(n * k * (144 if qtype == QType.Q4_K else 210) // 256)
+        ws = [QuantTensor("w", qtype, (n, k), cupy.asarray(random_blocks(qtype, n, k, rng, 0.02)))
               for _ in range(sets)]
         x1 = [cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32)) for _ in range(sets)]
-        c1 = [Q8Rows(x, *quantize_x(x, TRAITS[QType.Q4_K])) for x in x1]
+        c1 = [Q8Rows(x, *quantize_x(x, TRAITS[qtype])) for x in x1]
         o1 = [cupy.empty((1, n), np.float32) for _ in range(sets)]
         with overlapped(True):
             m1 = time_us(lambda i: ops.quant_matmul(c1[i], ws[i], out=o1[i]), sets, a.launches, a.reps)[0]
@@ -71,9 +76,11 @@ def main(argv=None) -> int:
             def st(ks):
                 return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks))
 
-            want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_dq")
-            row = dict(n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k)[1], rule_us=[st(None)],
-                       mma_dq_us=bucket("mma_dq"), mma_kq_us=bucket("mma_kq"), split_us={})
+            want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_kq")
+            table = matmul.bucket(m, qtype, graph_safe=True)
+            row = dict(type=qtype.name, n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k)[1],
+                       rule_us=[st(None)], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
+                       mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={})
             for ks in splits:
                 if ks > k // 256:
                     continue
@@ -88,8 +95,8 @@ def main(argv=None) -> int:
             row["rule_us"].append(st(None))
             rows.append(row)
             rule = min(row["rule_us"])
-            print(f"{n:>6}x{k:<6} M={m:<3} M=1 {m1:6.1f} us | mma_dq {row['mma_dq_us']:6.1f} mma_kq "
-                  f"{row['mma_kq_us']:6.1f} | mma_st rule (ks {row['rule_splits']}) {row['rule_us'][0]:6.1f} / "
+            print(f"{qtype.name} {n:>6}x{k:<6} M={m:<3} M=1 {m1:6.1f} us | table ({table}) {row['table_us']:6.1f} "
+                  f"mma_kq {row['mma_kq_us']:6.1f} | mma_st rule (ks {row['rule_splits']}) {row['rule_us'][0]:6.1f} / "
                   f"{row['rule_us'][1]:6.1f} = {rule / m1:.2f}x M=1 | "
                   + " ".join(f"ks {s}: {t:6.1f} ({e:.0e})" if t is not None else f"ks {s}: -"
                              for s, (t, e) in row["split_us"].items()), flush=True)

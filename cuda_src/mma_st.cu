@@ -1,25 +1,27 @@
-// mma_st.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K, on int8 tensor cores, every byte of W
-// a block needs asked for at the block's start by bulk copies into shared memory.
+// mma_st.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K or Q6_K, on int8 tensor cores, every byte
+// of W a block needs asked for at the block's start by bulk copies into shared memory.
 //
 // mma_st_stage_x_kernel<NT>  x (M, K) float32 -> xst: per super-block one XStage<NT> image
 //   (mma_st_lanes.cuh: int8 codes per 256 values, swizzled; the sub-blocks' sums as (hi, lo);
 //   the scale). grid = (ceil(K / 256 * 8 NT / 4),) block = (128,): a warp a (super-block, row of x).
 //   It lets the matmul launch first thing (pdl_release), so that, in a graph, the matmul's blocks
 //   ask for W while this kernel waits for the one before and quantizes x.
-// mma_st_kernel<NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K blocks (16-byte aligned).
-//   grid = (ceil(N / 64), KS), clusters of (1, KS, 1), block = (128,), dynamic shared memory
-//   ceil(K / 256 / KS) * XStage<NT>::kStage bytes.
+// mma_st_kernel<T, NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K (T = St4K) or Q6_K (St6K)
+//   blocks; Q4_K rows 16-byte aligned, Q6_K rows 2-byte aligned with the last block's 16-byte window
+//   inside the tensor (ops/matmul.py checks both). grid = (ceil(N / 64), KS), clusters of (1, KS, 1),
+//   block = (128,), dynamic shared memory ceil(K / 256 / KS) * Stage<T, NT>::kBytes bytes.
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
 // its next super-block in registers, so the bytes an SM had in flight were bounded by its registers,
 // and their per-sub-block epilogues were a third to a half of their instructions. Here:
 //   - the block's whole share of W (64 rows by its K slice) is asked for at once, before pdl_wait,
-//     one bulk copy per row and super-block onto one mbarrier per super-block, and x's stages after
+//     one bulk copy per row and super-block (the block's 16-byte-aligned window) onto one mbarrier
+//     per super-block, and x's stages after
 //     the wait (one bulk copy each): the bytes in flight are bounded by shared memory, and the
 //     warps compute super-block s as soon as its barrier completes;
-//   - x is quantized per 256 values, so a super-block's sub-blocks add up in int32 (one IMAD per C
-//     value and sub-block), and its mins are two small multiplies (mma_st_lanes.cuh).
+//   - x is quantized per 256 values, so a super-block's sub-blocks (Q4_K) or groups (Q6_K) add up in
+//     int32, one IMAD per C value and scale, and Q4_K's mins are two small multiplies (mma_st_lanes.cuh).
 // K is split over the KS blocks of a cluster (rule: ops/matmul.py mma_st_config); they add their
 // partial sums through distributed shared memory in rank order, so the bits do not depend on timing.
 // Rows of W past N copy row N - 1 and are not stored.
@@ -108,23 +110,95 @@ __global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __re
     if (lane == 0) *reinterpret_cast<float*>(st + XStage<NT>::kScales + 4 * r) = __fdiv_rn(amax, 127.f);
 }
 
-template <int NT, int KS>
+// One warp's super-block of its rows g and g + 8 (blk: the rows' blocks in the stage) into acc
+template <int NT>
+__device__ __forceinline__ void super_block(mst::St4K, const unsigned char* const (&blk)[2], const unsigned char* xs, int g,
+                                            int t, float (&acc)[NT][4]) {
+    using namespace mst;
+    const Scales sc = scales(blk, t);
+    int main[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) main[nt][0] = main[nt][1] = main[nt][2] = main[nt][3] = 0;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const Pair a = a_pair(blk, c, t);
+        const int se[2] = {sc.sc[0][2 * c], sc.sc[1][2 * c]}, so[2] = {sc.sc[0][2 * c + 1], sc.sc[1][2 * c + 1]};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            int ce[4], co[4];
+            mma_u8s8_k32(ce, a.lo, b_frag<NT>(xs, nt, 2 * c, g, t));
+            mma_u8s8_k32(co, a.hi, b_frag<NT>(xs, nt, 2 * c + 1, g, t));
+            add_scaled(main[nt], ce, se);
+            add_scaled(main[nt], co, so);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const u32 bm = b_mins<NT>(xs, nt, g, t);
+        int hi[4], lo[4];
+        mma_s8s8_k16(hi, sc.mhi[0], sc.mhi[1], bm);
+        mma_s8s8_k16(lo, sc.mlo[0], sc.mlo[1], bm);
+        finish(acc[nt], main[nt], hi, lo, sc, x_scales<NT>(xs, nt, t));
+    }
+}
+template <int A, int NT>
+__device__ __forceinline__ void super_block_q6k(const unsigned char* const (&blk)[2], const unsigned char* xs, int g,
+                                                int t, float (&acc)[NT][4]) {
+    using namespace mst;
+    const Q6Scales sc = q6_scales<A>(blk);
+    int sum[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) sum[nt][0] = sum[nt][1] = sum[nt][2] = sum[nt][3] = 0;
+#pragma unroll
+    for (int G = 0; G < 16; ++G) {
+        const u32 a0 = q6_a<A>(blk[0], G, t), a1 = q6_a<A>(blk[1], G, t);
+        const int s2[2] = {q6_sc(sc, 0, G), q6_sc(sc, 1, G)};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            int c[4];
+            mma_s8s8_k16(c, a0, a1, q6_b<NT>(xs, nt, G, g, t));
+            add_scaled(sum[nt], c, s2);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) q6_finish(acc[nt], sum[nt], sc, x_scales<NT>(xs, nt, t));
+}
+// Q6_K blocks start 4-byte aligned or 2 past it: the warp's rows all one way (the usual case: rows of
+// a multiple of 4 bytes), or mixed
+template <int NT>
+__device__ __forceinline__ void super_block(mst::St6K, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    const unsigned long long p0 = reinterpret_cast<unsigned long long>(blk[0]) & 2u,
+                             p1 = reinterpret_cast<unsigned long long>(blk[1]) & 2u;
+    if (__all_sync(0xffffffffu, (p0 | p1) == 0))
+        super_block_q6k<mst::kAligned, NT>(blk, xs, g, t, acc);
+    else if (__all_sync(0xffffffffu, (p0 & p1) != 0))
+        super_block_q6k<mst::kOdd, NT>(blk, xs, g, t, acc);
+    else
+        super_block_q6k<mst::kEither, NT>(blk, xs, g, t, acc);
+}
+
+template <class T, int NT, int KS>
 __global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
 mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const unsigned char* __restrict__ w,
               int m, int n, int k, long long row_bytes) {
     using namespace mst;
-    constexpr int kStage = XStage<NT>::kStage;
+    constexpr int kStage = Stage<T, NT>::kBytes, kW = Stage<T, NT>::kW;
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ unsigned long long bars[kMaxSB];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
     const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
     const int row0 = blockIdx.x * kRows;
+    // a row's block of super-block sb in global memory; it lies in its window at offset address % 16
+    auto block_of = [&](int r, int sb) {
+        return w + (long long)min(row0 + r, n - 1) * row_bytes + (long long)sb * T::kBlock;
+    };
 
     if (tid == 0) {
         for (int s = 0; s < count; ++s) mbar_init(&bars[s], 1);
         fence_mbarrier_init();
-        for (int s = 0; s < count; ++s) mbar_arrive_expect_tx(&bars[s], kRows * kBlockBytes + XStage<NT>::kBytes);
+        for (int s = 0; s < count; ++s) mbar_arrive_expect_tx(&bars[s], kRows * T::kCopy + XStage<NT>::kBytes);
     }
     __syncthreads();
     // W: row i % 64 of super-block i / 64, from every thread; no kernel writes W, so before the wait
@@ -132,49 +206,27 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
         const unsigned long long policy = evict_first_policy();
         for (int i = tid; i < kRows * count; i += 128) {
             const int r = i % kRows, s = i / kRows;
-            const unsigned char* src = w + (long long)min(row0 + r, n - 1) * row_bytes + (long long)(sb0 + s) * kBlockBytes;
-            bulk_copy_hint(smem + s * kStage + r * kRowStride, src, kBlockBytes, &bars[s], policy);
+            const unsigned long long src = reinterpret_cast<unsigned long long>(block_of(r, sb0 + s)) & ~15ull;
+            bulk_copy_hint(smem + s * kStage + r * T::kRowStride, reinterpret_cast<const void*>(src), T::kCopy,
+                           &bars[s], policy);
         }
     }
     pdl_wait();                                                // x's stages are the kernel before's
     if (tid < count)
-        bulk_copy(smem + tid * kStage + kWBytes, xst + (long long)(sb0 + tid) * XStage<NT>::kBytes,
+        bulk_copy(smem + tid * kStage + kW, xst + (long long)(sb0 + tid) * XStage<NT>::kBytes,
                   XStage<NT>::kBytes, &bars[tid]);
 
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    const int r_lo = 16 * warp + g, r_hi = r_lo + 8;
     for (int s = 0; s < count; ++s) {
         const unsigned char* stage = smem + s * kStage;
-        const unsigned char* xs = stage + kWBytes;
-        const unsigned char* const wrow[2] = {stage + (16 * warp + g) * kRowStride,
-                                              stage + (16 * warp + g + 8) * kRowStride};
+        const int o_lo = (int)(reinterpret_cast<unsigned long long>(block_of(r_lo, sb0 + s)) & 15u);
+        const int o_hi = (int)(reinterpret_cast<unsigned long long>(block_of(r_hi, sb0 + s)) & 15u);
+        const unsigned char* const blk[2] = {stage + r_lo * T::kRowStride + o_lo, stage + r_hi * T::kRowStride + o_hi};
         mbar_wait(&bars[s], 0);
-        const Scales sc = scales(wrow, t);
-        int main[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) main[nt][0] = main[nt][1] = main[nt][2] = main[nt][3] = 0;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const Pair a = a_pair(wrow, c, t);
-            const int se[2] = {sc.sc[0][2 * c], sc.sc[1][2 * c]}, so[2] = {sc.sc[0][2 * c + 1], sc.sc[1][2 * c + 1]};
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                int ce[4], co[4];
-                mma_u8s8_k32(ce, a.lo, b_frag<NT>(xs, nt, 2 * c, g, t));
-                mma_u8s8_k32(co, a.hi, b_frag<NT>(xs, nt, 2 * c + 1, g, t));
-                add_scaled(main[nt], ce, se);
-                add_scaled(main[nt], co, so);
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            const u32 bm = b_mins<NT>(xs, nt, g, t);
-            int hi[4], lo[4];
-            mma_s8s8_k16(hi, sc.mhi[0], sc.mhi[1], bm);
-            mma_s8s8_k16(lo, sc.mlo[0], sc.mlo[1], bm);
-            finish(acc[nt], main[nt], hi, lo, sc, x_scales<NT>(xs, nt, t));
-        }
+        super_block<NT>(T{}, blk, stage + kW, g, t, acc);
     }
 
     // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
@@ -217,9 +269,10 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define MMA_ST(NT, KS) template __global__ void mma_st_kernel<NT, KS>(float*, const unsigned char*, \
+#define MMA_ST(T, NT, KS) template __global__ void mma_st_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
     const unsigned char*, int, int, int, long long);
-#define MMA_ST_KS(NT) MMA_ST(NT, 1) MMA_ST(NT, 2) MMA_ST(NT, 4) MMA_ST(NT, 8) \
+#define MMA_ST_KS(NT) MMA_ST(St4K, NT, 1) MMA_ST(St4K, NT, 2) MMA_ST(St4K, NT, 4) MMA_ST(St4K, NT, 8) \
+    MMA_ST(St6K, NT, 1) MMA_ST(St6K, NT, 2) MMA_ST(St6K, NT, 4) MMA_ST(St6K, NT, 8) \
     template __global__ void mma_st_stage_x_kernel<NT>(unsigned char*, const float*, int, int);
 MMA_ST_KS(1) MMA_ST_KS(2) MMA_ST_KS(3) MMA_ST_KS(4)
 #endif

@@ -1,35 +1,44 @@
 // mma_st_lanes.cuh — the stages of mma_st.cu in shared memory and a lane's fragments of them.
 //
-// mma_st multiplies Q4_K weight rows by x quantized per 256 values (one float scale a super-block
-// and row of x, int8 codes), on int8 tensor cores (mma.sync m16n8k32, 16 weight rows as A, 8 rows
-// of x as B). One scale per super-block of x is what lets a super-block's eight sub-blocks add up
-// in int32: lane (g, t) adds sc_j * C_j for each sub-block j with one integer multiply-add per C
-// value, and turns the sum into float once per super-block, where a scale per 32 values
-// (mma_kq.cu) costs three float operations per C value and sub-block. The mins are a 16-deep
-// product of their own, sum_j m_j * xsum_j, as two m16n8k16 multiplies a super-block (xsum_j, up
-// to 32 * 127, does not fit a byte: it is split as 64 * hi + lo, hi in [-64, 63], lo in [0, 63]).
+// mma_st multiplies Q4_K or Q6_K weight rows by x quantized per 256 values (one float scale a
+// super-block and row of x, int8 codes), on int8 tensor cores, 16 weight rows as A and 8 rows of x
+// as B. One scale per super-block of x is what lets a super-block's sub-blocks add up in int32:
+// lane (g, t) adds sc * C for each scale's share with one integer multiply-add per C value, and
+// turns the sum into float once per super-block, where a scale per 32 values (mma_kq.cu) costs
+// three float operations per C value and sub-block.
+//   Q4_K (mma.sync m16n8k32, k = a 32-value sub-block): value = d sc q - dmin m. The mins are a
+//     16-deep product of their own, sum_j m_j * xsum_j, as two m16n8k16 multiplies a super-block
+//     (xsum_j, up to 32 * 127, does not fit a byte: it is split as 64 hi + lo, hi in [-64, 63], lo
+//     in [0, 63]).
+//   Q6_K (m16n8k16, k = a 16-value group with its int8 scale): value = d sc (q - 32); A is
+//     4 (q - 32) as a signed byte ((q << 2) ^ 0x80), so no correction by x's sums, and d / 4 undoes
+//     the factor. Blocks are 210 bytes, so every other one starts 2 bytes past 4-byte alignment:
+//     its words are two aligned loads and a byte permute.
 //
-// A super-block's stage (XStage<NT>::kStage bytes; every part 16-byte aligned):
-//   W:  kRows = 64 rows at kRowStride = 160 bytes: the row's 144-byte Q4_K block (d, dmin, 12
-//       scale bytes, qs[128]) and 16 bytes of padding. A lane's 8-byte loads at row g and byte
-//       16 + 32c + 8t then cover the 32 banks once per half-warp (rows g = 0..3 at banks 8g..8g+7).
+// A super-block's stage (Stage<T, NT>::kBytes bytes; every part 16-byte aligned):
+//   W:  kRows = 64 rows at T::kRowStride bytes: the 16-byte-aligned window of T::kCopy bytes that
+//       holds the row's block (Q4_K: the 144-byte block itself at stride 160; Q6_K: 224 bytes from
+//       the block's address rounded down to 16, the block at its offset o = address % 16, stride
+//       240). The strides put a lane's loads at rows g = 0..7 on distinct banks.
 //   x:  XStage<NT> (written by mma_st_stage_x_kernel, copied in as one piece):
-//       codes   8 NT rows x 256 bytes: row r's sub-block j (32 codes) at slot j ^ (r & 7), so that
-//               a B load (8 rows, 8 bytes from each of 4 lanes) covers the banks once per half-warp;
+//       codes   8 NT rows x 256 bytes: row r's sub-block j (32 codes, in order) at slot j ^ (r & 7),
+//               so that a Q4_K B load (8 rows, 8 bytes from each of 4 lanes) covers the banks once
+//               per half-warp;
 //       mins    8 NT rows x 16 bytes: byte 2j = hi_j, byte 2j + 1 = lo_j (xsum_j = 64 hi_j + lo_j);
 //       scales  8 NT floats: the row's xs (max |x| / 127 over the super-block; 0 for an all-zero one).
 //   Rows of x past M are zeros everywhere, so their sums are 0 (and are not stored).
-// The order of k inside a sub-block is free as long as A and B agree (the sum does not depend on
-// it): fragment k 4t + i and 16 + 4t + i hold the sub-block's values 8t + i and 8t + 4 + i, so a
-// lane's A and B of a sub-block are each one 8-byte load (values 8t .. 8t + 7).
+// Q4_K: the order of k inside a sub-block is free as long as A and B agree (the sum does not depend
+// on it): fragment k 4t + i and 16 + 4t + i hold the sub-block's values 8t + i and 8t + 4 + i, so a
+// lane's A and B of a sub-block are each one 8-byte load (values 8t .. 8t + 7). Q6_K: fragment k
+// 4t + i is the group's value 4t + i.
 // Fragments (PTX, lane = 4g + t):
 //   m16n8k32 u8 x s8  A: a0 = row g, k 4t..4t+3; a1 = row g+8; a2 = row g, k 16+4t..; a3 = row g+8
 //                     B: b0 = column g, k 4t..4t+3; b1 = column g, k 16+4t..
 //   m16n8k16 s8 x s8  A: a0 = row g, k 4t..4t+3; a1 = row g+8;  B: b0 = column g, k 4t..4t+3
 //   C (int32): c0, c1 = row g, columns 2t, 2t+1; c2, c3 = row g+8, the same columns.
-// Sub-block 2c is the low nibbles of qs[32c .. 32c+31], 2c + 1 the high ones; A of the high ones is
-// the byte with its low nibble cleared (16 q, an unsigned byte), so no shift: its C is 16x, and the
-// low nibbles' scale is taken 16x to match (the super-block's sum is 16x; d / 16 undoes it, exactly).
+// Q4_K's sub-block 2c is the low nibbles of qs[32c .. 32c+31], 2c + 1 the high ones; A of the high
+// ones is the byte with its low nibble cleared (16 q, an unsigned byte), so no shift: its C is 16x,
+// and the low nibbles' scale is taken 16x to match (the super-block's sum is 16x; d / 16 undoes it).
 // Everything here is __host__ __device__, so tests/test_mma_st_lanes.py runs it on the CPU.
 #pragma once
 #include "kq_lanes.cuh"
@@ -44,10 +53,10 @@ using gguf::f32x2;
 
 constexpr int kWarps = 4;                      // each 16 weight rows
 constexpr int kRows = 16 * kWarps;             // weight rows of a block
-constexpr int kRowStride = 160;                // bytes of a weight row in a stage
-constexpr int kBlockBytes = 144;               // a Q4_K super-block
-constexpr int kWBytes = kRows * kRowStride;    // 10240
 constexpr int kMaxSB = 16;                     // super-blocks a block stages at most (its barriers)
+
+struct St4K { static constexpr int kBlock = 144, kCopy = 144, kRowStride = 160; };   // Q4_K
+struct St6K { static constexpr int kBlock = 210, kCopy = 224, kRowStride = 240; };   // Q6_K
 
 template <int NT>
 struct XStage {                                // x's part of a stage: 8 NT rows of x
@@ -55,7 +64,11 @@ struct XStage {                                // x's part of a stage: 8 NT rows
     static constexpr int kMins = 256 * 8 * NT;
     static constexpr int kScales = kMins + 16 * 8 * NT;
     static constexpr int kBytes = kScales + 4 * 8 * NT;     // 2208 NT
-    static constexpr int kStage = kWBytes + kBytes;         // a whole stage: W, then x
+};
+template <class T, int NT>
+struct Stage {                                 // a whole stage: W's rows, then x
+    static constexpr int kW = kRows * T::kRowStride;
+    static constexpr int kBytes = kW + XStage<NT>::kBytes;
 };
 
 GQ_HD u32 load4(const u8* p) { return gguf::load_vec<u32>(p); }
@@ -148,6 +161,63 @@ GQ_HD void finish(float (&y)[4], const int (&main)[4], const int (&hi)[4], const
         const float v = gguf::fma_rn(s.d16[r], (float)main[q], -(s.dmin[r] * mins));
         y[q] = gguf::fma_rn((q & 1) ? xs.y : xs.x, v, y[q]);
     }
+}
+
+// ---------------------------------------------------------------------------------------- Q6_K
+
+// 4 bytes at p, which is 2-byte aligned (a Q6_K block starts at an even offset of its window).
+// Kind kAligned: p is 4-byte aligned; kOdd: p is 2 past it (two aligned loads and a byte permute);
+// kEither: decided per load. A warp takes the first two where all its lanes' rows agree (rows of a
+// multiple of 4 bytes, as every K of an even number of super-blocks gives), the third otherwise.
+enum Align { kAligned, kOdd, kEither };
+template <int A>
+GQ_HD u32 load4_even(const u8* p) {
+#ifdef __CUDA_ARCH__
+    if (A == kAligned || (A == kEither && (reinterpret_cast<unsigned long long>(p) & 3u) == 0))
+        return *reinterpret_cast<const u32*>(p);
+    const u32* q = reinterpret_cast<const u32*>(p - 2);
+    return __byte_perm(q[0], q[1], 0x5432u);
+#else
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+#endif
+}
+
+// The two rows' 16 int8 scales (4 words each) and d / 4
+struct Q6Scales { u32 w[2][4]; float d4[2]; };
+template <int A>
+GQ_HD Q6Scales q6_scales(const u8* const (&blk)[2]) {
+    Q6Scales s;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s.w[r][i] = load4_even<A>(blk[r] + 192 + 4 * i);
+        s.d4[r] = gguf::half_to_float((gguf::u16)(blk[r][208] | (blk[r][209] << 8))) * 0.25f;
+    }
+    return s;
+}
+GQ_HD int q6_sc(const Q6Scales& s, int r, int G) { return (int)(signed char)((s.w[r][G >> 2] >> (8 * (G & 3))) & 0xFFu); }
+
+// A of group G (values 16G .. 16G + 15) of a row, lane t: 4 (q - 32) of values 16G + 4t .. + 3 as
+// signed bytes. Value v = 128 n + 32 s + l (l < 32) has its low four bits in ql[64 n + 32 (s & 1) + l]
+// (nibble s >> 1) and its top two in qh[32 n + l] (bits 2s, 2s + 1); G = 8n + 2s + l / 16.
+template <int A>
+GQ_HD u32 q6_a(const u8* blk, int G, int t) {
+    const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
+    const u32 ql = load4_even<A>(blk + 64 * n + 32 * (s & 1) + l);
+    const u32 qh = load4_even<A>(blk + 128 + 32 * n + l);
+    const u32 q = ((ql >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * s)) & 0x03030303u) << 4);
+    return (q << 2) ^ 0x80808080u;
+}
+// x's B fragment of group G for n-tile nt: values 16G + 4t .. + 3 of x row 8 nt + g
+template <int NT>
+GQ_HD u32 q6_b(const u8* xs, int nt, int G, int g, int t) {
+    const int r = 8 * nt + g;
+    return load4(xs + XStage<NT>::kCodes + 256 * r + 32 * ((G >> 1) ^ (r & 7)) + 16 * (G & 1) + 4 * t);
+}
+// The super-block done: y += xs * d / 4 * sum, sum the 4x sum of sc * C
+GQ_HD void q6_finish(float (&y)[4], const int (&sum)[4], const Q6Scales& s, f32x2 xs) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) y[q] = gguf::fma_rn((q & 1) ? xs.y : xs.x, s.d4[q >> 1] * (float)sum[q], y[q]);
 }
 
 }  // namespace mst

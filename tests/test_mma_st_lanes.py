@@ -1,10 +1,11 @@
-"""mma_st.cu's stages and lane code (mma_st_lanes.cuh) on the CPU, for Q4_K weights.
+"""mma_st.cu's stages and lane code (mma_st_lanes.cuh) on the CPU, for Q4_K and Q6_K weights.
 
-A NumPy image of a stage (64 weight rows' super-block at 160-byte strides, then x's part as
+A NumPy image of a stage (64 weight rows' super-block windows at 160- or 240-byte strides, each
+Q6_K block at its address's offset in its 16-byte-aligned window, then x's part as
 mma_st_stage_x_kernel writes it: int8 codes per 256 values, swizzled, the sub-blocks' sums as
 (hi, lo), the scale) is read by the header's __host__ __device__ functions through a host harness
-(g++, or nvcc), lane by lane: the scales, the A fragments of each sub-block pair, x's B fragments,
-the mins' fragments. The warp's multiplies are emulated from PTX's definition of the s8/u8
+(g++, or nvcc), lane by lane: the scales, the A fragments of each sub-block pair (Q4_K) or group
+(Q6_K), x's B fragments, the mins' fragments. The warp's multiplies are emulated from PTX's definition of the s8/u8
 fragments (A and B placed where the lanes hold them, C = A @ B handed back in C's places), and the
 lanes' integer sums and per-super-block float step (add_scaled, finish) run as the kernel runs them.
 The result must be the exact product of the codes, and close to x · dequant(W)ᵀ. GPU runs of the
@@ -28,15 +29,38 @@ using namespace mst;
 
 static_assert(XStage<1>::kBytes == 2208 && XStage<2>::kBytes == 4416, "x's part of a stage");
 
-template <int NT> static const u8* xpart(const u8* stage) { return stage + kWBytes; }
+template <int NT> static const u8* xpart(const u8* stage) { return stage + Stage<St4K, NT>::kW; }
 static void rows_of(const u8* stage, int warp, int lane, const u8* (&w)[2]) {
-    w[0] = stage + (16 * warp + (lane >> 2)) * kRowStride;
-    w[1] = stage + (16 * warp + (lane >> 2) + 8) * kRowStride;
+    w[0] = stage + (16 * warp + (lane >> 2)) * St4K::kRowStride;
+    w[1] = stage + (16 * warp + (lane >> 2) + 8) * St4K::kRowStride;
 }
 extern "C" int consts(int* out) {
-    out[0] = kRows; out[1] = kRowStride; out[2] = kWBytes; out[3] = XStage<2>::kMins; out[4] = XStage<2>::kScales;
-    out[5] = XStage<2>::kStage;
-    return 6;
+    out[0] = kRows; out[1] = St4K::kRowStride; out[2] = Stage<St4K, 2>::kW; out[3] = XStage<2>::kMins;
+    out[4] = XStage<2>::kScales; out[5] = Stage<St4K, 2>::kBytes; out[6] = St6K::kRowStride; out[7] = St6K::kCopy;
+    out[8] = Stage<St6K, 2>::kBytes;
+    return 9;
+}
+// Q6_K: blk points at each lane's two rows' blocks in the stage (offsets given by the caller)
+extern "C" void q6_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
+    const u8* const blk[2] = {b0, b1};
+    const Q6Scales s = q6_scales<kEither>(blk);
+    for (int r = 0; r < 2; ++r) {
+        for (int G = 0; G < 16; ++G) sc[16 * r + G] = q6_sc(s, r, G);
+        d4[r] = s.d4[r];
+    }
+}
+extern "C" u32 q6_lane_a(const u8* b, int G, int t) { return q6_a<kEither>(b, G, t); }
+extern "C" u32 q6_lane_b(const u8* stage, int nt, int G, int lane) {
+    return q6_b<2>(stage + Stage<St6K, 2>::kW, nt, G, lane >> 2, lane & 3);
+}
+extern "C" void q6_lane_finish(const u8* b0, const u8* b1, const u8* stage, int nt, int lane, float* y, const int* sum) {
+    const u8* const blk[2] = {b0, b1};
+    const Q6Scales s = q6_scales<kEither>(blk);
+    float yy[4];
+    int s4[4];
+    for (int q = 0; q < 4; ++q) { yy[q] = y[q]; s4[q] = sum[q]; }
+    q6_finish(yy, s4, s, x_scales<2>(stage + Stage<St6K, 2>::kW, nt, lane & 3));
+    for (int q = 0; q < 4; ++q) y[q] = yy[q];
 }
 extern "C" void lane_scales(const u8* stage, int warp, int lane, int* sc, u32* mins, float* d) {
     const u8* w[2];
@@ -95,6 +119,12 @@ def lib(tmp_path_factory):
     lib.lane_bmins.restype = ctypes.c_uint32
     lib.lane_add.argtypes = [i32p, i32p, ctypes.c_int, ctypes.c_int]
     lib.lane_finish.argtypes = [u8p, ctypes.c_int, ctypes.c_int, ctypes.c_int, f32p, i32p, i32p, i32p]
+    lib.q6_lane_scales.argtypes = [u8p, u8p, i32p, f32p]
+    lib.q6_lane_a.argtypes = [u8p, ctypes.c_int, ctypes.c_int]
+    lib.q6_lane_a.restype = ctypes.c_uint32
+    lib.q6_lane_b.argtypes = [u8p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.q6_lane_b.restype = ctypes.c_uint32
+    lib.q6_lane_finish.argtypes = [u8p, u8p, u8p, ctypes.c_int, ctypes.c_int, f32p, i32p]
     return lib
 
 
@@ -103,6 +133,7 @@ def ptr(a: np.ndarray, t):
 
 
 ROWS, ROW_STRIDE, BLOCK = 64, 160, 144
+Q6_STRIDE, Q6_COPY, Q6_BLOCK = 240, 224, 210
 X_BYTES = 2208                         # a super-block of one n-tile of x
 
 
@@ -226,10 +257,10 @@ def warp_super_block(lib, st: np.ndarray, warp: int, y: np.ndarray) -> None:
 
 
 def test_layout_constants_match_the_harness(lib):
-    out = np.zeros(6, np.int32)
+    out = np.zeros(9, np.int32)
     lib.consts(ptr(out, ctypes.c_int))
     assert list(out) == [ROWS, ROW_STRIDE, ROWS * ROW_STRIDE, 256 * 8 * NT, 272 * 8 * NT,
-                         ROWS * ROW_STRIDE + X_BYTES * NT]
+                         ROWS * ROW_STRIDE + X_BYTES * NT, Q6_STRIDE, Q6_COPY, ROWS * Q6_STRIDE + X_BYTES * NT]
 
 
 def test_stage_x_image_codes_sums_and_scales():
@@ -291,3 +322,88 @@ def test_a_warp_gives_the_product_of_its_codes(lib, m):
     e = ((got[:n, :m] - ref) ** 2).mean() / (ref ** 2).mean()
     assert e < 5e-4, e
     assert not got[:, m:].any()                          # rows of x past M are zeros
+
+
+def q6_stage(w_bytes: np.ndarray, row_bytes: int, sb: int, xst: np.ndarray, nt: int, base: int):
+    """A Q6_K stage: each row's 224-byte window (its block's address, base + row * row_bytes + 210 sb,
+    rounded down to 16) at 240-byte strides; and each row's block offset in it."""
+    n = w_bytes.shape[0]
+    flat = np.concatenate([w_bytes.reshape(-1), np.zeros(32, np.uint8)])   # the window may run past the end
+    st = np.zeros(ROWS * Q6_STRIDE + X_BYTES * nt, np.uint8)
+    offs = []
+    for r in range(ROWS):
+        at = min(r, n - 1) * row_bytes + Q6_BLOCK * sb
+        o = (base + at) % 16
+        st[Q6_STRIDE * r:Q6_STRIDE * r + Q6_COPY] = flat[at - o:at - o + Q6_COPY] if at >= o else \
+            np.concatenate([np.zeros(o - at, np.uint8), flat[:Q6_COPY - (o - at)]])
+        offs.append(o)
+    st[ROWS * Q6_STRIDE:] = xst[sb]
+    return st, offs
+
+
+@pytest.mark.parametrize("m,k,base", [(16, 512, 0), (9, 768, 2), (3, 256, 6)])
+def test_q6k_warp_gives_the_product_of_its_codes(lib, m, k, base):
+    """Q6_K: four warps' super-blocks of a 64-row block, blocks at every 2-byte alignment of their
+    windows (K of 3 super-blocks: rows of 630 bytes, so rows and super-blocks start at offsets 0, 2,
+    ... 14; `base` the tensor's own offset from a 16-byte boundary), super-blocks accumulated: the
+    exact product of W's values and x's codes, and close to x · dequant(W)ᵀ."""
+    rng = np.random.default_rng(m + k)
+    n = 50
+    w = random_blocks(QType.Q6_K, n, k, rng, 0.05)
+    wf = gguf_dequantize(w, QType.Q6_K).reshape(n, k).astype(np.float64)
+    x = rng.normal(0, 1, (m, k)).astype(np.float32)
+    xst = stage_x_image(x, NT)
+    row_bytes = w.shape[1]
+    y = np.zeros((4, 32, NT, 4), np.float32)
+    for sb in range(k // 256):
+        st, offs = q6_stage(w, row_bytes, sb, xst, NT, base)
+        stp = ptr(st, ctypes.c_uint8)
+        for warp in range(4):
+            blk = {}
+            for lane in range(32):
+                g = lane >> 2
+                r0, r1 = 16 * warp + g, 16 * warp + g + 8
+                blk[lane] = (ctypes.cast(ctypes.addressof(stp.contents) + Q6_STRIDE * r0 + offs[r0],
+                                         ctypes.POINTER(ctypes.c_uint8)),
+                             ctypes.cast(ctypes.addressof(stp.contents) + Q6_STRIDE * r1 + offs[r1],
+                                         ctypes.POINTER(ctypes.c_uint8)))
+            sc = np.zeros((32, 32), np.int32)
+            d4 = np.zeros((32, 2), np.float32)
+            for lane in range(32):
+                lib.q6_lane_scales(*blk[lane], ptr(sc[lane], ctypes.c_int), ptr(d4[lane], ctypes.c_float))
+            sums = np.zeros((NT, 32, 4), np.int32)
+            for G in range(16):
+                a = [(lib.q6_lane_a(blk[lane][0], G, lane & 3), lib.q6_lane_a(blk[lane][1], G, lane & 3))
+                     for lane in range(32)]
+                for nt in range(NT):
+                    c = mma_k16(a, [lib.q6_lane_b(stp, nt, G, lane) for lane in range(32)])
+                    for lane in range(32):
+                        acc = sums[nt, lane].copy()
+                        lib.lane_add(ptr(acc, ctypes.c_int), ptr(np.ascontiguousarray(c[lane]), ctypes.c_int),
+                                     int(sc[lane, G]), int(sc[lane, 16 + G]))
+                        sums[nt, lane] = acc
+            for nt in range(NT):
+                for lane in range(32):
+                    yy = np.ascontiguousarray(y[warp, lane, nt])
+                    lib.q6_lane_finish(*blk[lane], stp, nt, lane, ptr(yy, ctypes.c_float),
+                                       ptr(np.ascontiguousarray(sums[nt, lane]), ctypes.c_int))
+                    y[warp, lane, nt] = yy
+    got = np.zeros((ROWS, 8 * NT))
+    for warp in range(4):
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for nt in range(NT):
+                for q in range(4):
+                    got[16 * warp + g + 8 * (q >> 1), 8 * nt + 2 * t + (q & 1)] = y[warp, lane, nt, q]
+    codes = np.zeros((8 * NT, k))
+    for sb in range(k // 256):
+        xs = xst[sb, 272 * 16:276 * 16].view(np.float32).astype(np.float64)
+        for r in range(8 * NT):
+            c = np.concatenate([xst[sb, 256 * r + 32 * (j ^ (r & 7)):][:32].view(np.int8) for j in range(8)])
+            codes[r, 256 * sb:256 * (sb + 1)] = c * xs[r]
+    exact = wf[np.minimum(np.arange(ROWS), n - 1)] @ codes.T
+    assert np.abs(got - exact).max() <= 2e-5 * np.abs(exact).max()
+    ref = wf @ x.astype(np.float64).T
+    e = ((got[:n, :m] - ref) ** 2).mean() / (ref ** 2).mean()
+    assert e < 5e-4, e
+    assert not got[:, m:].any()

@@ -152,7 +152,7 @@ def test_mma_st_config_splits_until_blocks_are_short_and_fill_the_chip():
             nt, ks = mma_st_config(m, n, k)
             tiles, nsb = -(-n // MMA_ST_BLOCK_ROWS), k // 256
             assert nt == -(-m // 8) and ks in (1, 2, 4, 8) and ks <= max(1, nsb // 1)
-            assert -(-nsb // ks) <= MMA_ST_MAX_SB and mma_st_smem(nt, k, ks) <= MMA_ST_SMEM_CAP
+            assert -(-nsb // ks) <= MMA_ST_MAX_SB and mma_st_smem(nt, k, ks, QType.Q6_K) <= MMA_ST_SMEM_CAP
             done = -(-nsb // ks) <= MMA_ST_SB_PER_BLOCK and tiles * ks >= MMA_ST_MIN_BLOCKS
             assert done or ks == 8 or 2 * ks > nsb, (m, n, k, ks)
     assert mma_st_config(16, 4096, 4096) == (2, 4) and mma_st_config(16, 4096, 12288) == (2, 8)
@@ -183,8 +183,8 @@ def test_forced_buckets_agree(q):
         ref = x.astype(np.float64) @ ref_w.T
         for b in ("gemv_kq", "gemv_dp4a", "gemv", "mma", "dequant_cublas", "mma_dq", "mma_wg", "mma_st"):
             if (b == "gemv" and m > 8) or (b in ("gemv_dp4a", "gemv_kq") and m > 16) \
-                    or (b == "gemv_kq" and q not in KQ_TYPES) or (b in ("mma_dq", "mma_st") and (q != QType.Q4_K or m > 32)) \
-                    or (b == "mma_wg" and q != QType.Q4_K):
+                    or (b == "gemv_kq" and q not in KQ_TYPES) or (b == "mma_dq" and (q != QType.Q4_K or m > 32)) \
+                    or (b == "mma_st" and (q not in KQ_TYPES or m > 32)) or (b == "mma_wg" and q != QType.Q4_K):
                 continue
             got = cupy.asnumpy(ops.quant_matmul(cupy.asarray(x), w_dev, force_bucket=b))
             assert nmse(got, ref) < NMSE_BUDGET[b], (q.name, m, b)
@@ -247,25 +247,36 @@ def test_mma_dq_matches_the_reference(n, k):
 
 
 @gpu
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("n,k", [(512, 1024), (1000, 2560), (300, 256), (5000, 512), (77, 768), (4096, 12288),
                                  (1000, 8448), (4096, 4096)])
-def test_mma_st_matches_the_reference(n, k):
-    """The staged int8 tensor-core bucket (forced) on Q4_K: every n-tile count of x (M 1..32, rows of
-    x past a tile's edge), K split over clusters of 1..8 blocks (the shapes pick them; 8448's 33
-    super-blocks in 8 splits of 5 leave the last with 3), rows of W past a block's 64; every output
-    written (NaN first); the same bits on a second call (the cluster sums in rank order)."""
+def test_mma_st_matches_the_reference(qtype, n, k):
+    """The staged int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32,
+    rows of x past a tile's edge), K split over clusters of 1..8 blocks (the shapes pick them; 8448's
+    33 super-blocks in 8 splits of 5 leave the last with 3), rows of W past a block's 64, Q6_K blocks
+    at every 2-byte offset of their windows (K of an odd number of super-blocks: rows of 210 * odd
+    bytes); every output written (NaN first); the same bits on a second call (the cluster sums in
+    rank order)."""
     import cupy
 
     from glimmer_cupy.ops.matmul import mma_st_config
     rng = np.random.default_rng(n + k + 2)
-    w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
     ref_w = w.dequantize(np.float64)
     w_dev = w.to_device()
+    if qtype == QType.Q6_K and n * (k // 256) % 8:
+        # the last block's 16-byte-aligned window would end past the tensor: refused, before any launch
+        x = cupy.zeros((16, k), np.float32)
+        from glimmer_cupy.ops._check import OpArgumentError
+        with pytest.raises(OpArgumentError, match=r"mma_st: w must be a Q6_K tensor whose last block's 224-byte "
+                                                  r"window ends inside it, got \d+ bytes past its end"):
+            ops.quant_matmul(x, w_dev, force_bucket="mma_st")
+        return
     for m in (1, 3, 8, 9, 16, 17, 24, 25, 32):
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
         out = cupy.full((m, n), np.nan, np.float32)
         got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_st"))
-        what = (m, n, k, mma_st_config(m, n, k))
+        what = (qtype.name, m, n, k, mma_st_config(m, n, k))
         assert np.isfinite(got).all(), what
         assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
         again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket="mma_st"))
@@ -273,8 +284,9 @@ def test_mma_st_matches_the_reference(n, k):
 
 
 @gpu
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("splits", [1, 2, 4, 8])
-def test_mma_st_every_split_gives_the_same_products(splits):
+def test_mma_st_every_split_gives_the_same_products(splits, qtype):
     """Each cluster size along K, on a shape where 8 splits leave some blocks without a super-block
     (K of 5: splits of 1 super-block and 3 empty), against float64 and against the codes' exact
     product (the x image of test_mma_st_lanes.py, which the stage kernel must write byte for byte)."""
@@ -283,10 +295,10 @@ def test_mma_st_every_split_gives_the_same_products(splits):
     from glimmer_cupy.ops import matmul as mm
     from test_mma_st_lanes import stage_x_image
     rng = np.random.default_rng(splits)
-    for n, k, m in ((333, 1280, 16), (200, 4096, 5), (64, 256, 32)):
+    for n, k, m in ((328, 1280, 16), (200, 4096, 5), (64, 256, 32)):
         if splits > k // 256:
             continue
-        w = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05))
+        w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
         ref_w = w.dequantize(np.float64)
         w_dev = w.to_device()
         x = rng.normal(0, 1, (m, k)).astype(np.float32)
@@ -320,7 +332,7 @@ def test_mma_st_stage_kernel_writes_the_image():
         x = (rng.normal(0, 1, (m, k)) * rng.uniform(0.01, 30, (m, 1))).astype(np.float32)
         x[0, :256] = 0
         nt = -(-m // 8)
-        _, stage = mm._mma_st_module(nt, 1)
+        _, stage = mm._mma_st_module(QType.Q4_K, nt, 1)
         xst = cupy.full(k // 256 * mm.MMA_ST_X_BYTES * nt, 0xAB, dtype=cupy.uint8)
         stage((-(-(k // 256) * 8 * nt // 4),), (128,), (xst, cupy.asarray(x), np.int32(m), np.int32(k)))
         want = stage_x_image(x, nt).reshape(-1)

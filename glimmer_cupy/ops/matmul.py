@@ -101,22 +101,24 @@ MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
-#   mma_st (not in the table: force_bucket="mma_st", until measured): int8 tensor cores on Q4_K for
-#     up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice) asked for
-#     at its start by bulk copies into shared memory, so that the bytes in flight are bounded by
-#     shared memory and not by registers (mma_kq and mma_dq hold the next super-block in registers);
-#     x quantized per 256 values, so a super-block's sub-blocks add up in int32. K split over a
-#     cluster of up to 8 blocks (mma_st_config). Needs sm_90 (bulk copies, clusters).
-MMA_ST_TYPES = frozenset({QType.Q4_K})
+#   mma_st (not in the table: force_bucket="mma_st", until measured): int8 tensor cores on Q4_K and
+#     Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice)
+#     asked for at its start by bulk copies into shared memory, so that the bytes in flight are
+#     bounded by shared memory and not by registers (mma_kq and mma_dq hold the next super-block in
+#     registers); x quantized per 256 values, so a super-block's sub-blocks add up in int32. K split
+#     over a cluster of up to 8 blocks (mma_st_config). Needs sm_90 (bulk copies, clusters).
+# type -> (the kernel's lanes struct, bytes of a weight row's window in a stage: mst::St4K / St6K)
+MMA_ST_LANES = {QType.Q4_K: ("St4K", 160), QType.Q6_K: ("St6K", 240)}
+MMA_ST_TYPES = frozenset(MMA_ST_LANES)
 MMA_ST_ROWS = 32                    # the widest M (four n-tiles of 8 rows of x)
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
-MMA_ST_W_BYTES = 64 * 160           # kWBytes: a super-block of the block's rows in a stage
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SB = 16                  # kMaxSB: super-blocks a block stages at most
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
-MMA_ST_MIN_BLOCKS = 256               # ...and about two blocks per SM of an H200 are launched
+MMA_ST_MIN_BLOCKS = 256             # ...and about two blocks per SM of an H200 are launched
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
+Q6K_WINDOW = 224                    # St6K::kCopy: the 16-byte-aligned window a Q6_K block is copied in
 
 
 def mma_st_config(m: int, n: int, k: int) -> tuple[int, int]:
@@ -133,17 +135,19 @@ def mma_st_config(m: int, n: int, k: int) -> tuple[int, int]:
     return nt, ks
 
 
-def mma_st_smem(nt: int, k: int, ks: int) -> int:
+def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K) -> int:
     """mma_st_kernel's dynamic shared memory: a stage per super-block of the block's K slice."""
-    return -(-(k // 256) // ks) * (MMA_ST_W_BYTES + MMA_ST_X_BYTES * nt)
+    return -(-(k // 256) // ks) * (MMA_ST_BLOCK_ROWS * MMA_ST_LANES[qtype][1] + MMA_ST_X_BYTES * nt)
 
 
 @cache
-def _mma_st_module(nt: int, ks: int):
+def _mma_st_module(qtype: QType, nt: int, ks: int):
+    """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
-    exprs = tuple(f"mma_st_kernel<{i}, {j}>" for i in range(1, MMA_ST_ROWS // 8 + 1) for j in (1, 2, 4, 8)) + \
-        tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
-    kern = get_kernel("mma_st", f"mma_st_kernel<{nt}, {ks}>", name_expressions=exprs)
+    lanes = MMA_ST_LANES[qtype][0]
+    exprs = tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in range(1, MMA_ST_ROWS // 8 + 1)
+                  for j in (1, 2, 4, 8)) + tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
+    kern = get_kernel("mma_st", f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>", name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
 
@@ -151,25 +155,37 @@ def _mma_st_module(nt: int, ks: int):
 def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values), then the matmul, its K split over a cluster of `splits` blocks (mma_st_config's by
-    default). Needs an sm_90 device; x and W 16-byte aligned."""
+    default). Needs an sm_90 device; x 16-byte aligned, Q4_K rows 16-byte aligned, and a Q6_K
+    tensor whose last block's window ends inside it."""
     import cupy
 
     m, k = x.shape
     n = w.shape[0]
     if not has_arch_specific():
         raise fail("quant_matmul", "force_bucket", "a bucket this device runs (mma_st needs sm_90)", "mma_st")
-    check_aligned16(x, w, "mma_st")
+    if w.qtype not in MMA_ST_TYPES:
+        raise fail("mma_st", "w", f"one of {', '.join(q.name for q in MMA_ST_TYPES)}", w.qtype.name)
+    if w.qtype == QType.Q4_K:
+        check_aligned16(x, w, "mma_st")
+    else:                                           # Q6_K blocks are copied in 16-byte-aligned windows
+        if x.data.ptr % 16:
+            raise fail("quant_matmul", "x", "16-byte aligned for mma_st", f"address {x.data.ptr:#x}")
+        end = w.data.data.ptr + w.data.nbytes
+        last = (end - 210) & ~15
+        if last + Q6K_WINDOW > end:
+            raise fail("mma_st", "w", f"a Q6_K tensor whose last block's {Q6K_WINDOW}-byte window ends inside it",
+                       f"{last + Q6K_WINDOW - end} bytes past its end")
     nt, ks = mma_st_config(m, n, k)
     if splits is not None:
         if splits not in (1, 2, 4, 8):
             raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
         ks = splits
     nsb = k // 256
-    smem = mma_st_smem(nt, k, ks)
+    smem = mma_st_smem(nt, k, ks, w.qtype)
     if -(-nsb // ks) > MMA_ST_MAX_SB or smem > MMA_ST_SMEM_CAP:
         raise fail("mma_st", "K", f"at most {MMA_ST_MAX_SB} super-blocks a split that fit shared memory "
                    f"({ks} splits)", k)
-    matmul, stage = _mma_st_module(nt, ks)
+    matmul, stage = _mma_st_module(w.qtype, nt, ks)
     xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
     stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     matmul((-(-n // MMA_ST_BLOCK_ROWS), ks), (128,),
