@@ -17,9 +17,8 @@
 // and their per-sub-block epilogues were a third to a half of their instructions. Here:
 //   - the block's whole share of W (64 rows by its K slice) is asked for at once, before pdl_wait,
 //     one bulk copy per row and super-block (the block's 16-byte-aligned window) onto one mbarrier
-//     per super-block, and x's stages after
-//     the wait (one bulk copy each): the bytes in flight are bounded by shared memory, and the
-//     warps compute super-block s as soon as its barrier completes;
+//     per super-block, and x's stages after the wait (one bulk copy each): the bytes in flight are
+//     bounded by shared memory, and the warps compute super-block s as soon as its barrier completes;
 //   - x is quantized per 256 values, so a super-block's sub-blocks (Q4_K) or groups (Q6_K) add up in
 //     int32, one IMAD per C value and scale, and Q4_K's mins are two small multiplies (mma_st_lanes.cuh).
 // K is split over the KS blocks of a cluster (rule: ops/matmul.py mma_st_config); they add their
