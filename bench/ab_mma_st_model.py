@@ -1,0 +1,37 @@
+"""mma_st in a model's own decode step of several sequences at once (batch 9..16 runs the matmuls at
+M = batch: Q4_K on mma_dq and Q6_K on mma_kq in the table; glimmer_cupy/benchmarks/model_ab.py).
+
+Arms:
+  table         the library's table
+  st q4k        Q4_K at 4..16 rows on mma_st (mma_kq's 4..8 and mma_dq's 9..16)
+  st both       the same, and Q6_K at 8..16 rows on mma_st (mma_kq's)
+
+    PYTHONPATH=$PWD python3 bench/ab_mma_st_model.py --synthetic qwen3-8b [--batch 16] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import glimmer_cupy.ops.matmul as matmul  # noqa: E402
+from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
+
+
+def with_rows(kind: str, rows: tuple) -> dict:
+    """The table with kind's rows replaced."""
+    return {**matmul.BUCKETS, kind: rows}
+
+
+Q4K = ((3, "gemv_kq"), (16, "mma_st"), (32, "mma_kq"), (None, "mma_wg"))
+Q6K = ((7, "gemv_kq"), (16, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
+ARMS = {
+    "table": {},
+    "st q4k": {(matmul, "BUCKETS"): with_rows("q4k", Q4K)},
+    "st both": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K}},
+}
+
+if __name__ == "__main__":
+    sys.exit(main(__doc__, ARMS, batch=16, prompt=128, gen=64))
