@@ -20,14 +20,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.benchmarks.matmul_sets import m1_us, weight_sets  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import applied  # noqa: E402
-from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
+from glimmer_cupy.benchmarks.timing import run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
-from glimmer_cupy.ops.matmul import TRAITS, quantize_x  # noqa: E402
-from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
-from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
-from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
+from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 
 
 def forced(ks: int | None) -> dict:
@@ -55,14 +53,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(7)
     rows = []
     for n, k in SHAPES:
-        sets = n_sets(n * k * 144 // 256)
-        ws = [QuantTensor("w", QType.Q4_K, (n, k), cupy.asarray(random_blocks(QType.Q4_K, n, k, rng, 0.02)))
-              for _ in range(sets)]
-        x1 = [cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32)) for _ in range(sets)]
-        c1 = [Q8Rows(x, *quantize_x(x, TRAITS[QType.Q4_K])) for x in x1]
-        o1 = [cupy.empty((1, n), np.float32) for _ in range(sets)]
-        with overlapped(True):
-            m1 = time_us(lambda i: ops.quant_matmul(c1[i], ws[i], out=o1[i]), sets, a.launches, a.reps)[0]
+        ws = weight_sets(QType.Q4_K, n, k, rng)
+        sets = len(ws)
+        m1 = m1_us(ws, rng, a.launches, a.reps)
         for m in ms:
             xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
             outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
@@ -87,7 +80,7 @@ def main(argv=None) -> int:
                   + " ".join(f"ks {s:>2}: {t:6.1f}" for s, (t, _) in row["split_us"].items())
                   + f" | best ks {best[0]} = {best[1][0] / m1:.2f}x M=1 | "
                   f"max rel diff to the rule {max(e for _, e in row['split_us'].values()):.1e}", flush=True)
-        ws = x1 = c1 = o1 = None        # this shape's buffers go before the next one's
+        ws = xs = outs = None           # this shape's buffers go before the next one's
         cupy.get_default_memory_pool().free_all_blocks()
     if a.out:
         a.out.write_text(json.dumps(dict(meta=run_meta(), rows=rows), indent=1))

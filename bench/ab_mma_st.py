@@ -21,13 +21,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.benchmarks.timing import n_sets, run_meta, time_us  # noqa: E402
+from glimmer_cupy.benchmarks.matmul_sets import m1_us, weight_sets  # noqa: E402
+from glimmer_cupy.benchmarks.timing import run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
-from glimmer_cupy.ops.matmul import TRAITS, quantize_x  # noqa: E402
-from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
-from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
-from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
+from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 
 SHAPES = ((4096, 4096), (12288, 4096), (4096, 12288), (24576, 4096), (151936, 4096))
 
@@ -54,14 +52,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(11)
     rows = []
     for qtype, (n, k) in ((q, s) for q in types for s in shapes):
-        sets = n_sets(n * k * (144 if qtype == QType.Q4_K else 210) // 256)
-        ws = [QuantTensor("w", qtype, (n, k), cupy.asarray(random_blocks(qtype, n, k, rng, 0.02)))
-              for _ in range(sets)]
-        x1 = [cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32)) for _ in range(sets)]
-        c1 = [Q8Rows(x, *quantize_x(x, TRAITS[qtype])) for x in x1]
-        o1 = [cupy.empty((1, n), np.float32) for _ in range(sets)]
-        with overlapped(True):
-            m1 = time_us(lambda i: ops.quant_matmul(c1[i], ws[i], out=o1[i]), sets, a.launches, a.reps)[0]
+        ws = weight_sets(qtype, n, k, rng)
+        sets = len(ws)
+        m1 = m1_us(ws, rng, a.launches, a.reps)
         for m in ms:
             xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
             outs = [cupy.empty((m, n), np.float32) for _ in range(sets)]
@@ -100,7 +93,7 @@ def main(argv=None) -> int:
                   f"{row['rule_us'][1]:6.1f} = {rule / m1:.2f}x M=1 | "
                   + " ".join(f"ks {s}: {t:6.1f} ({e:.0e})" if t is not None else f"ks {s}: -"
                              for s, (t, e) in row["split_us"].items()), flush=True)
-        ws = x1 = c1 = o1 = None        # this shape's buffers go before the next one's
+        ws = xs = outs = None           # this shape's buffers go before the next one's
         cupy.get_default_memory_pool().free_all_blocks()
     if a.out:
         a.out.write_text(json.dumps(dict(meta=run_meta(), rows=rows), indent=1))

@@ -161,6 +161,42 @@ def stage_x_image(x: np.ndarray, nt: int) -> np.ndarray:
     return out
 
 
+def image_values(img: np.ndarray, rows: int) -> np.ndarray:
+    """The x values an image's codes stand for, codes times scales in float64: (rows, K)."""
+    nsb, nt = img.shape[0], img.shape[1] // X_BYTES
+    out = np.zeros((rows, 256 * nsb))
+    for sb in range(nsb):
+        xs = img[sb, 256 * 8 * nt + 16 * 8 * nt:][:4 * 8 * nt].view(np.float32).astype(np.float64)
+        for r in range(rows):
+            c = np.concatenate([img[sb, 256 * r + 32 * (j ^ (r & 7)):][:32].view(np.int8) for j in range(8)])
+            out[r, 256 * sb:256 * (sb + 1)] = c * xs[r]
+    return out
+
+
+def block_result(y: np.ndarray) -> np.ndarray:
+    """(64 weight rows, 8 NT rows of x) from the four warps' lanes' sums in C's places."""
+    got = np.zeros((ROWS, 8 * NT))
+    for warp in range(4):
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for nt in range(NT):
+                for q in range(4):
+                    got[16 * warp + g + 8 * (q >> 1), 8 * nt + 2 * t + (q & 1)] = y[warp, lane, nt, q]
+    return got
+
+
+def check_block(got: np.ndarray, wf: np.ndarray, xst: np.ndarray, x: np.ndarray) -> None:
+    """The block's result is the exact product of W's values (rows past N repeat the last) and x's
+    codes, close to x · Wᵀ, and zero for rows of x past M."""
+    n, m = wf.shape[0], x.shape[0]
+    exact = wf[np.minimum(np.arange(ROWS), n - 1)] @ image_values(xst, 8 * NT).T
+    assert np.abs(got - exact).max() <= 2e-5 * np.abs(exact).max()
+    ref = wf @ x.astype(np.float64).T
+    e = ((got[:n, :m] - ref) ** 2).mean() / (ref ** 2).mean()
+    assert e < 5e-4, e
+    assert not got[:, m:].any()
+
+
 def stage_image(w_bytes: np.ndarray, row0: int, sb: int, xst: np.ndarray, nt: int) -> np.ndarray:
     """One super-block's stage of the block whose rows start at row0 (rows past N repeat the last)."""
     n = w_bytes.shape[0]
@@ -296,32 +332,12 @@ def test_a_warp_gives_the_product_of_its_codes(lib, m):
     wf = gguf_dequantize(w, QType.Q4_K).reshape(n, k).astype(np.float64)
     x = rng.normal(0, 1, (m, k)).astype(np.float32)
     xst = stage_x_image(x, NT)
-    got = np.zeros((ROWS, 8 * NT))
     y = np.zeros((4, 32, NT, 4), np.float32)
     for sb in range(2):
         st = stage_image(w, 0, sb, xst, NT)
         for warp in range(4):
             warp_super_block(lib, st, warp, y[warp])
-    for warp in range(4):
-        for lane in range(32):
-            g, t = lane >> 2, lane & 3
-            for nt in range(NT):
-                for q in range(4):
-                    got[16 * warp + g + 8 * (q >> 1), 8 * nt + 2 * t + (q & 1)] = y[warp, lane, nt, q]
-    # the exact product of the codes: W's values (gguf) times x's codes and scales, in float64
-    codes = np.zeros((8 * NT, k))
-    for sb in range(2):
-        xs = xst[sb, 272 * 16:276 * 16].view(np.float32).astype(np.float64)
-        for r in range(8 * NT):
-            c = np.concatenate([xst[sb, 256 * r + 32 * (j ^ (r & 7)):][:32].view(np.int8) for j in range(8)])
-            codes[r, 256 * sb:256 * (sb + 1)] = c * xs[r]
-    rows = np.minimum(np.arange(ROWS), n - 1)
-    exact = wf[rows] @ codes.T
-    assert np.abs(got - exact).max() <= 2e-5 * np.abs(exact).max()
-    ref = wf @ x.astype(np.float64).T
-    e = ((got[:n, :m] - ref) ** 2).mean() / (ref ** 2).mean()
-    assert e < 5e-4, e
-    assert not got[:, m:].any()                          # rows of x past M are zeros
+    check_block(block_result(y), wf, xst, x)
 
 
 def q6_stage(w_bytes: np.ndarray, row_bytes: int, sb: int, xst: np.ndarray, nt: int, base: int):
@@ -388,22 +404,4 @@ def test_q6k_warp_gives_the_product_of_its_codes(lib, m, k, base):
                     lib.q6_lane_finish(*blk[lane], stp, nt, lane, ptr(yy, ctypes.c_float),
                                        ptr(np.ascontiguousarray(sums[nt, lane]), ctypes.c_int))
                     y[warp, lane, nt] = yy
-    got = np.zeros((ROWS, 8 * NT))
-    for warp in range(4):
-        for lane in range(32):
-            g, t = lane >> 2, lane & 3
-            for nt in range(NT):
-                for q in range(4):
-                    got[16 * warp + g + 8 * (q >> 1), 8 * nt + 2 * t + (q & 1)] = y[warp, lane, nt, q]
-    codes = np.zeros((8 * NT, k))
-    for sb in range(k // 256):
-        xs = xst[sb, 272 * 16:276 * 16].view(np.float32).astype(np.float64)
-        for r in range(8 * NT):
-            c = np.concatenate([xst[sb, 256 * r + 32 * (j ^ (r & 7)):][:32].view(np.int8) for j in range(8)])
-            codes[r, 256 * sb:256 * (sb + 1)] = c * xs[r]
-    exact = wf[np.minimum(np.arange(ROWS), n - 1)] @ codes.T
-    assert np.abs(got - exact).max() <= 2e-5 * np.abs(exact).max()
-    ref = wf @ x.astype(np.float64).T
-    e = ((got[:n, :m] - ref) ** 2).mean() / (ref ** 2).mean()
-    assert e < 5e-4, e
-    assert not got[:, m:].any()
+    check_block(block_result(y), wf, xst, x)

@@ -293,7 +293,7 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
-    from test_mma_st_lanes import stage_x_image
+    from test_mma_st_lanes import image_values, stage_x_image
     rng = np.random.default_rng(splits)
     for n, k, m in ((328, 1280, 16), (200, 4096, 5), (64, 256, 32)):
         if splits > k // 256:
@@ -305,14 +305,7 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
         out = cupy.full((m, n), np.nan, np.float32)
         mm.mma_st(out, cupy.asarray(x), w_dev, splits=splits)
         got = cupy.asnumpy(out)
-        nt = -(-m // 8)
-        img = stage_x_image(x, nt)
-        codes = np.zeros((m, k))
-        for sb in range(k // 256):
-            xs = img[sb, 272 * 8 * nt:276 * 8 * nt].view(np.float32).astype(np.float64)
-            for r in range(m):
-                c = np.concatenate([img[sb, 256 * r + 32 * (j ^ (r & 7)):][:32].view(np.int8) for j in range(8)])
-                codes[r, 256 * sb:256 * (sb + 1)] = c * xs[r]
+        codes = image_values(stage_x_image(x, -(-m // 8)), m)
         exact = codes @ ref_w.T
         what = (splits, n, k, m)
         assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max(), what
