@@ -5,8 +5,11 @@ Arms:
   table         the library's table
   st q4k        Q4_K at 4..16 rows on mma_st (mma_kq's 4..8 and mma_dq's 9..16)
   st both       the same, and Q6_K at 8..16 rows on mma_st (mma_kq's)
+  head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,
+                88% of copy, in the thirty-third session's stamps); run it with --batch 1 too
 
     PYTHONPATH=$PWD python3 bench/ab_mma_st_model.py --synthetic qwen3-8b [--batch 16] [--out FILE]
+    PYTHONPATH=$PWD python3 bench/ab_mma_st_model.py --synthetic qwen3-8b --batch 1 --arms "table,head st"
 """
 
 from __future__ import annotations
@@ -17,7 +20,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.ops.matmul as matmul  # noqa: E402
+from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
+from glimmer_cupy.model.linear import Linear  # noqa: E402
+from glimmer_cupy.ops.q8 import plain  # noqa: E402
+
+_linear_call = Linear.__call__
+
+
+def head_on_mma_st(self, x):
+    """Linear.__call__, with the LM head ("output") of a type mma_st serves on mma_st."""
+    p = self.parts[0]
+    if (self.name == "output" and len(self.parts) == 1 and self.bias is None and p.qtype in matmul.MMA_ST_TYPES
+            and plain(x).shape[0] <= matmul.MMA_ST_ROWS):
+        return ops.quant_matmul(plain(x), p, force_bucket="mma_st")
+    return _linear_call(self, x)
 
 
 def with_rows(kind: str, rows: tuple) -> dict:
@@ -31,6 +48,7 @@ ARMS = {
     "table": {},
     "st q4k": {(matmul, "BUCKETS"): with_rows("q4k", Q4K)},
     "st both": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K}},
+    "head st": {(Linear, "__call__"): head_on_mma_st},
 }
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ class Linear:
                 runs[-1].append(p)
             else:
                 runs.append([p])
+        self.name = name
         self.parts = [join_rows(name, r) if len(r) > 1 else r[0] for r in runs]
         self.out_dims = [p.shape[0] for p in parts]
         self.in_dim = parts[0].shape[1]
