@@ -49,6 +49,7 @@ GQ_HD V load_vec(const void* p) {
 #endif
 }
 GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
+GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
 GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
 #ifdef __CUDA_ARCH__
@@ -57,7 +58,6 @@ GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
     return __builtin_fmaf(a, b, c);
 #endif
 }
-GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
 // Global loads through a pointer the compiler cannot trace to a kernel argument (opaque() below),
 // which would otherwise be generic ones, skipped when `on` is false (the result is then

@@ -297,6 +297,11 @@ def test_layout_constants_match_the_harness(lib):
     lib.consts(ptr(out, ctypes.c_int))
     assert list(out) == [ROWS, ROW_STRIDE, ROWS * ROW_STRIDE, 256 * 8 * NT, 272 * 8 * NT,
                          ROWS * ROW_STRIDE + X_BYTES * NT, Q6_STRIDE, Q6_COPY, ROWS * Q6_STRIDE + X_BYTES * NT]
+    # and ops/matmul.py's copies of them (the launch's grid and shared memory)
+    from glimmer_cupy.ops import matmul as mm
+    assert (mm.MMA_ST_BLOCK_ROWS, mm.MMA_ST_X_BYTES, mm.Q6K_WINDOW) == (ROWS, X_BYTES, Q6_COPY)
+    assert mm.MMA_ST_LANES[QType.Q4_K][1] == ROW_STRIDE and mm.MMA_ST_LANES[QType.Q6_K][1] == Q6_STRIDE
+    assert mm.mma_st_smem(NT, 1024, 1, QType.Q6_K) == 4 * (ROWS * Q6_STRIDE + X_BYTES * NT)
 
 
 def test_stage_x_image_codes_sums_and_scales():
