@@ -200,13 +200,17 @@ GQ_HD int q6_sc(const Q6Scales& s, int r, int G) { return (int)(signed char)((s.
 // A of group G (values 16G .. 16G + 15) of a row, lane t: 4 (q - 32) of values 16G + 4t .. + 3 as
 // signed bytes. Value v = 128 n + 32 s + l (l < 32) has its low four bits in ql[64 n + 32 (s & 1) + l]
 // (nibble s >> 1) and its top two in qh[32 n + l] (bits 2s, 2s + 1); G = 8n + 2s + l / 16.
+// 4 (q - 32) as a byte is q << 2 with bit 7 flipped: the nibble at bits 2..5, the two high bits at 6
+// and 7, the top one flipped (by flipping every pair's top bit of the qh word first), bits 0 and 1
+// zero: two shifts, a mask of the high bits and one select of bits 2..5 a word.
 template <int A>
 GQ_HD u32 q6_a(const u8* blk, int G, int t) {
     const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
     const u32 ql = load4_even<A>(blk + 64 * n + 32 * (s & 1) + l);
-    const u32 qh = load4_even<A>(blk + 128 + 32 * n + l);
-    const u32 q = ((ql >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * s)) & 0x03030303u) << 4);
-    return (q << 2) ^ 0x80808080u;
+    const u32 qh = load4_even<A>(blk + 128 + 32 * n + l) ^ 0xAAAAAAAAu;
+    const u32 lo = (s >> 1) ? ql >> 2 : ql << 2;                  // the nibble at bits 2..5
+    const u32 hi = (qh << (6 - 2 * s)) & 0xC0C0C0C0u;             // the pair at bits 6, 7
+    return (lo & 0x3C3C3C3Cu) | hi;
 }
 // x's B fragment of group G for n-tile nt: values 16G + 4t .. + 3 of x row 8 nt + g
 template <int NT>
