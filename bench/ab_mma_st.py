@@ -21,6 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.kernels import build  # noqa: E402
 from glimmer_cupy.benchmarks.matmul_sets import m1_us, weight_sets  # noqa: E402
 from glimmer_cupy.benchmarks.timing import run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
@@ -39,8 +40,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="", help="NxK,... (default: the Qwen3-8B shapes and head)")
     ap.add_argument("--launches", type=int, default=50)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--define", action="append", default=[], metavar="NAME",
+                    help="build every kernel with -DNAME (e.g. MMA_ST_NO_RELEASE), for an A/B between processes")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    build.add_defines(*a.define)
     ms = [int(v) for v in a.ms.split(",")]
     splits = [int(v) for v in a.splits.split(",") if v]
     if not set(splits) <= {1, 2, 4, 8}:
@@ -96,7 +100,7 @@ def main(argv=None) -> int:
         ws = xs = outs = None           # this shape's buffers go before the next one's
         cupy.get_default_memory_pool().free_all_blocks()
     if a.out:
-        a.out.write_text(json.dumps(dict(meta=run_meta(), rows=rows), indent=1))
+        a.out.write_text(json.dumps(dict(meta=run_meta(defines=a.define), rows=rows), indent=1))
     return 0
 
 

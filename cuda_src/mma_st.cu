@@ -194,6 +194,13 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
         return w + (long long)min(row0 + r, n - 1) * row_bytes + (long long)sb * T::kBlock;
     };
 
+    // The next kernel (in a step: the op after this matmul; in a chain of matmuls: the next one's x
+    // stage, which lets its matmul in at once) may launch now, so that its blocks, where they fit
+    // beside this one's, ask for their weights while this one runs; its pdl_wait still waits for this
+    // kernel to complete. MMA_ST_NO_RELEASE keeps the release at the end, for the A/B.
+#ifndef MMA_ST_NO_RELEASE
+    pdl_release();
+#endif
     if (tid == 0) {
         for (int s = 0; s < count; ++s) mbar_init(&bars[s], 1);
         fence_mbarrier_init();
