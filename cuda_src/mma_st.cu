@@ -9,16 +9,16 @@
 // mma_st_kernel<T, NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K (T = St4K) or Q6_K (St6K)
 //   blocks; Q4_K rows 16-byte aligned, Q6_K rows 2-byte aligned with the last block's 16-byte window
 //   inside the tensor (ops/matmul.py checks both). grid = (ceil(N / 64), KS), clusters of (1, KS, 1),
-//   block = (128,), dynamic shared memory ceil(K / 256 / KS) * Stage<T, NT>::kBytes bytes.
+//   block = (128,), dynamic shared memory 64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per =
+//   ceil(K / 256 / KS) (mma_st_lanes.cuh).
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
 // its next super-block in registers, so the bytes an SM had in flight were bounded by its registers,
 // and their per-sub-block epilogues were a third to a half of their instructions. Here:
 //   - the block's whole share of W (64 rows by its K slice) is asked for at once, before pdl_wait,
-//     one bulk copy per row and super-block (the block's 16-byte-aligned window) onto one mbarrier
-//     per super-block, and x's stages after the wait (one bulk copy each): the bytes in flight are
-//     bounded by shared memory, and the warps compute super-block s as soon as its barrier completes;
+//     one bulk copy per row (its slice's 16-byte-aligned window), and x's images after the wait (one
+//     bulk copy each), all on one mbarrier: the bytes in flight are bounded by shared memory;
 //   - x is quantized per 256 values, so a super-block's sub-blocks (Q4_K) or groups (Q6_K) add up in
 //     int32, one IMAD per C value and scale, and Q4_K's mins are two small multiplies (mma_st_lanes.cuh).
 // K is split over the KS blocks of a cluster (rule: ops/matmul.py mma_st_config); they add their
@@ -182,16 +182,18 @@ __global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
 mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const unsigned char* __restrict__ w,
               int m, int n, int k, long long row_bytes) {
     using namespace mst;
-    constexpr int kStage = Stage<T, NT>::kBytes, kW = Stage<T, NT>::kW;
+    constexpr int kX = XStage<NT>::kBytes;
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ unsigned long long bars[kMaxSB];
+    __shared__ unsigned long long bar;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
     const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
-    const int row0 = blockIdx.x * kRows;
-    // a row's block of super-block sb in global memory; it lies in its window at offset address % 16
-    auto block_of = [&](int r, int sb) {
-        return w + (long long)min(row0 + r, n - 1) * row_bytes + (long long)sb * T::kBlock;
+    const int row0 = blockIdx.x * kRows, rs = row_stride<T>(per);
+    unsigned char* const xbase = smem + kRows * rs;           // x's images after W's rows
+    // a row's first block of the slice in global memory (rows past N repeat the last)
+    auto first_block = [&](int r) {
+        return reinterpret_cast<unsigned long long>(w + (long long)min(row0 + r, n - 1) * row_bytes +
+                                                    (long long)sb0 * T::kBlock);
     };
 
     // The next kernel (in a step: the op after this matmul; in a chain of matmuls: the next one's x
@@ -201,38 +203,38 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
 #ifndef MMA_ST_NO_RELEASE
     pdl_release();
 #endif
-    if (tid == 0) {
-        for (int s = 0; s < count; ++s) mbar_init(&bars[s], 1);
+    // one barrier for the whole slice: each copy's thread arrives with the bytes it asks for
+    if (tid == 0 && count > 0) {
+        mbar_init(&bar, kRows + count);
         fence_mbarrier_init();
-        for (int s = 0; s < count; ++s) mbar_arrive_expect_tx(&bars[s], kRows * T::kCopy + XStage<NT>::kBytes);
     }
     __syncthreads();
-    // W: row i % 64 of super-block i / 64, from every thread; no kernel writes W, so before the wait
-    {
+    // W: a row's slice in one copy, from every thread; no kernel writes W, so before the wait
+    if (count > 0) {
         const unsigned long long policy = evict_first_policy();
-        for (int i = tid; i < kRows * count; i += 128) {
-            const int r = i % kRows, s = i / kRows;
-            const unsigned long long src = reinterpret_cast<unsigned long long>(block_of(r, sb0 + s)) & ~15ull;
-            bulk_copy_hint(smem + s * kStage + r * T::kRowStride, reinterpret_cast<const void*>(src), T::kCopy,
-                           &bars[s], policy);
+        for (int r = tid; r < kRows; r += 128) {
+            const unsigned long long a = first_block(r);
+            const unsigned bytes = ((unsigned)(a & 15u) + count * T::kBlock + 15u) & ~15u;
+            mbar_arrive_expect_tx(&bar, bytes);
+            bulk_copy_hint(smem + r * rs, reinterpret_cast<const void*>(a & ~15ull), bytes, &bar, policy);
         }
     }
-    pdl_wait();                                                // x's stages are the kernel before's
-    if (tid < count)
-        bulk_copy(smem + tid * kStage + kW, xst + (long long)(sb0 + tid) * XStage<NT>::kBytes,
-                  XStage<NT>::kBytes, &bars[tid]);
+    pdl_wait();                                                // x's images are the kernel before's
+    if (tid < count) {
+        mbar_arrive_expect_tx(&bar, kX);
+        bulk_copy(xbase + tid * kX, xst + (long long)(sb0 + tid) * kX, kX, &bar);
+    }
 
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     const int r_lo = 16 * warp + g, r_hi = r_lo + 8;
+    const unsigned char* const row_lo = smem + r_lo * rs + (int)(first_block(r_lo) & 15u);
+    const unsigned char* const row_hi = smem + r_hi * rs + (int)(first_block(r_hi) & 15u);
+    if (count > 0) mbar_wait(&bar, 0);
     for (int s = 0; s < count; ++s) {
-        const unsigned char* stage = smem + s * kStage;
-        const int o_lo = (int)(reinterpret_cast<unsigned long long>(block_of(r_lo, sb0 + s)) & 15u);
-        const int o_hi = (int)(reinterpret_cast<unsigned long long>(block_of(r_hi, sb0 + s)) & 15u);
-        const unsigned char* const blk[2] = {stage + r_lo * T::kRowStride + o_lo, stage + r_hi * T::kRowStride + o_hi};
-        mbar_wait(&bars[s], 0);
-        super_block<NT>(T{}, blk, stage + kW, g, t, acc);
+        const unsigned char* const blk[2] = {row_lo + s * T::kBlock, row_hi + s * T::kBlock};
+        super_block<NT>(T{}, blk, xbase + s * kX, g, t, acc);
     }
 
     // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)

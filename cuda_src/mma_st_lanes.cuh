@@ -15,12 +15,14 @@
 //     the factor. Blocks are 210 bytes, so every other one starts 2 bytes past 4-byte alignment:
 //     its words are two aligned loads and a byte permute.
 //
-// A super-block's stage (Stage<T, NT>::kBytes bytes; every part 16-byte aligned):
-//   W:  kRows = 64 rows at T::kRowStride bytes: the 16-byte-aligned window of T::kCopy bytes that
-//       holds the row's block (Q4_K: the 144-byte block itself at stride 160; Q6_K: 224 bytes from
-//       the block's address rounded down to 16, the block at its offset o = address % 16, stride
-//       240). The strides put a lane's loads at rows g = 0..7 on distinct banks.
-//   x:  XStage<NT> (written by mma_st_stage_x_kernel, copied in as one piece):
+// Shared memory of a block whose K slice is `per` super-blocks (every part 16-byte aligned):
+//   W:  kRows = 64 rows at row_stride<T>(per) bytes: one bulk copy a row of its slice, from the first
+//       block's address rounded down to 16 (Q4_K blocks are 16-byte aligned; a Q6_K row's slice
+//       sits at its offset o = address % 16, its super-block s at o + 210 s).
+//       A bulk copy costs the SM's copy engine about the same whatever its size up to a few hundred
+//       bytes, so one a row and slice (4 super-blocks: 576 or 840 bytes) rather than one a row and
+//       super-block (144 bytes: ~20 cycles a copy held a 4096x4096 matmul to ~8 µs, H100).
+//   x:  per XStage<NT> images, one a super-block (written by mma_st_stage_x_kernel, one copy each):
 //       codes   8 NT rows x 256 bytes: row r's sub-block j (32 codes, in order) at slot j ^ (r & 7),
 //               so that a Q4_K B load (8 rows, 8 bytes from each of 4 lanes) covers the banks once
 //               per half-warp;
@@ -53,10 +55,9 @@ using gguf::f32x2;
 
 constexpr int kWarps = 4;                      // each 16 weight rows
 constexpr int kRows = 16 * kWarps;             // weight rows of a block
-constexpr int kMaxSB = 16;                     // super-blocks a block stages at most (its barriers)
 
-struct St4K { static constexpr int kBlock = 144, kCopy = 144, kRowStride = 160; };   // Q4_K
-struct St6K { static constexpr int kBlock = 210, kCopy = 224, kRowStride = 240; };   // Q6_K
+struct St4K { static constexpr int kBlock = 144; };   // Q4_K
+struct St6K { static constexpr int kBlock = 210; };   // Q6_K
 
 template <int NT>
 struct XStage {                                // x's part of a stage: 8 NT rows of x
@@ -65,11 +66,18 @@ struct XStage {                                // x's part of a stage: 8 NT rows
     static constexpr int kScales = kMins + 16 * 8 * NT;
     static constexpr int kBytes = kScales + 4 * 8 * NT;     // 2208 NT
 };
-template <class T, int NT>
-struct Stage {                                 // a whole stage: W's rows, then x
-    static constexpr int kW = kRows * T::kRowStride;
-    static constexpr int kBytes = kW + XStage<NT>::kBytes;
-};
+// Bytes of a weight row's window in shared memory for `per` super-blocks: the row's blocks from the
+// first one's address rounded down to 16 (Q6_K: up to 14 bytes before it) to a 16-byte boundary,
+// padded so that the lanes' loads at rows g = 0..7 fall on distinct banks: Q4_K's 8-byte loads want
+// a stride of 32 bytes mod 128, Q6_K's 4-byte ones an odd multiple of 16 bytes.
+template <class T>
+GQ_HD int row_stride(int per) {
+    const bool q4 = T::kBlock == 144;
+    const int w = q4 ? per * 144 : (14 + per * 210 + 15) / 16 * 16;
+    int rs = w;
+    while (q4 ? rs % 128 != 32 : rs % 32 != 16) rs += 16;
+    return rs;
+}
 
 GQ_HD u32 load4(const u8* p) { return gguf::load_vec<u32>(p); }
 

@@ -29,16 +29,17 @@ using namespace mst;
 
 static_assert(XStage<1>::kBytes == 2208 && XStage<2>::kBytes == 4416, "x's part of a stage");
 
-template <int NT> static const u8* xpart(const u8* stage) { return stage + Stage<St4K, NT>::kW; }
+// The CPU test's stage images: a super-block's 64 rows at 160 (Q4_K) or 240 (Q6_K) bytes, then x's image
+constexpr int kImgStride4 = 160, kImgStride6 = 240;
+template <int NT> static const u8* xpart(const u8* stage) { return stage + kRows * kImgStride4; }
 static void rows_of(const u8* stage, int warp, int lane, const u8* (&w)[2]) {
-    w[0] = stage + (16 * warp + (lane >> 2)) * St4K::kRowStride;
-    w[1] = stage + (16 * warp + (lane >> 2) + 8) * St4K::kRowStride;
+    w[0] = stage + (16 * warp + (lane >> 2)) * kImgStride4;
+    w[1] = stage + (16 * warp + (lane >> 2) + 8) * kImgStride4;
 }
 extern "C" int consts(int* out) {
-    out[0] = kRows; out[1] = St4K::kRowStride; out[2] = Stage<St4K, 2>::kW; out[3] = XStage<2>::kMins;
-    out[4] = XStage<2>::kScales; out[5] = Stage<St4K, 2>::kBytes; out[6] = St6K::kRowStride; out[7] = St6K::kCopy;
-    out[8] = Stage<St6K, 2>::kBytes;
-    return 9;
+    out[0] = kRows; out[1] = XStage<2>::kMins; out[2] = XStage<2>::kScales; out[3] = XStage<2>::kBytes;
+    for (int per = 1; per <= 16; ++per) { out[3 + per] = row_stride<St4K>(per); out[19 + per] = row_stride<St6K>(per); }
+    return 36;
 }
 // Q6_K: blk points at each lane's two rows' blocks in the stage (offsets given by the caller)
 extern "C" void q6_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
@@ -51,7 +52,7 @@ extern "C" void q6_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
 }
 extern "C" u32 q6_lane_a(const u8* b, int G, int t) { return q6_a<kEither>(b, G, t); }
 extern "C" u32 q6_lane_b(const u8* stage, int nt, int G, int lane) {
-    return q6_b<2>(stage + Stage<St6K, 2>::kW, nt, G, lane >> 2, lane & 3);
+    return q6_b<2>(stage + kRows * kImgStride6, nt, G, lane >> 2, lane & 3);
 }
 extern "C" void q6_lane_finish(const u8* b0, const u8* b1, const u8* stage, int nt, int lane, float* y, const int* sum) {
     const u8* const blk[2] = {b0, b1};
@@ -59,7 +60,7 @@ extern "C" void q6_lane_finish(const u8* b0, const u8* b1, const u8* stage, int 
     float yy[4];
     int s4[4];
     for (int q = 0; q < 4; ++q) { yy[q] = y[q]; s4[q] = sum[q]; }
-    q6_finish(yy, s4, s, x_scales<2>(stage + Stage<St6K, 2>::kW, nt, lane & 3));
+    q6_finish(yy, s4, s, x_scales<2>(stage + kRows * kImgStride6, nt, lane & 3));
     for (int q = 0; q < 4; ++q) y[q] = yy[q];
 }
 extern "C" void lane_scales(const u8* stage, int warp, int lane, int* sc, u32* mins, float* d) {
@@ -133,7 +134,7 @@ def ptr(a: np.ndarray, t):
 
 
 ROWS, ROW_STRIDE, BLOCK = 64, 160, 144
-Q6_STRIDE, Q6_COPY, Q6_BLOCK = 240, 224, 210
+Q6_STRIDE, Q6_COPY, Q6_BLOCK = 240, 224, 210     # the images' Q6_K rows: a block's 16-byte window
 X_BYTES = 2208                         # a super-block of one n-tile of x
 
 
@@ -293,15 +294,21 @@ def warp_super_block(lib, st: np.ndarray, warp: int, y: np.ndarray) -> None:
 
 
 def test_layout_constants_match_the_harness(lib):
-    out = np.zeros(9, np.int32)
-    lib.consts(ptr(out, ctypes.c_int))
-    assert list(out) == [ROWS, ROW_STRIDE, ROWS * ROW_STRIDE, 256 * 8 * NT, 272 * 8 * NT,
-                         ROWS * ROW_STRIDE + X_BYTES * NT, Q6_STRIDE, Q6_COPY, ROWS * Q6_STRIDE + X_BYTES * NT]
-    # and ops/matmul.py's copies of them (the launch's grid and shared memory)
+    """The header's x layout and row strides, and ops/matmul.py's copies of them (the launch's grid
+    and shared memory); each stride holds its window and puts rows 0..7 on distinct banks."""
     from glimmer_cupy.ops import matmul as mm
-    assert (mm.MMA_ST_BLOCK_ROWS, mm.MMA_ST_X_BYTES, mm.Q6K_WINDOW) == (ROWS, X_BYTES, Q6_COPY)
-    assert mm.MMA_ST_LANES[QType.Q4_K][1] == ROW_STRIDE and mm.MMA_ST_LANES[QType.Q6_K][1] == Q6_STRIDE
-    assert mm.mma_st_smem(NT, 1024, 1, QType.Q6_K) == 4 * (ROWS * Q6_STRIDE + X_BYTES * NT)
+    out = np.zeros(36, np.int32)
+    lib.consts(ptr(out, ctypes.c_int))
+    assert list(out[:4]) == [ROWS, 256 * 8 * NT, 272 * 8 * NT, X_BYTES * NT]
+    assert (mm.MMA_ST_BLOCK_ROWS, mm.MMA_ST_X_BYTES) == (ROWS, X_BYTES)
+    for per in range(1, 17):
+        r4, r6 = int(out[3 + per]), int(out[19 + per])
+        assert (r4, r6) == (mm.mma_st_row_stride(per, QType.Q4_K), mm.mma_st_row_stride(per, QType.Q6_K))
+        assert r4 >= 144 * per and r4 % 128 == 32 and r4 < 144 * per + 128
+        assert r6 >= 14 + 210 * per and r6 % 32 == 16 and r6 % 16 == 0
+        assert len({(g * r4 // 4) % 32 // 8 for g in range(4)}) == 4                # 8-byte loads, half-warps
+        assert len({(g * r6 // 4) % 32 // 4 for g in range(8)}) == 8                 # 4-byte loads
+    assert mm.mma_st_smem(NT, 1024, 1, QType.Q6_K) == ROWS * mm.mma_st_row_stride(4, QType.Q6_K) + 4 * X_BYTES * NT
 
 
 def test_stage_x_image_codes_sums_and_scales():

@@ -145,14 +145,14 @@ def test_mma_st_config_splits_until_blocks_are_short_and_fill_the_chip():
     """K splits double, up to a cluster of 8, while a block holds more than MMA_ST_SB_PER_BLOCK
     super-blocks or fewer than MMA_ST_MIN_BLOCKS blocks are launched; every split keeps a super-block
     and every block's stages fit shared memory at the Qwen3-8B shapes."""
-    from glimmer_cupy.ops.matmul import (MMA_ST_BLOCK_ROWS, MMA_ST_MAX_SB, MMA_ST_MIN_BLOCKS, MMA_ST_SB_PER_BLOCK,
+    from glimmer_cupy.ops.matmul import (MMA_ST_BLOCK_ROWS, MMA_ST_MIN_BLOCKS, MMA_ST_SB_PER_BLOCK,
                                          MMA_ST_SMEM_CAP, mma_st_config, mma_st_smem)
     for m in (1, 9, 16, 32):
         for n, k in ((4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (300, 256), (77, 768)):
             nt, ks = mma_st_config(m, n, k)
             tiles, nsb = -(-n // MMA_ST_BLOCK_ROWS), k // 256
             assert nt == -(-m // 8) and ks in (1, 2, 4, 8) and ks <= max(1, nsb // 1)
-            assert -(-nsb // ks) <= MMA_ST_MAX_SB and mma_st_smem(nt, k, ks, QType.Q6_K) <= MMA_ST_SMEM_CAP
+            assert mma_st_smem(nt, k, ks, QType.Q6_K) <= MMA_ST_SMEM_CAP
             done = -(-nsb // ks) <= MMA_ST_SB_PER_BLOCK and tiles * ks >= MMA_ST_MIN_BLOCKS
             assert done or ks == 8 or 2 * ks > nsb, (m, n, k, ks)
     assert mma_st_config(16, 4096, 4096) == (2, 4) and mma_st_config(16, 4096, 12288) == (2, 8)
@@ -265,11 +265,11 @@ def test_mma_st_matches_the_reference(qtype, n, k):
     ref_w = w.dequantize(np.float64)
     w_dev = w.to_device()
     if qtype == QType.Q6_K and n * (k // 256) % 8:
-        # the last block's 16-byte-aligned window would end past the tensor: refused, before any launch
+        # the last row's 16-byte-aligned window would end past the tensor: refused, before any launch
         x = cupy.zeros((16, k), np.float32)
         from glimmer_cupy.ops._check import OpArgumentError
-        with pytest.raises(OpArgumentError, match=r"mma_st: w must be a Q6_K tensor whose last block's 224-byte "
-                                                  r"window ends inside it, got \d+ bytes past its end"):
+        with pytest.raises(OpArgumentError, match=r"mma_st: w must be a Q6_K tensor whose last 16-byte window "
+                                                  r"ends inside it, got \d+ bytes past its end"):
             ops.quant_matmul(x, w_dev, force_bucket="mma_st")
         return
     for m in (1, 3, 8, 9, 16, 17, 24, 25, 32):

@@ -107,18 +107,16 @@ MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of bl
 #     bounded by shared memory and not by registers (mma_kq and mma_dq hold the next super-block in
 #     registers); x quantized per 256 values, so a super-block's sub-blocks add up in int32. K split
 #     over a cluster of up to 8 blocks (mma_st_config). Needs sm_90 (bulk copies, clusters).
-# type -> (the kernel's lanes struct, bytes of a weight row's window in a stage: mst::St4K / St6K)
-MMA_ST_LANES = {QType.Q4_K: ("St4K", 160), QType.Q6_K: ("St6K", 240)}
+# type -> (the kernel's lanes struct, bytes of a block: mst::St4K / St6K)
+MMA_ST_LANES = {QType.Q4_K: ("St4K", 144), QType.Q6_K: ("St6K", 210)}
 MMA_ST_TYPES = frozenset(MMA_ST_LANES)
 MMA_ST_ROWS = 32                    # the widest M (four n-tiles of 8 rows of x)
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
-MMA_ST_MAX_SB = 16                  # kMaxSB: super-blocks a block stages at most
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_ST_MIN_BLOCKS = 256             # ...and about two blocks per SM of an H200 are launched
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
-Q6K_WINDOW = 224                    # St6K::kCopy: the 16-byte-aligned window a Q6_K block is copied in
 
 
 def mma_st_config(m: int, n: int, k: int) -> tuple[int, int]:
@@ -135,9 +133,21 @@ def mma_st_config(m: int, n: int, k: int) -> tuple[int, int]:
     return nt, ks
 
 
+def mma_st_row_stride(per: int, qtype: QType = QType.Q4_K) -> int:
+    """row_stride<T>(per) of mma_st_lanes.cuh: bytes of a weight row's window of `per` super-blocks
+    in shared memory, padded so that the lanes' loads of rows 0..7 fall on distinct banks."""
+    block = MMA_ST_LANES[qtype][1]
+    rs = per * 144 if block == 144 else (14 + per * 210 + 15) // 16 * 16
+    while (rs % 128 != 32) if block == 144 else (rs % 32 != 16):
+        rs += 16
+    return rs
+
+
 def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K) -> int:
-    """mma_st_kernel's dynamic shared memory: a stage per super-block of the block's K slice."""
-    return -(-(k // 256) // ks) * (MMA_ST_BLOCK_ROWS * MMA_ST_LANES[qtype][1] + MMA_ST_X_BYTES * nt)
+    """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice, then
+    x's images of its super-blocks."""
+    per = -(-(k // 256) // ks)
+    return MMA_ST_BLOCK_ROWS * mma_st_row_stride(per, qtype) + per * MMA_ST_X_BYTES * nt
 
 
 @cache
@@ -156,7 +166,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values), then the matmul, its K split over a cluster of `splits` blocks (mma_st_config's by
     default). Needs an sm_90 device; x 16-byte aligned, Q4_K rows 16-byte aligned, and a Q6_K
-    tensor whose last block's window ends inside it."""
+    tensor that ends at a 16-byte boundary (N * K / 256 a multiple of 8 does)."""
     import cupy
 
     m, k = x.shape
@@ -170,11 +180,10 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
     else:                                           # Q6_K blocks are copied in 16-byte-aligned windows
         if x.data.ptr % 16:
             raise fail("quant_matmul", "x", "16-byte aligned for mma_st", f"address {x.data.ptr:#x}")
-        end = w.data.data.ptr + w.data.nbytes
-        last = (end - 210) & ~15
-        if last + Q6K_WINDOW > end:
-            raise fail("mma_st", "w", f"a Q6_K tensor whose last block's {Q6K_WINDOW}-byte window ends inside it",
-                       f"{last + Q6K_WINDOW - end} bytes past its end")
+        end = w.data.data.ptr + w.data.nbytes       # a row's window ends at the next 16-byte boundary
+        if end % 16:
+            raise fail("mma_st", "w", "a Q6_K tensor whose last 16-byte window ends inside it",
+                       f"{16 - end % 16} bytes past its end")
     nt, ks = mma_st_config(m, n, k)
     if splits is not None:
         if splits not in (1, 2, 4, 8):
@@ -182,9 +191,9 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
         ks = splits
     nsb = k // 256
     smem = mma_st_smem(nt, k, ks, w.qtype)
-    if -(-nsb // ks) > MMA_ST_MAX_SB or smem > MMA_ST_SMEM_CAP:
-        raise fail("mma_st", "K", f"at most {MMA_ST_MAX_SB} super-blocks a split that fit shared memory "
-                   f"({ks} splits)", k)
+    if smem > MMA_ST_SMEM_CAP:
+        raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
+                   f"{MMA_ST_SMEM_CAP})", k)
     matmul, stage = _mma_st_module(w.qtype, nt, ks)
     xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
     stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
