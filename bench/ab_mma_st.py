@@ -73,11 +73,14 @@ def main(argv=None) -> int:
             def st(ks):
                 return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks))
 
+            staged = [matmul.mma_st_stage(x) for x in xs]       # x's images made before, as codes are at M = 1
+
             want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_kq")
             table = matmul.bucket(m, qtype, graph_safe=True)
             row = dict(type=qtype.name, n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k)[1],
                        rule_us=[st(None)], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
-                       mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={})
+                       mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={},
+                       prestaged_us=timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])))
             for ks in splits:
                 if ks > k // 256:
                     continue
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
             rule = min(row["rule_us"])
             print(f"{qtype.name} {n:>6}x{k:<6} M={m:<3} M=1 {m1:6.1f} us | table ({table}) {row['table_us']:6.1f} "
                   f"mma_kq {row['mma_kq_us']:6.1f} | mma_st rule (ks {row['rule_splits']}) {row['rule_us'][0]:6.1f} / "
-                  f"{row['rule_us'][1]:6.1f} = {rule / m1:.2f}x M=1 | "
+                  f"{row['rule_us'][1]:6.1f} = {rule / m1:.2f}x M=1 | x staged before {row['prestaged_us']:6.1f} | "
                   + " ".join(f"ks {s}: {t:6.1f} ({e:.0e})" if t is not None else f"ks {s}: -"
                              for s, (t, e) in row["split_us"].items()), flush=True)
         ws = xs = outs = None           # this shape's buffers go before the next one's

@@ -162,10 +162,20 @@ def _mma_st_module(qtype: QType, nt: int, ks: int):
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
 
 
-def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
+def mma_st_stage(x):
+    """x (M, K) float32 as mma_st_stage_x_kernel's images, one a super-block (uint8)."""
+    import cupy
+    m, k = x.shape
+    nt, nsb = -(-m // 8), k // 256
+    xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
+    _mma_st_module(QType.Q4_K, nt, 1)[1]((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
+    return xst
+
+
+def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
-    values), then the matmul, its K split over a cluster of `splits` blocks (mma_st_config's by
-    default). Needs an sm_90 device; x 16-byte aligned, Q4_K rows 16-byte aligned, and a Q6_K
+    values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
+    cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte aligned, Q4_K rows 16-byte aligned, and a Q6_K
     tensor that ends at a 16-byte boundary (N * K / 256 a multiple of 8 does)."""
     import cupy
 
@@ -195,8 +205,9 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None) -> None:
         raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
                    f"{MMA_ST_SMEM_CAP})", k)
     matmul, stage = _mma_st_module(w.qtype, nt, ks)
-    xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
-    stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
+    if xst is None:
+        xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
+        stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     matmul((-(-n // MMA_ST_BLOCK_ROWS), ks), (128,),
            (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)), shared_mem=smem)
 
