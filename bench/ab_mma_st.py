@@ -77,7 +77,7 @@ def main(argv=None) -> int:
 
             want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_kq")
             table = matmul.bucket(m, qtype, graph_safe=True)
-            row = dict(type=qtype.name, n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k)[1],
+            row = dict(type=qtype.name, n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k, qtype)[1],
                        rule_us=[st(None)], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
                        mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={},
                        prestaged_us=timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])))

@@ -141,22 +141,19 @@ def test_mma_dq_config_splits_short_blocks_onto_the_chip():
     assert mma_dq_config(16, 24576, 4096) == (2, 4) and mma_dq_config(16, 4096, 12288) == (2, 8)
 
 
-def test_mma_st_config_splits_until_blocks_are_short_and_fill_the_chip():
-    """K splits double, up to a cluster of 8, while a block holds more than MMA_ST_SB_PER_BLOCK
-    super-blocks or fewer than MMA_ST_MIN_BLOCKS blocks are launched; every split keeps a super-block
-    and every block's stages fit shared memory at the Qwen3-8B shapes."""
-    from glimmer_cupy.ops.matmul import (MMA_ST_BLOCK_ROWS, MMA_ST_MIN_BLOCKS, MMA_ST_SB_PER_BLOCK,
-                                         MMA_ST_SMEM_CAP, mma_st_config, mma_st_smem)
-    for m in (1, 9, 16, 32):
-        for n, k in ((4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (300, 256), (77, 768)):
-            nt, ks = mma_st_config(m, n, k)
-            tiles, nsb = -(-n // MMA_ST_BLOCK_ROWS), k // 256
-            assert nt == -(-m // 8) and ks in (1, 2, 4, 8) and ks <= max(1, nsb // 1)
-            assert mma_st_smem(nt, k, ks, QType.Q6_K) <= MMA_ST_SMEM_CAP
-            done = -(-nsb // ks) <= MMA_ST_SB_PER_BLOCK and tiles * ks >= MMA_ST_MIN_BLOCKS
-            assert done or ks == 8 or 2 * ks > nsb, (m, n, k, ks)
-    assert mma_st_config(16, 4096, 4096) == (2, 4) and mma_st_config(16, 4096, 12288) == (2, 8)
-    assert mma_st_config(16, 151936, 4096) == (2, 4)
+def test_mma_st_config_takes_the_fewest_splits_that_fit():
+    """K splits double, up to a cluster of 8, while a block's rows do not fit shared memory; every
+    split keeps a super-block."""
+    from glimmer_cupy.ops.matmul import MMA_ST_SMEM_CAP, mma_st_config, mma_st_smem
+    for q in (QType.Q4_K, QType.Q6_K):
+        for m in (1, 9, 16, 32):
+            for n, k in ((4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096), (300, 256), (77, 768)):
+                nt, ks = mma_st_config(m, n, k, q)
+                assert nt == -(-m // 8) and ks in (1, 2, 4, 8) and ks <= max(1, k // 256)
+                assert mma_st_smem(nt, k, ks, q) <= MMA_ST_SMEM_CAP, (q.name, m, n, k, ks)
+                assert ks == 1 or mma_st_smem(nt, k, ks // 2, q) > MMA_ST_SMEM_CAP, (q.name, m, n, k, ks)
+    assert mma_st_config(16, 4096, 4096) == (2, 1) and mma_st_config(16, 4096, 12288) == (2, 4)
+    assert mma_st_config(16, 4096, 4096, QType.Q6_K) == (2, 2)
 
 
 def test_kq_occupancy_serves_small_layers_at_m1_only():
@@ -276,7 +273,7 @@ def test_mma_st_matches_the_reference(qtype, n, k):
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
         out = cupy.full((m, n), np.nan, np.float32)
         got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_st"))
-        what = (qtype.name, m, n, k, mma_st_config(m, n, k))
+        what = (qtype.name, m, n, k, mma_st_config(m, n, k, qtype))
         assert np.isfinite(got).all(), what
         assert nmse(got, cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
         again = cupy.asnumpy(ops.quant_matmul(x, w_dev, force_bucket="mma_st"))

@@ -114,21 +114,19 @@ MMA_ST_ROWS = 32                    # the widest M (four n-tiles of 8 rows of x)
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
-MMA_ST_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
-MMA_ST_MIN_BLOCKS = 256             # ...and about two blocks per SM of an H200 are launched
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
 
 
-def mma_st_config(m: int, n: int, k: int) -> tuple[int, int]:
-    """(n-tiles of x, K splits) for mma_st: splits double (a cluster of at most 8 blocks along K)
-    while a block holds more than MMA_ST_SB_PER_BLOCK super-blocks or the launch has fewer blocks
-    than MMA_ST_MIN_BLOCKS, as long as each split keeps a super-block."""
+def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[int, int]:
+    """(n-tiles of x, K splits) for mma_st: the fewest splits (a cluster of at most 8 blocks along K)
+    whose blocks' rows fit shared memory. Measured on an H100 (bench/results/ab_mma_st_*_h100.txt,
+    M = 16, µs): Q4_K 4096x4096 8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6,
+    12288x4096 19.2 / 18.8 / 21.0; Q6_K 4096x4096 11.8 / 12.0 at 2 / 4 (1 does not fit). One shape
+    disagrees: 4096x12288, where 4 splits fit (one 166 KB block an SM), took 23.3 against 21.9 at 8."""
     nt = -(-m // 8)
-    tiles = -(-n // MMA_ST_BLOCK_ROWS)
     nsb = k // 256
     ks = 1
-    while (ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb
-           and (-(-nsb // ks) > MMA_ST_SB_PER_BLOCK or tiles * ks < MMA_ST_MIN_BLOCKS)):
+    while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and mma_st_smem(nt, k, ks, qtype) > MMA_ST_SMEM_CAP:
         ks *= 2
     return nt, ks
 
@@ -194,7 +192,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None) -> None:
         if end % 16:
             raise fail("mma_st", "w", "a Q6_K tensor whose last 16-byte window ends inside it",
                        f"{16 - end % 16} bytes past its end")
-    nt, ks = mma_st_config(m, n, k)
+    nt, ks = mma_st_config(m, n, k, w.qtype)
     if splits is not None:
         if splits not in (1, 2, 4, 8):
             raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
