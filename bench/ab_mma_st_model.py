@@ -2,9 +2,10 @@
 M = batch: Q4_K on mma_dq and Q6_K on mma_kq in the table; glimmer_cupy/benchmarks/model_ab.py).
 
 Arms:
-  table         the library's table
-  st q4k        Q4_K at 4..16 rows on mma_st (mma_kq's 4..8 and mma_dq's 9..16)
-  st both       the same, and Q6_K at 8..16 rows on mma_st (mma_kq's)
+  table         the library's table (mma_st at Q4_K 4..16 and Q6_K 8..16 rows since this A/B)
+  st q4k        Q4_K at 4..16 rows on mma_st, Q6_K on mma_kq
+  st both       Q4_K 4..16 and Q6_K 8..16 on mma_st
+  before        the table before mma_st: Q4_K mma_kq 4..8 and mma_dq 9..16, Q6_K mma_kq
   head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,
                 88% of copy, in the thirty-third session's stamps); run it with --batch 1 too
 
@@ -29,10 +30,10 @@ _linear_call = Linear.__call__
 
 
 def head_on_mma_st(self, x):
-    """Linear.__call__, with the LM head ("output") of a type mma_st serves on mma_st."""
+    """Linear.__call__, with the LM head (GGUF tensor "output.weight") of a type mma_st serves on mma_st."""
     p = self.parts[0]
-    if (self.name == "output" and len(self.parts) == 1 and self.bias is None and p.qtype in matmul.MMA_ST_TYPES
-            and plain(x).shape[0] <= matmul.MMA_ST_ROWS):
+    if (p.name.startswith("output") and len(self.parts) == 1 and self.bias is None
+            and p.qtype in matmul.MMA_ST_TYPES and plain(x).shape[0] <= matmul.MMA_ST_ROWS):
         return ops.quant_matmul(plain(x), p, force_bucket="mma_st")
     return _linear_call(self, x)
 
@@ -44,10 +45,13 @@ def with_rows(kind: str, rows: tuple) -> dict:
 
 Q4K = ((3, "gemv_kq"), (16, "mma_st"), (32, "mma_kq"), (None, "mma_wg"))
 Q6K = ((7, "gemv_kq"), (16, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
+Q4K_BEFORE = ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg"))
+Q6K_BEFORE = ((7, "gemv_kq"), (40, "mma_kq"), (None, "dequant_cublas"))
 ARMS = {
     "table": {},
-    "st q4k": {(matmul, "BUCKETS"): with_rows("q4k", Q4K)},
+    "st q4k": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K_BEFORE}},
     "st both": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K}},
+    "before": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K_BEFORE), "q6k": Q6K_BEFORE}},
     "head st": {(Linear, "__call__"): head_on_mma_st},
 }
 

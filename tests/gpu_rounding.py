@@ -3,7 +3,8 @@
 The CUDA executor rounds in three places the NumPy path does not:
 - K and V are stored as bfloat16 (round to nearest even);
 - a matmul in an int8 bucket (gemv_kq, gemv_dp4a: M <= 16) quantizes x per 32 values to int8
-  with d = max|x| / 127 and round-half-even codes; the integer dot products are exact;
+  with d = max|x| / 127 and round-half-even codes (mma_st: per 256 values); the integer dot
+  products are exact;
 - a matmul in a tensor-core bucket (mma, mma_dq, mma_wg, dequant_cublas: the rest above the GEMVs)
   multiplies bfloat16 x by bfloat16 W with float32 accumulation (mma_dq and mma_wg round each weight
   once from its codes and take the mins as a product of their own: close to, not the same as, bf16 W).
@@ -50,6 +51,16 @@ def int8_blocks(x: np.ndarray) -> np.ndarray:
     return codes.astype(np.float64) * np.repeat(d.astype(np.float64), 32, axis=-1)
 
 
+def int8_super_blocks(x: np.ndarray) -> np.ndarray:
+    """x (M, K) quantized per 256 values as mma_st_stage_x_kernel does, returned as xs * code."""
+    b = np.asarray(x, np.float32).reshape(x.shape[0], -1, 256)
+    amax = np.abs(b).max(-1)
+    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0).astype(np.float32)
+    codes = np.rint((b * inv[..., None]).astype(np.float32))
+    xs = (amax / np.float32(127)).astype(np.float64)
+    return (codes.astype(np.float64) * xs[..., None]).reshape(x.shape)
+
+
 def gpu_bucket(m: int, qtype, graph_widths: bool) -> str:
     """The bucket the CUDA executor runs: its table, with mma for the tensor-core rows of steps
     that a graph may capture (graph_widths: the step is at most the widest static width)."""
@@ -68,6 +79,9 @@ class GpuRoundingExecutor(HostExecutor):
         b = gpu_bucket(x.shape[0], w.qtype, x.shape[0] <= self.max_graph_width)
         if b in gpu_matmul.INT8_BUCKETS:
             return np.ascontiguousarray((ref_matmul.dense(w).astype(np.float64) @ int8_blocks(x).T).T, np.float32)
+        if b == "mma_st":
+            return np.ascontiguousarray((ref_matmul.dense(w).astype(np.float64) @ int8_super_blocks(x).T).T,
+                                        np.float32)
         if b == "gemv":
             return ref_matmul.quant_matmul(x, w)
         return np.ascontiguousarray((bf16(ref_matmul.dense(w)) @ bf16(x).T).T)

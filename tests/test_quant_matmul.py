@@ -91,13 +91,13 @@ def test_mma_wg_splits_fill_the_chip_without_a_second_wave():
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
     assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 8, 9, 16, 17, 32, 33, 64)] == \
-        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_dq", "mma_dq", "mma_kq", "mma_kq", "mma_wg", "mma_wg"]
-    assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 32, 33, 40, 41)] == \
-        ["gemv_kq", "gemv_kq", "mma_kq", "mma_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
+        ["gemv_kq", "gemv_kq", "mma_st", "mma_st", "mma_st", "mma_st", "mma_kq", "mma_kq", "mma_wg", "mma_wg"]
+    assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 17, 32, 33, 40, 41)] == \
+        ["gemv_kq", "gemv_kq", "mma_st", "mma_st", "mma_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
     assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma_wg"
     assert bucket(33, QType.Q6_K, graph_safe=True) == "mma_kq" and bucket(64, QType.Q6_K, graph_safe=True) == "mma_kq"
     assert bucket(65, QType.Q6_K, graph_safe=True) == "mma"
-    assert bucket(16, QType.Q4_K, graph_safe=True) == "mma_dq"
+    assert bucket(16, QType.Q4_K, graph_safe=True) == "mma_st"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
 

@@ -70,9 +70,15 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     over the k-steps (mma_wg.cu) M = 33 / 64 / 512 now take 21.1 / 22.2 / 40.1 us on 4096x4096 and
 #     282.5 / 306.4 / 1354.4 on the head (quant_matmul_q6k_chunks_49bb99d.md; 43.5 / 38.7 / 42.5 and
 #     572 / 453 / 1388 before, quant_matmul_mma_wg_tiled_d1fdbf8.md).
+#   mma_st at 4..16 rows of Q4_K and 8..16 of Q6_K: in synthetic Qwen3-8B's decode step of 16
+#     sequences (bench/ab_mma_st_model.py, H100, bench/results/ab_mma_st_model_*_h100.*) 3,998-4,001 µs
+#     a step against 5,986-5,988 with mma_dq / mma_kq there (4,608-4,611 with mma_st on Q4_K only);
+#     alone at M = 16 1.2-1.6x faster on every shape (ab_mma_st_*_h100.txt). On devices without sm_90,
+#     and for a Q6_K tensor that does not end at a 16-byte boundary, those rows keep mma_dq / mma_kq
+#     (mma_st_serves).
 BUCKETS = {
-    "q4k": ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg")),
-    "q6k": ((7, "gemv_kq"), (40, "mma_kq"), (None, "dequant_cublas")),
+    "q4k": ((3, "gemv_kq"), (16, "mma_st"), (32, "mma_kq"), (None, "mma_wg")),
+    "q6k": ((7, "gemv_kq"), (16, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
@@ -158,6 +164,19 @@ def _mma_st_module(qtype: QType, nt: int, ks: int):
     kern = get_kernel("mma_st", f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>", name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
+
+
+def mma_st_serves(x, w: QuantTensor) -> bool:
+    """Whether the table's mma_st rows can run this matmul: an sm_90 device, x 16-byte aligned, Q4_K
+    rows 16-byte aligned or a Q6_K tensor ending at a 16-byte boundary, and stages that fit."""
+    if not has_arch_specific() or w.qtype not in MMA_ST_TYPES or x.data.ptr % 16:
+        return False
+    end = w.data.data.ptr + w.data.nbytes
+    if (w.data.data.ptr if w.qtype == QType.Q4_K else end) % 16:
+        return False
+    m, k = x.shape
+    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype)
+    return mma_st_smem(nt, k, ks, w.qtype) <= MMA_ST_SMEM_CAP
 
 
 def mma_st_stage(x):
@@ -572,6 +591,8 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if b == "mma_wg" and not force_bucket and not has_arch_specific():
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
+    if b == "mma_st" and not force_bucket and not mma_st_serves(x, w):
+        b = "mma_dq" if w.qtype == QType.Q4_K and m > 8 else "mma_kq"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
