@@ -71,7 +71,7 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     282.5 / 306.4 / 1354.4 on the head (quant_matmul_q6k_chunks_49bb99d.md; 43.5 / 38.7 / 42.5 and
 #     572 / 453 / 1388 before, quant_matmul_mma_wg_tiled_d1fdbf8.md).
 #   mma_st at 4..16 rows of Q4_K and 8..16 of Q6_K: in synthetic Qwen3-8B's decode step of 16
-#     sequences (bench/ab_mma_st_model.py, H100, bench/results/ab_mma_st_model_*_h100.*) 3,998-4,001 µs
+#     sequences (bench/ab_mma_st_model.py, H100, bench/results/ab_mma_st_model_b16_c2ab0f0_h100.json) 3,998-4,001 µs
 #     a step against 5,986-5,988 with mma_dq / mma_kq there (4,608-4,611 with mma_st on Q4_K only);
 #     alone at M = 16 1.2-1.6x faster on every shape (ab_mma_st_*_h100.txt). On devices without sm_90,
 #     and for a Q6_K tensor that does not end at a 16-byte boundary, those rows keep mma_dq / mma_kq
