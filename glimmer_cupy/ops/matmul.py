@@ -107,7 +107,7 @@ MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
-#   mma_st (not in the table: force_bucket="mma_st", until measured): int8 tensor cores on Q4_K and
+#   mma_st (the table's Q4_K 4..16 and Q6_K 8..16 rows, below; any M up to 32 when forced): int8 tensor cores on Q4_K and
 #     Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice)
 #     asked for at its start by bulk copies into shared memory, so that the bytes in flight are
 #     bounded by shared memory and not by registers (mma_kq and mma_dq hold the next super-block in
