@@ -107,8 +107,8 @@ MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
-#   mma_st (the table's Q4_K 4..16 and Q6_K 8..16 rows, below; any M up to 32 when forced): int8 tensor cores on Q4_K and
-#     Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice)
+#   mma_st (the table's Q4_K 4..16 and Q6_K 8..16 rows, below; any M up to 32 when forced): int8
+#     tensor cores on Q4_K and Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice)
 #     asked for at its start by bulk copies into shared memory, so that the bytes in flight are
 #     bounded by shared memory and not by registers (mma_kq and mma_dq hold the next super-block in
 #     registers); x quantized per 256 values, so a super-block's sub-blocks add up in int32. K split
@@ -192,8 +192,9 @@ def mma_st_stage(x):
 def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
-    cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte aligned, Q4_K rows 16-byte aligned, and a Q6_K
-    tensor that ends at a 16-byte boundary (N * K / 256 a multiple of 8 does)."""
+    cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
+    aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
+    (N * K / 256 a multiple of 8 does)."""
     import cupy
 
     m, k = x.shape
