@@ -108,11 +108,12 @@ MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
 #   mma_st (the table's Q4_K 4..16 and Q6_K 8..16 rows, below; any M up to 32 when forced): int8
-#     tensor cores on Q4_K and Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W (64 rows by its K slice)
-#     asked for at its start by bulk copies into shared memory, so that the bytes in flight are
-#     bounded by shared memory and not by registers (mma_kq and mma_dq hold the next super-block in
-#     registers); x quantized per 256 values, so a super-block's sub-blocks add up in int32. K split
-#     over a cluster of up to 8 blocks (mma_st_config). Needs sm_90 (bulk copies, clusters).
+#     tensor cores on Q4_K and Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W
+#     (64 rows by its K slice) asked for at its start by bulk copies into shared memory, so that the
+#     bytes in flight are bounded by shared memory and not by registers (mma_kq and mma_dq hold the
+#     next super-block in registers); x quantized per 256 values, so a super-block's sub-blocks add
+#     up in int32. K split over a cluster of up to 8 blocks (mma_st_config). Needs sm_90 (bulk
+#     copies, clusters).
 # type -> (the kernel's lanes struct, bytes of a block: mst::St4K / St6K)
 MMA_ST_LANES = {QType.Q4_K: ("St4K", 144), QType.Q6_K: ("St6K", 210)}
 MMA_ST_TYPES = frozenset(MMA_ST_LANES)
