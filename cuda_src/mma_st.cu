@@ -7,8 +7,8 @@
 //   It lets the matmul launch first thing (pdl_release), so that, in a graph, the matmul's blocks
 //   ask for W while this kernel waits for the one before and quantizes x.
 // mma_st_kernel<T, NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K (T = St4K) or Q6_K (St6K)
-//   blocks; Q4_K rows 16-byte aligned, Q6_K rows 2-byte aligned with the last block's 16-byte window
-//   inside the tensor (ops/matmul.py checks both). grid = (ceil(N / 64), KS), clusters of (1, KS, 1),
+//   blocks; Q4_K rows 16-byte aligned, a Q6_K tensor ending at a 16-byte boundary, so that the last
+//   row's window (its slice rounded out to 16 bytes) stays inside it (ops/matmul.py checks both). grid = (ceil(N / 64), KS), clusters of (1, KS, 1),
 //   block = (128,), dynamic shared memory 64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per =
 //   ceil(K / 256 / KS) (mma_st_lanes.cuh).
 //
