@@ -27,6 +27,7 @@
 #include "cluster.cuh"
 #include "mma_st_lanes.cuh"
 #include "pdl.cuh"
+#include "stamps.cuh"
 
 namespace mst {
 
@@ -63,11 +64,17 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
 
 }  // namespace mst
 
+// mma_st_stage_x_kernel's blocks stamp from this row of glimmer_stamps on (probe_mma_st.py), past
+// the matmul's blocks
+constexpr int kStageStampRow = 3072;
+
 template <int NT>
 __global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __restrict__ xst,
                                                              const float* __restrict__ x, int m, int k) {
+    STAMP_ROW(kStageStampRow + blockIdx.x, 0);
     pdl_release();                     // mma_st_kernel's blocks may start their copies of W meanwhile
     pdl_wait();
+    STAMP_ROW(kStageStampRow + blockIdx.x, 1);
     using namespace mst;
     const int lane = threadIdx.x & 31;
     const int item = blockIdx.x * 4 + (threadIdx.x >> 5);
@@ -107,6 +114,7 @@ __global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __re
         *reinterpret_cast<unsigned short*>(st + XStage<NT>::kMins + 16 * r + 2 * j) = pair;
     }
     if (lane == 0) *reinterpret_cast<float*>(st + XStage<NT>::kScales + 4 * r) = __fdiv_rn(amax, 127.f);
+    STAMP_ROW(kStageStampRow + blockIdx.x, 2);
 }
 
 // One warp's super-block of its rows g and g + 8 (blk: the rows' blocks in the stage) into acc
@@ -203,6 +211,7 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
 #ifndef MMA_ST_NO_RELEASE
     pdl_release();
 #endif
+    STAMP(0);
     // one barrier for the whole slice: each copy's thread arrives with the bytes it asks for
     if (tid == 0 && count > 0) {
         mbar_init(&bar, kRows + count);
@@ -219,7 +228,9 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
             bulk_copy_hint(smem + r * rs, reinterpret_cast<const void*>(a & ~15ull), bytes, &bar, policy);
         }
     }
+    STAMP(1);
     pdl_wait();                                                // x's images are the kernel before's
+    STAMP(2);
     if (tid < count) {
         mbar_arrive_expect_tx(&bar, kX);
         bulk_copy(xbase + tid * kX, xst + (long long)(sb0 + tid) * kX, kX, &bar);
@@ -232,10 +243,12 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
     const unsigned char* const row_lo = smem + r_lo * rs + (int)(first_block(r_lo) & 15u);
     const unsigned char* const row_hi = smem + r_hi * rs + (int)(first_block(r_hi) & 15u);
     if (count > 0) mbar_wait(&bar, 0);
+    STAMP(3);
     for (int s = 0; s < count; ++s) {
         const unsigned char* const blk[2] = {row_lo + s * T::kBlock, row_hi + s * T::kBlock};
         super_block<NT>(T{}, blk, xbase + s * kX, g, t, acc);
     }
+    STAMP(4);
 
     // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
     if (KS == 1) {
@@ -246,6 +259,7 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
                 const int row = row0 + 16 * warp + g + 8 * (q >> 1), col = 8 * nt + 2 * t + (q & 1);
                 if (row < n && col < m) y[(long long)col * n + row] = acc[nt][q];
             }
+        STAMP(6);
         return;
     }
     constexpr int kCols = 8 * NT;
@@ -257,6 +271,7 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
         for (int q = 0; q < 4; ++q)
             part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
     cluster_sync();
+    STAMP(5);
     // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
     const int rank = (int)cluster_rank();
     constexpr int kShare = kRows / KS * kCols;
@@ -274,6 +289,7 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
         if (row < n && col < m) y[(long long)col * n + row] = sum;
     }
     cluster_sync();                                            // no block leaves while another reads it
+    STAMP(6);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -24,6 +24,8 @@ __device__ __forceinline__ void stamp_row(unsigned b, int i) {
 __device__ __forceinline__ unsigned stamp_block() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
 __device__ __forceinline__ void stamp(int i) { stamp_row(stamp_block(), i); }
 #define STAMP(i) stamp(i)
+// thread 0 stamps row b itself: a second kernel of a module keeps its stamps apart from the first's
+#define STAMP_ROW(b, i) stamp_row((unsigned)(b), i)
 // thread 0 writes v, a probe's own count or sum rather than a time, into this block's glimmer_stamps[b][i]
 __device__ __forceinline__ void stamp_value(int i, unsigned long long v) {
     const unsigned b = stamp_block();
@@ -38,6 +40,7 @@ __device__ __forceinline__ void stamp_at(int i) { stamp_row(glimmer_stamp_slot, 
 #define STAMP_AT(i) stamp_at(i)
 #else
 #define STAMP(i) ((void)0)
+#define STAMP_ROW(b, i) ((void)0)
 #define STAMP_VALUE(i, v) ((void)0)
 #define STAMP_SLOT(s) ((void)0)
 #define STAMP_AT(i) ((void)0)

@@ -155,13 +155,18 @@ def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K) -> int:
     return MMA_ST_BLOCK_ROWS * mma_st_row_stride(per, qtype) + per * MMA_ST_X_BYTES * nt
 
 
+def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
+    """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
+    lanes = MMA_ST_LANES[qtype][0]
+    return tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in range(1, MMA_ST_ROWS // 8 + 1)
+                 for j in (1, 2, 4, 8)) + tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
+
+
 @cache
 def _mma_st_module(qtype: QType, nt: int, ks: int):
     """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
-    lanes = MMA_ST_LANES[qtype][0]
-    exprs = tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in range(1, MMA_ST_ROWS // 8 + 1)
-                  for j in (1, 2, 4, 8)) + tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
+    lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
     kern = get_kernel("mma_st", f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>", name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
