@@ -42,6 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--define", action="append", default=[], metavar="NAME",
                     help="build every kernel with -DNAME (e.g. MMA_ST_NO_RELEASE), for an A/B between processes")
+    ap.add_argument("--tma", action="store_true", help="also mma_st_tma_kernel (W by tensor-map boxes in chunks)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     build.add_defines(*a.define)
@@ -70,8 +71,8 @@ def main(argv=None) -> int:
             def bucket(b):
                 return timed(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=b))
 
-            def st(ks):
-                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks))
+            def st(ks, tma=False):
+                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma))
 
             staged = [matmul.mma_st_stage(x) for x in xs]       # x's images made before, as codes are at M = 1
 
@@ -80,7 +81,17 @@ def main(argv=None) -> int:
             row = dict(type=qtype.name, n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k, qtype)[1],
                        rule_us=[st(None)], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
                        mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={},
-                       prestaged_us=timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])))
+                       prestaged_us=timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])),
+                       tma_splits=None, tma_us=None, tma_split_us={})
+            if a.tma and matmul.mma_st_tma_serves(ws[0]):
+                row["tma_splits"] = matmul.mma_st_config(m, n, k, qtype, True)[1]
+                row["tma_us"] = st(None, True)
+                got = cupy.empty((m, n), np.float32)
+                matmul.mma_st(got, xs[0], ws[0], tma=True)
+                row["tma_err"] = float(cupy.abs(got - want).max() / cupy.abs(want).max())
+                for ks in splits:
+                    if ks <= k // 256 and matmul.mma_st_fits(-(-m // 8), k, ks, qtype, True):
+                        row["tma_split_us"][ks] = st(ks, True)
             for ks in splits:
                 if ks > k // 256:
                     continue
@@ -100,6 +111,10 @@ def main(argv=None) -> int:
                   f"{row['rule_us'][1]:6.1f} = {rule / m1:.2f}x M=1 | x staged before {row['prestaged_us']:6.1f} | "
                   + " ".join(f"ks {s}: {t:6.1f} ({e:.0e})" if t is not None else f"ks {s}: -"
                              for s, (t, e) in row["split_us"].items()), flush=True)
+            if row["tma_us"] is not None:
+                print(f"    tma rule (ks {row['tma_splits']}) {row['tma_us']:6.1f} = {row['tma_us'] / m1:.2f}x M=1 "
+                      f"(err {row['tma_err']:.0e}) | " + " ".join(f"ks {s}: {t:6.1f}" for s, t in row["tma_split_us"].items()),
+                      flush=True)
         ws = xs = outs = None           # this shape's buffers go before the next one's
         cupy.get_default_memory_pool().free_all_blocks()
     if a.out:

@@ -56,6 +56,17 @@ __device__ __forceinline__ void bulk_copy_hint(void* dst, const void* src, unsig
                  "[%0], [%1], %2, [%3], %4;"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
+// the tensor map's box at element coordinates (c0, c1) -> this block's shared memory (128-byte
+// aligned), counted on bar as bytes (the whole box, zeros included)
+__device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar,
+                                               unsigned long long policy) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1, {%2, %3}], [%4], %5;"
+                 ::"r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(policy) : "memory");
+}
+// a CUtensorMap (the driver's 128-byte descriptor, made by ops/matmul.py), passed by value
+struct alignas(64) TensorMap { unsigned long long words[16]; };
+
 __device__ __forceinline__ unsigned long long evict_first_policy() {
     unsigned long long p;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
@@ -185,6 +196,55 @@ __device__ __forceinline__ void super_block(mst::St6K, const unsigned char* cons
         super_block_q6k<mst::kEither, NT>(blk, xs, g, t, acc);
 }
 
+// The block's C out: stored (KS = 1), or each rank's share of the rows summed over the cluster's
+// partials in rank order through distributed shared memory (smem: the stages, free by now)
+// C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
+template <int NT, int KS>
+__device__ __forceinline__ void finish_block(float* __restrict__ y, const float (&acc)[NT][4], unsigned char* smem,
+                                             int row0, int m, int n) {
+    using namespace mst;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    if (KS == 1) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int row = row0 + 16 * warp + g + 8 * (q >> 1), col = 8 * nt + 2 * t + (q & 1);
+                if (row < n && col < m) y[(long long)col * n + row] = acc[nt][q];
+            }
+        STAMP(6);
+        return;
+    }
+    constexpr int kCols = 8 * NT;
+    float* part = reinterpret_cast<float*>(smem);              // [kRows][kCols], over the first stage
+    __syncthreads();                                           // every warp is done reading the stages
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
+    cluster_sync();
+    STAMP(5);
+    // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
+    const int rank = (int)cluster_rank();
+    constexpr int kShare = kRows / KS * kCols;
+    const unsigned local = smem_addr(part);
+    for (int idx = tid; idx < kShare; idx += 128) {
+        const int off = rank * kShare + idx;
+        const int row = row0 + off / kCols, col = off % kCols;
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < KS; ++q) {
+            float v;
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(local + 4u * off, q)) : "memory");
+            sum += v;
+        }
+        if (row < n && col < m) y[(long long)col * n + row] = sum;
+    }
+    cluster_sync();                                            // no block leaves while another reads it
+    STAMP(6);
+}
+
 template <class T, int NT, int KS>
 __global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 2)
 mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const unsigned char* __restrict__ w,
@@ -250,53 +310,93 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
     }
     STAMP(4);
 
-    // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
-    if (KS == 1) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int row = row0 + 16 * warp + g + 8 * (q >> 1), col = 8 * nt + 2 * t + (q & 1);
-                if (row < n && col < m) y[(long long)col * n + row] = acc[nt][q];
-            }
-        STAMP(6);
-        return;
+    finish_block<NT, KS>(y, acc, smem, row0, m, n);
+}
+
+// One super-block of a chunk: Q4_K as above; a Q6_K block at 4-byte alignment or 2 past it
+template <int NT, bool Odd>
+__device__ __forceinline__ void chunk_block(mst::St4K, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    super_block<NT>(mst::St4K{}, blk, xs, g, t, acc);
+}
+template <int NT, bool Odd>
+__device__ __forceinline__ void chunk_block(mst::St6K, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    super_block_q6k<Odd ? mst::kOdd : mst::kAligned, NT>(blk, xs, g, t, acc);
+}
+
+// mma_st_kernel with W copied by the tensor map `wmap` (u16 elements: dim 0 a row's bytes / 2, dim 1
+// the N rows): per chunk of kChunkSb super-blocks one copy of 64 rows, each on its own barrier, so the
+// warps multiply a chunk as soon as it has landed while the rest stream in. x's images join their
+// chunk's barrier after the wait. Shared memory: ceil(per / kChunkSb) chunks of kRows x box_bytes<T>()
+// bytes, then per XStage<NT> images.
+template <class T, int NT, int KS>
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 1)
+mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const __grid_constant__ mst::TensorMap wmap,
+                  int m, int n, int k) {
+    using namespace mst;
+    constexpr int kX = XStage<NT>::kBytes, kBox = box_bytes<T>(), kChunk = kRows * kBox;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ unsigned long long bars[kMaxChunks];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
+    const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
+    const int chunks = (count + kChunkSb - 1) / kChunkSb, row0 = blockIdx.x * kRows;
+    unsigned char* const xbase = smem + (per + kChunkSb - 1) / kChunkSb * kChunk;
+
+#ifndef MMA_ST_NO_RELEASE
+    pdl_release();
+#endif
+    STAMP(0);
+    if (tid == 0) {
+        for (int j = 0; j < chunks; ++j) mbar_init(&bars[j], 1);
+        fence_mbarrier_init();
     }
-    constexpr int kCols = 8 * NT;
-    float* part = reinterpret_cast<float*>(smem);              // [kRows][kCols], over the first stage
-    __syncthreads();                                           // every warp is done reading the stages
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-            part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
-    cluster_sync();
-    STAMP(5);
-    // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
-    const int rank = (int)cluster_rank();
-    constexpr int kShare = kRows / KS * kCols;
-    const unsigned local = smem_addr(part);
-    for (int idx = tid; idx < kShare; idx += 128) {
-        const int off = rank * kShare + idx;
-        const int row = row0 + off / kCols, col = off % kCols;
-        float sum = 0.f;
-#pragma unroll
-        for (int q = 0; q < KS; ++q) {
-            float v;
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(local + 4u * off, q)) : "memory");
-            sum += v;
+    __syncthreads();
+    // W before the wait (no kernel writes it): thread 0 arrives once a chunk, expecting its box and
+    // the x images that join it after the wait
+    if (tid == 0) {
+        const unsigned long long policy = evict_first_policy();
+        for (int j = 0; j < chunks; ++j) {
+            const int blocks = min(kChunkSb, count - kChunkSb * j);
+            mbar_arrive_expect_tx(&bars[j], kChunk + blocks * kX);
+            tensor_copy_2d(smem + j * kChunk, &wmap, (sb0 + kChunkSb * j) * (T::kBlock / 2), row0, &bars[j], policy);
         }
-        if (row < n && col < m) y[(long long)col * n + row] = sum;
     }
-    cluster_sync();                                            // no block leaves while another reads it
-    STAMP(6);
+    STAMP(1);
+    pdl_wait();                                                // x's images are the kernel before's
+    STAMP(2);
+    if (tid < count) bulk_copy(xbase + tid * kX, xst + (long long)(sb0 + tid) * kX, kX, &bars[tid / kChunkSb]);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    const int r_lo = 16 * warp + g, r_hi = r_lo + 8;
+    for (int j = 0; j < chunks; ++j) {
+        mbar_wait(&bars[j], 0);
+        if (j == 0) STAMP(3);
+        const unsigned char* const base = smem + j * kChunk;
+        const unsigned char* const b0[2] = {base + r_lo * kBox, base + r_hi * kBox};
+        const unsigned char* const xs = xbase + kChunkSb * j * kX;
+        chunk_block<NT, false>(T{}, b0, xs, g, t, acc);
+        if (kChunkSb * j + 1 < count) {
+            const unsigned char* const b1[2] = {b0[0] + T::kBlock, b0[1] + T::kBlock};
+            chunk_block<NT, true>(T{}, b1, xs + kX, g, t, acc);
+        }
+    }
+    STAMP(4);
+    finish_block<NT, KS>(y, acc, smem, row0, m, n);
 }
 
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_ST(T, NT, KS) template __global__ void mma_st_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
     const unsigned char*, int, int, int, long long);
-#define MMA_ST_KS(NT) MMA_ST(St4K, NT, 1) MMA_ST(St4K, NT, 2) MMA_ST(St4K, NT, 4) MMA_ST(St4K, NT, 8) \
-    MMA_ST(St6K, NT, 1) MMA_ST(St6K, NT, 2) MMA_ST(St6K, NT, 4) MMA_ST(St6K, NT, 8) \
+#define MMA_ST_TMA(T, NT, KS) template __global__ void mma_st_tma_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
+    const __grid_constant__ mst::TensorMap, int, int, int);
+#define MMA_ST_BOTH(T, NT, KS) MMA_ST(T, NT, KS) MMA_ST_TMA(T, NT, KS)
+#define MMA_ST_KS(NT) MMA_ST_BOTH(St4K, NT, 1) MMA_ST_BOTH(St4K, NT, 2) MMA_ST_BOTH(St4K, NT, 4) \
+    MMA_ST_BOTH(St4K, NT, 8) MMA_ST_BOTH(St6K, NT, 1) MMA_ST_BOTH(St6K, NT, 2) MMA_ST_BOTH(St6K, NT, 4) \
+    MMA_ST_BOTH(St6K, NT, 8) \
     template __global__ void mma_st_stage_x_kernel<NT>(unsigned char*, const float*, int, int);
 MMA_ST_KS(1) MMA_ST_KS(2) MMA_ST_KS(3) MMA_ST_KS(4)
 #endif

@@ -79,6 +79,16 @@ GQ_HD int row_stride(int per) {
     return rs;
 }
 
+// mma_st_tma_kernel's W: per chunk of kChunkSb super-blocks one tensor-map copy of a box of kRows rows
+// by box_bytes<T>() bytes from the chunk's first block (past a row's end or past N the box is zeros),
+// landing as kRows rows at that stride: 288 = 32 mod 128 for Q4_K's 8-byte loads, 432 an odd multiple
+// of 16 for Q6_K's 4-byte ones (row_stride's rule). A Q6_K chunk's first block sits at 0 (aligned),
+// its second at 210 (2 past 4-byte alignment).
+constexpr int kChunkSb = 2;
+constexpr int kMaxChunks = 12;
+template <class T>
+GQ_HD constexpr int box_bytes() { return T::kBlock == 144 ? 288 : 432; }
+
 GQ_HD u32 load4(const u8* p) { return gguf::load_vec<u32>(p); }
 
 // bytes of x (lo) picked by selector nibbles, 4..7 giving zero (PRMT with a zero second word)

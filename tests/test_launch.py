@@ -52,7 +52,7 @@ def kernel_bodies(src: str):
 
 # what may come before pdl_wait() in any kernel: letting the next kernel launch, and probe stamps
 # (cuda_src/stamps.cuh: nothing without GLIMMER_STAMPS)
-NOT_DATA = re.compile(r"^\s*(pdl_release\(\);|STAMP\(\d+\);)\s*(//.*)?$", re.M)
+NOT_DATA = re.compile(r"^\s*(pdl_release\(\);|STAMP\(\d+\);|STAMP_ROW\([^;]*\);)\s*(//.*)?$", re.M)
 
 
 # kernels that do work before they wait, and (regexes) what must not come before the wait: any
@@ -68,6 +68,9 @@ EARLY_FETCH = {
     # the barriers set up and W's bulk copies issued; x's stages, the multiplies and every write after
     "mma_st_kernel": (r"\by\[", r"\bxst\b", r"mma_u8s8", r"mma_s8s8", r"part\[", r"cluster_", r"mbar_wait",
                       r"\bacc\["),
+    # the barriers and W's tensor-map copies, one a chunk; as mma_st_kernel otherwise
+    "mma_st_tma_kernel": (r"\by\[", r"\bxst\b", r"mma_u8s8", r"mma_s8s8", r"part\[", r"cluster_", r"mbar_wait",
+                          r"\bacc\[", r"chunk_block"),
     # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
     # the offsets table, the barriers and layer 0's rows of every matrix (bulk copies of weights); the
@@ -140,6 +143,8 @@ def test_arguments_convert_as_cupy_passes_them():
                          (5, ctypes.c_int64), (0.25, ctypes.c_double)):
         got = launch._c_arg(value)
         assert ctypes.sizeof(got) == ctypes.sizeof(ctype) and got.value == value, (value, got)
+    words = (ctypes.c_uint64 * 16)(*range(16))             # a tensor map: its 128 bytes by value
+    assert launch._c_arg(words) is words
     with pytest.raises(TypeError, match="kernel argument of type str"):
         launch._c_arg("x")
 

@@ -310,6 +310,44 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
 
 
 @gpu
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("n,k", [(40, 2048), (300, 768), (1000, 4096), (4096, 12288), (77, 6144)])
+def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
+    """mma_st_tma_kernel (W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the same
+    products in the same order as mma_st_kernel: the same bits at every split that fits, M 1..32,
+    N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's second
+    block missing); and near float64. A Q6_K weight whose rows are not a multiple of 16 bytes is
+    refused by name."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    from glimmer_cupy.ops._check import OpArgumentError
+    rng = np.random.default_rng(n + k)
+    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
+    w_dev = w.to_device()
+    x = cupy.zeros((16, k), np.float32)
+    if not mm.mma_st_tma_serves(w_dev):
+        assert qtype == QType.Q6_K and (k // 256) % 8
+        with pytest.raises(OpArgumentError, match=r"mma_st: w must be 16-byte aligned rows of a multiple of 16 bytes"):
+            mm.mma_st(cupy.empty((16, n), np.float32), x, w_dev, tma=True)
+        return
+    ref_w = w.dequantize(np.float64)
+    for m in (1, 3, 9, 16, 17, 32):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        for ks in (1, 2, 4, 8):
+            nt = -(-m // 8)
+            if ks > k // 256 or not mm.mma_st_fits(nt, k, ks, qtype, True) or not mm.mma_st_fits(nt, k, ks, qtype, False):
+                continue
+            want = cupy.full((m, n), np.nan, np.float32)
+            got = cupy.full((m, n), np.nan, np.float32)
+            mm.mma_st(want, x, w_dev, splits=ks, tma=False)
+            mm.mma_st(got, x, w_dev, splits=ks, tma=True)
+            what = (qtype.name, m, n, k, ks)
+            assert np.array_equal(cupy.asnumpy(got), cupy.asnumpy(want)), what
+            assert nmse(cupy.asnumpy(got), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+
+
+@gpu
 def test_mma_st_stage_kernel_writes_the_image():
     """mma_st_stage_x_kernel's bytes equal the NumPy image (codes rounded half to even from x times
     127 / max|x|, the sums' (hi, lo), the scale), with rows past M and an all-zero super-block."""

@@ -74,6 +74,8 @@ def _c_arg(a):
     scalars at their own width, Python ints and floats as int64 and double."""
     if hasattr(a, "data") and hasattr(a.data, "ptr"):
         return ctypes.c_void_p(a.data.ptr)
+    if isinstance(a, ctypes.Array):                 # a struct passed by value (a tensor map), as its bytes
+        return a
     if isinstance(a, np.generic):
         return np.ctypeslib.as_ctypes_type(a.dtype)(a.item())
     if isinstance(a, bool):
@@ -126,6 +128,13 @@ def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
     _launch_ex(function_ptr(fn), f"launch of {name}", grid, block, args, shared_mem, [_pdl_attr()])
 
 
+def launch_driver(kern: "Kernel", grid, block, args, shared_mem: int = 0) -> None:
+    """kern on the current stream through the driver, PDL inside overlapped() as Kernel's call: for
+    kernels whose arguments CuPy cannot pass (a tensor map by value)."""
+    attrs = [_pdl_attr()] if kern.pdl and _OVERLAP.get() else []
+    _launch_ex(kern.ptr, f"launch of {kern.name}", grid, block, args, shared_mem, attrs)
+
+
 class Kernel:
     """A compiled kernel, called as a CuPy RawKernel is: kernel(grid, block, args, shared_mem=0).
     Inside overlapped(), kernels of PDL-ready sources launch with programmatic dependent launch."""
@@ -167,3 +176,37 @@ def launch_cluster(kern: "Kernel", grid, block, args, shared_mem: int, cluster) 
     ctypes.memmove(ctypes.addressof(attr) + _Attr.value.offset, dims, ctypes.sizeof(dims))
     attrs = [attr, _pdl_attr()] if kern.pdl and _OVERLAP.get() else [attr]
     _launch_ex(kern.ptr, f"cluster launch of {kern.name}", grid, block, args, shared_mem, attrs)
+
+
+# Tensor maps (TMA descriptors, sm_90): made by the driver on the host, passed to a kernel by value
+# (a `const __grid_constant__` parameter of 128 bytes), so nothing is uploaded and a captured graph
+# keeps its own copy.
+TENSOR_MAP_UINT16 = 1                      # CUtensorMapDataType
+TENSOR_MAP_L2_256B = 3                     # CUtensorMapL2promotion
+
+
+def tensor_map_2d(ptr: int, dims: tuple[int, int], row_stride: int, box: tuple[int, int],
+                  dtype: int = TENSOR_MAP_UINT16, l2_promotion: int = TENSOR_MAP_L2_256B):
+    """A 2-D tiled tensor map of the device array at `ptr`: dims (inner, outer) in elements, the
+    outer dimension's stride in bytes, a box of (inner, outer) elements; no swizzle or interleave,
+    zeros where a box reaches past the array. Returns its 128 bytes as a ctypes array (a kernel
+    argument); a refusal raises KernelLaunchError with the driver's error name."""
+    lib = _driver()
+    fn = lib.cuTensorMapEncodeTiled
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    raw = ctypes.create_string_buffer(128 + 64)                # the driver wants it 64-byte aligned
+    at = (ctypes.addressof(raw) + 63) // 64 * 64
+    rc = fn(ctypes.c_void_p(at), dtype, 2, ctypes.c_void_p(ptr), (ctypes.c_uint64 * 2)(*dims),
+            (ctypes.c_uint64 * 1)(row_stride), (ctypes.c_uint32 * 2)(*box), (ctypes.c_uint32 * 2)(1, 1), 0, 0,
+            l2_promotion, 0)
+    if rc:
+        err = ctypes.c_char_p()
+        lib.cuGetErrorName(rc, ctypes.byref(err))
+        raise KernelLaunchError(f"cuTensorMapEncodeTiled(dims {dims}, row stride {row_stride}, box {box}) failed: "
+                                f"{(err.value or b'?').decode()} ({rc})")
+    words = (ctypes.c_uint64 * 16)()
+    ctypes.memmove(words, at, 128)
+    return words

@@ -10,6 +10,7 @@ from functools import cache
 import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
+from ..kernels.launch import launch_driver
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -122,9 +123,17 @@ MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
+# mma_st_tma_kernel: W by tensor-map copies, a box of 64 rows by MMA_ST_BOX bytes (box_bytes<T>() in
+# mma_st_lanes.cuh) per chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the
+# multiplies start on the first chunk while the rest land. Needs W 16-byte aligned with rows of a
+# multiple of 16 bytes (a Q6_K row: K / 256 a multiple of 8).
+MMA_ST_CHUNK_SB = 2                 # kChunkSb
+MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
+MMA_ST_BOX = {QType.Q4_K: 288, QType.Q6_K: 432}
+MMA_ST_TMA = False                  # the table's mma_st rows on mma_st_tma_kernel where it serves
 
 
-def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[int, int]:
+def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False) -> tuple[int, int]:
     """(n-tiles of x, K splits) for mma_st: the fewest splits (a cluster of at most 8 blocks along K)
     whose blocks' rows fit shared memory. Measured on an H100 (bench/results/ab_mma_st_*_h100.txt,
     M = 16, µs): Q4_K 4096x4096 8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6,
@@ -133,9 +142,17 @@ def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K) -> tuple[in
     nt = -(-m // 8)
     nsb = k // 256
     ks = 1
-    while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and mma_st_smem(nt, k, ks, qtype) > MMA_ST_SMEM_CAP:
+    while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and not mma_st_fits(nt, k, ks, qtype, tma):
         ks *= 2
     return nt, ks
+
+
+def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool) -> bool:
+    """Whether a block's share (K / ks super-blocks) fits shared memory (and, for the tensor-map
+    kernel, its barriers)."""
+    per = -(-(k // 256) // ks)
+    return (mma_st_smem(nt, k, ks, qtype, tma) <= MMA_ST_SMEM_CAP and
+            (not tma or -(-per // MMA_ST_CHUNK_SB) <= MMA_ST_MAX_CHUNKS))
 
 
 def mma_st_row_stride(per: int, qtype: QType = QType.Q4_K) -> int:
@@ -148,26 +165,29 @@ def mma_st_row_stride(per: int, qtype: QType = QType.Q4_K) -> int:
     return rs
 
 
-def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K) -> int:
-    """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice, then
-    x's images of its super-blocks."""
+def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool = False) -> int:
+    """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice (or, for
+    mma_st_tma_kernel, its chunks' boxes), then x's images of its super-blocks."""
     per = -(-(k // 256) // ks)
-    return MMA_ST_BLOCK_ROWS * mma_st_row_stride(per, qtype) + per * MMA_ST_X_BYTES * nt
+    rows = (-(-per // MMA_ST_CHUNK_SB) * MMA_ST_BOX[qtype] if tma else mma_st_row_stride(per, qtype))
+    return MMA_ST_BLOCK_ROWS * rows + per * MMA_ST_X_BYTES * nt
 
 
 def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
     """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
     lanes = MMA_ST_LANES[qtype][0]
-    return tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in range(1, MMA_ST_ROWS // 8 + 1)
-                 for j in (1, 2, 4, 8)) + tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
+    return tuple(f"{kern}<mst::{lanes}, {i}, {j}>" for kern in ("mma_st_kernel", "mma_st_tma_kernel")
+                 for i in range(1, MMA_ST_ROWS // 8 + 1) for j in (1, 2, 4, 8)) + \
+        tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
 
 
 @cache
-def _mma_st_module(qtype: QType, nt: int, ks: int):
+def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False):
     """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
     lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
-    kern = get_kernel("mma_st", f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>", name_expressions=exprs)
+    name = "mma_st_tma_kernel" if tma else "mma_st_kernel"
+    kern = get_kernel("mma_st", f"{name}<mst::{lanes}, {nt}, {ks}>", name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
 
@@ -181,8 +201,21 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     if (w.data.data.ptr if w.qtype == QType.Q4_K else end) % 16:
         return False
     m, k = x.shape
-    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype)
-    return mma_st_smem(nt, k, ks, w.qtype) <= MMA_ST_SMEM_CAP
+    tma = MMA_ST_TMA and mma_st_tma_serves(w)
+    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma)
+    return mma_st_fits(nt, k, ks, w.qtype, tma)
+
+
+def mma_st_tma_serves(w: QuantTensor) -> bool:
+    """Whether mma_st_tma_kernel can copy W: 16-byte aligned, rows of a multiple of 16 bytes."""
+    return w.qtype in MMA_ST_TYPES and w.data.data.ptr % 16 == 0 and (w.data.nbytes // w.shape[0]) % 16 == 0
+
+
+@cache
+def _mma_st_map(ptr: int, n: int, row_bytes: int, box: int):
+    """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements), made once per weight."""
+    from ..kernels.launch import tensor_map_2d
+    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (box // 2, MMA_ST_BLOCK_ROWS))
 
 
 def mma_st_stage(x):
@@ -195,12 +228,13 @@ def mma_st_stage(x):
     return xst
 
 
-def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None) -> None:
+def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: bool | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
     aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
-    (N * K / 256 a multiple of 8 does)."""
+    (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
+    (mma_st_tma_kernel; it needs rows of a multiple of 16 bytes); None: MMA_ST_TMA where it serves."""
     import cupy
 
     m, k = x.shape
@@ -218,22 +252,33 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None) -> None:
         if end % 16:
             raise fail("mma_st", "w", "a Q6_K tensor whose last 16-byte window ends inside it",
                        f"{16 - end % 16} bytes past its end")
-    nt, ks = mma_st_config(m, n, k, w.qtype)
+    row_bytes = w.data.nbytes // n
+    if tma is None:
+        tma = MMA_ST_TMA and mma_st_tma_serves(w)
+    elif tma and not mma_st_tma_serves(w):
+        raise fail("mma_st", "w", "16-byte aligned rows of a multiple of 16 bytes for its tensor map",
+                   f"rows of {row_bytes} bytes at {w.data.data.ptr:#x}")
+    nt, ks = mma_st_config(m, n, k, w.qtype, tma)
     if splits is not None:
         if splits not in (1, 2, 4, 8):
             raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
         ks = splits
     nsb = k // 256
-    smem = mma_st_smem(nt, k, ks, w.qtype)
-    if smem > MMA_ST_SMEM_CAP:
+    smem = mma_st_smem(nt, k, ks, w.qtype, tma)
+    if not mma_st_fits(nt, k, ks, w.qtype, tma):
         raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
                    f"{MMA_ST_SMEM_CAP})", k)
-    matmul, stage = _mma_st_module(w.qtype, nt, ks)
+    matmul, stage = _mma_st_module(w.qtype, nt, ks, tma)
     if xst is None:
         xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
-    matmul((-(-n // MMA_ST_BLOCK_ROWS), ks), (128,),
-           (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)), shared_mem=smem)
+    grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
+    if tma:
+        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, MMA_ST_BOX[w.qtype])
+        launch_driver(matmul, grid, (128,), (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
+        return
+    matmul(grid, (128,), (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(row_bytes)),
+           shared_mem=smem)
 
 
 MMA_WG_TYPES = frozenset({QType.Q4_K})
