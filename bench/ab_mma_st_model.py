@@ -6,6 +6,10 @@ Arms:
   st q4k        Q4_K at 4..16 rows on mma_st, Q6_K on mma_kq
   st both       Q4_K 4..16 and Q6_K 8..16 on mma_st
   before        the table before mma_st: Q4_K mma_kq 4..8 and mma_dq 9..16, Q6_K mma_kq
+  tma           the table with its mma_st rows on mma_st_tma_kernel (W by tensor-map boxes, a
+                barrier per chunk of two super-blocks) where it serves
+  table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
+  tma 32
   head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,
                 88% of copy, in the thirty-third session's stamps); run it with --batch 1 too
 
@@ -45,6 +49,8 @@ def with_rows(kind: str, rows: tuple) -> dict:
 
 Q4K = ((3, "gemv_kq"), (16, "mma_st"), (32, "mma_kq"), (None, "mma_wg"))
 Q6K = ((7, "gemv_kq"), (16, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
+Q4K_32 = ((3, "gemv_kq"), (32, "mma_st"), (None, "mma_wg"))
+Q6K_32 = ((7, "gemv_kq"), (32, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
 Q4K_BEFORE = ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg"))
 Q6K_BEFORE = ((7, "gemv_kq"), (40, "mma_kq"), (None, "dequant_cublas"))
 ARMS = {
@@ -52,6 +58,9 @@ ARMS = {
     "st q4k": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K_BEFORE}},
     "st both": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K}},
     "before": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K_BEFORE), "q6k": Q6K_BEFORE}},
+    "tma": {(matmul, "MMA_ST_TMA"): True},
+    "table 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}},
+    "tma 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (matmul, "MMA_ST_TMA"): True},
     "head st": {(Linear, "__call__"): head_on_mma_st},
 }
 
