@@ -71,8 +71,8 @@ def main(argv=None) -> int:
             def bucket(b):
                 return timed(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=b))
 
-            def st(ks, tma=False):
-                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma))
+            def st(ks, tma=False, wk=1):
+                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma, wk=wk))
 
             staged = [matmul.mma_st_stage(x) for x in xs]       # x's images made before, as codes are at M = 1
 
@@ -92,6 +92,7 @@ def main(argv=None) -> int:
                 for ks in splits:
                     if ks <= k // 256 and matmul.mma_st_fits(-(-m // 8), k, ks, qtype, True):
                         row["tma_split_us"][ks] = st(ks, True)
+                        row["tma_split_us"][f"{ks} wk2"] = st(ks, True, 2)
             for ks in splits:
                 if ks > k // 256:
                     continue

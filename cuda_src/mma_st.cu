@@ -199,12 +199,15 @@ __device__ __forceinline__ void super_block(mst::St6K, const unsigned char* cons
 // The block's C out: stored (KS = 1), or each rank's share of the rows summed over the cluster's
 // partials in rank order through distributed shared memory (smem: the stages, free by now)
 // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
-template <int NT, int KS>
+// Only warps 0..3 hold C (kThreads: the block's threads; every one takes part in the cluster sum).
+template <int NT, int KS, int kThreads = 128>
 __device__ __forceinline__ void finish_block(float* __restrict__ y, const float (&acc)[NT][4], unsigned char* smem,
                                              int row0, int m, int n) {
     using namespace mst;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const bool holds = warp < kWarps;
     if (KS == 1) {
+        if (!holds) return;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -218,18 +221,19 @@ __device__ __forceinline__ void finish_block(float* __restrict__ y, const float 
     constexpr int kCols = 8 * NT;
     float* part = reinterpret_cast<float*>(smem);              // [kRows][kCols], over the first stage
     __syncthreads();                                           // every warp is done reading the stages
+    if (holds)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-            part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
+            for (int q = 0; q < 4; ++q)
+                part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
     cluster_sync();
     STAMP(5);
     // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
     const int rank = (int)cluster_rank();
     constexpr int kShare = kRows / KS * kCols;
     const unsigned local = smem_addr(part);
-    for (int idx = tid; idx < kShare; idx += 128) {
+    for (int idx = tid; idx < kShare; idx += kThreads) {
         const int off = rank * kShare + idx;
         const int row = row0 + off / kCols, col = off % kCols;
         float sum = 0.f;
@@ -329,9 +333,11 @@ __device__ __forceinline__ void chunk_block(mst::St6K, const unsigned char* cons
 // the N rows): per chunk of kChunkSb super-blocks one copy of 64 rows, each on its own barrier, so the
 // warps multiply a chunk as soon as it has landed while the rest stream in. x's images join their
 // chunk's barrier after the wait. Shared memory: ceil(per / kChunkSb) chunks of kRows x box_bytes<T>()
-// bytes, then per XStage<NT> images.
-template <class T, int NT, int KS>
-__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128, 1)
+// bytes, then per XStage<NT> images. WK warps share each 16 rows, warp w taking the chunks j with
+// j % WK == w / 4 (block = 128 WK threads), their sums added in shared memory in that order: more
+// warps an SM where one block fills its shared memory.
+template <class T, int NT, int KS, int WK>
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128 * WK, 1)
 mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const __grid_constant__ mst::TensorMap wmap,
                   int m, int n, int k) {
     using namespace mst;
@@ -339,6 +345,7 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ unsigned long long bars[kMaxChunks];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int half = warp / kWarps, rw = warp % kWarps;        // the warp's share of chunks, its rows
     const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
     const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
     const int chunks = (count + kChunkSb - 1) / kChunkSb, row0 = blockIdx.x * kRows;
@@ -371,8 +378,8 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-    const int r_lo = 16 * warp + g, r_hi = r_lo + 8;
-    for (int j = 0; j < chunks; ++j) {
+    const int r_lo = 16 * rw + g, r_hi = r_lo + 8;
+    for (int j = half; j < chunks; j += WK) {
         mbar_wait(&bars[j], 0);
         if (j == 0) STAMP(3);
         const unsigned char* const base = smem + j * kChunk;
@@ -385,14 +392,31 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
         }
     }
     STAMP(4);
-    finish_block<NT, KS>(y, acc, smem, row0, m, n);
+    if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..3's
+        float* const red = reinterpret_cast<float*>(smem);     // [WK - 1][kWarps][32][NT 4], over chunk 0
+        __syncthreads();                                       // every warp is done reading the stages
+        if (half > 0)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) red[(((half - 1) * kWarps + rw) * 32 + lane) * 4 * NT + 4 * nt + q] = acc[nt][q];
+        __syncthreads();
+        if (half == 0)
+            for (int h = 1; h < WK; ++h)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) acc[nt][q] += red[(((h - 1) * kWarps + rw) * 32 + lane) * 4 * NT + 4 * nt + q];
+    }
+    finish_block<NT, KS, 128 * WK>(y, acc, smem, row0, m, n);
 }
 
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_ST(T, NT, KS) template __global__ void mma_st_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
     const unsigned char*, int, int, int, long long);
-#define MMA_ST_TMA(T, NT, KS) template __global__ void mma_st_tma_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
-    const __grid_constant__ mst::TensorMap, int, int, int);
+#define MMA_ST_TMA1(T, NT, KS, WK) template __global__ void mma_st_tma_kernel<mst::T, NT, KS, WK>(float*, \
+    const unsigned char*, const __grid_constant__ mst::TensorMap, int, int, int);
+#define MMA_ST_TMA(T, NT, KS) MMA_ST_TMA1(T, NT, KS, 1) MMA_ST_TMA1(T, NT, KS, 2)
 #define MMA_ST_BOTH(T, NT, KS) MMA_ST(T, NT, KS) MMA_ST_TMA(T, NT, KS)
 #define MMA_ST_KS(NT) MMA_ST_BOTH(St4K, NT, 1) MMA_ST_BOTH(St4K, NT, 2) MMA_ST_BOTH(St4K, NT, 4) \
     MMA_ST_BOTH(St4K, NT, 8) MMA_ST_BOTH(St6K, NT, 1) MMA_ST_BOTH(St6K, NT, 2) MMA_ST_BOTH(St6K, NT, 4) \

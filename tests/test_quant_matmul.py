@@ -345,6 +345,13 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
             what = (qtype.name, m, n, k, ks)
             assert np.array_equal(cupy.asnumpy(got), cupy.asnumpy(want)), what
             assert nmse(cupy.asnumpy(got), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+            # two warps a 16 rows, alternate chunks, their sums added after: near float64, the same bits twice
+            got2 = cupy.full((m, n), np.nan, np.float32)
+            mm.mma_st(got2, x, w_dev, splits=ks, tma=True, wk=2)
+            assert nmse(cupy.asnumpy(got2), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+            again = cupy.full((m, n), np.nan, np.float32)
+            mm.mma_st(again, x, w_dev, splits=ks, tma=True, wk=2)
+            assert np.array_equal(cupy.asnumpy(got2), cupy.asnumpy(again)), what
 
 
 @gpu

@@ -131,6 +131,7 @@ MMA_ST_CHUNK_SB = 2                 # kChunkSb
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
 MMA_ST_BOX = {QType.Q4_K: 288, QType.Q6_K: 432}
 MMA_ST_TMA = False                  # the table's mma_st rows on mma_st_tma_kernel where it serves
+MMA_ST_WK = 1                       # WK: warps that share each 16 rows of W, taking alternate chunks
 
 
 def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False) -> tuple[int, int]:
@@ -176,18 +177,20 @@ def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool =
 def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
     """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
     lanes = MMA_ST_LANES[qtype][0]
-    return tuple(f"{kern}<mst::{lanes}, {i}, {j}>" for kern in ("mma_st_kernel", "mma_st_tma_kernel")
-                 for i in range(1, MMA_ST_ROWS // 8 + 1) for j in (1, 2, 4, 8)) + \
-        tuple(f"mma_st_stage_x_kernel<{i}>" for i in range(1, MMA_ST_ROWS // 8 + 1))
+    nts = range(1, MMA_ST_ROWS // 8 + 1)
+    return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8))
+            + tuple(f"mma_st_tma_kernel<mst::{lanes}, {i}, {j}, {wk}>" for i in nts for j in (1, 2, 4, 8)
+                    for wk in (1, 2))
+            + tuple(f"mma_st_stage_x_kernel<{i}>" for i in nts))
 
 
 @cache
-def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False):
+def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, wk: int = 1):
     """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
     lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
-    name = "mma_st_tma_kernel" if tma else "mma_st_kernel"
-    kern = get_kernel("mma_st", f"{name}<mst::{lanes}, {nt}, {ks}>", name_expressions=exprs)
+    name = f"mma_st_tma_kernel<mst::{lanes}, {nt}, {ks}, {wk}>" if tma else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>"
+    kern = get_kernel("mma_st", name, name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
 
@@ -228,13 +231,15 @@ def mma_st_stage(x):
     return xst
 
 
-def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: bool | None = None) -> None:
+def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: bool | None = None,
+           wk: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
     aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
     (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
-    (mma_st_tma_kernel; it needs rows of a multiple of 16 bytes); None: MMA_ST_TMA where it serves."""
+    (mma_st_tma_kernel; it needs rows of a multiple of 16 bytes); None: MMA_ST_TMA where it serves.
+    `wk`: the tensor-map kernel's warps per 16 rows of W (1 or 2; None: MMA_ST_WK)."""
     import cupy
 
     m, k = x.shape
@@ -268,14 +273,17 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     if not mma_st_fits(nt, k, ks, w.qtype, tma):
         raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
                    f"{MMA_ST_SMEM_CAP})", k)
-    matmul, stage = _mma_st_module(w.qtype, nt, ks, tma)
+    wk = MMA_ST_WK if wk is None else wk
+    if wk not in (1, 2):
+        raise fail("mma_st", "wk", "1 or 2", wk)
+    matmul, stage = _mma_st_module(w.qtype, nt, ks, tma, wk if tma else 1)
     if xst is None:
         xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
     if tma:
         wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, MMA_ST_BOX[w.qtype])
-        launch_driver(matmul, grid, (128,), (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
+        launch_driver(matmul, grid, (128 * wk,), (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
         return
     matmul(grid, (128,), (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(row_bytes)),
            shared_mem=smem)
