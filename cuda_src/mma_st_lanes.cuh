@@ -213,7 +213,17 @@ GQ_HD Q6Scales q6_scales(const u8* const (&blk)[2]) {
     }
     return s;
 }
-GQ_HD int q6_sc(const Q6Scales& s, int r, int G) { return (int)(signed char)((s.w[r][G >> 2] >> (8 * (G & 3))) & 0xFFu); }
+// scale G of row r, sign-extended: on the GPU one PRMT (byte G & 3, then its sign bit replicated)
+GQ_HD int q6_sc(const Q6Scales& s, int r, int G) {
+#ifdef __CUDA_ARCH__
+    const unsigned b = (unsigned)(G & 3), sel = b | ((8u | b) * 0x1110u);
+    int v;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(v) : "r"(s.w[r][G >> 2]), "r"(sel));
+    return v;
+#else
+    return (int)(signed char)((s.w[r][G >> 2] >> (8 * (G & 3))) & 0xFFu);
+#endif
+}
 
 // A of group G (values 16G .. 16G + 15) of a row, lane t: 4 (q - 32) of values 16G + 4t .. + 3 as
 // signed bytes. Value v = 128 n + 32 s + l (l < 32) has its low four bits in ql[64 n + 32 (s & 1) + l]
