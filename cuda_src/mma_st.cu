@@ -75,9 +75,11 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
 
 }  // namespace mst
 
+#ifdef GLIMMER_STAMPS
 // mma_st_stage_x_kernel's blocks stamp from this row of glimmer_stamps on (probe_mma_st.py), past
 // the matmul's blocks
 constexpr int kStageStampRow = 3072;
+#endif
 
 template <int NT>
 __global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __restrict__ xst,
