@@ -36,6 +36,31 @@ __device__ __forceinline__ unsigned map_rank(unsigned local, unsigned rank) {
     return r;
 }
 
+// The split-K sum of a matmul whose KS blocks (a cluster along K) each hold their partial C of the
+// same kRows rows of W in shared memory (part: [kRows][kCols] floats, a column a row of x): rank r
+// adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in rank order, so the bits do not depend
+// on timing, and stores y (kCols rows of x by n; rows of W from row0, those past n and columns past m
+// left out). Every thread of the block (kThreads) calls it after the cluster_sync that published
+// part, and a cluster_sync after it keeps every block until the others are done reading.
+template <int KS, int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void cluster_sum_rows(float* __restrict__ y, const float* part, int row0, int m, int n) {
+    const int rank = (int)cluster_rank();
+    constexpr int kShare = kRows / KS * kCols;
+    const unsigned local = smem_addr(part);
+    for (int idx = threadIdx.x; idx < kShare; idx += kThreads) {
+        const int off = rank * kShare + idx;
+        const int row = row0 + off / kCols, col = off % kCols;
+        float sum = 0.f;
+#pragma unroll
+        for (int q = 0; q < KS; ++q) {
+            float v;
+            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(local + 4u * off, q)) : "memory");
+            sum += v;
+        }
+        if (row < n && col < m) y[(long long)col * n + row] = sum;
+    }
+}
+
 // The cluster barrier in its two halves, for a barrier met long after it is announced: arrive
 // (relaxed: orders nothing by itself; fence_mbarrier_init before it publishes barriers set up
 // just before) and wait (acquire). Every thread of every block does both, in this order.

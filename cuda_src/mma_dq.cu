@@ -202,22 +202,7 @@ mma_dq_kernel(float* __restrict__ y, const float* __restrict__ x, const unsigned
             for (int e = 0; e < 4; ++e)
                 part[(32 * warp + 16 * mt + g + 8 * (e >> 1)) * kCols + 8 * nt + 2 * t + (e & 1)] = acc[mt][nt][e];
     cluster_sync();
-    // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
-    const int rank = (int)cluster_rank();
-    constexpr int kShare = kRows / KS * kCols;
-    const u32 local = smem_addr(part);
-    for (int idx = threadIdx.x; idx < kShare; idx += 32 * kWarps) {
-        const int off = rank * kShare + idx;
-        const int row = blockIdx.x * kRows + off / kCols, col = off % kCols;
-        float s = 0.f;
-#pragma unroll
-        for (int q = 0; q < KS; ++q) {
-            float v;
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(local + 4u * off, q)) : "memory");
-            s += v;
-        }
-        if (row < n && col < m) y[(long long)col * n + row] = s;
-    }
+    cluster_sum_rows<KS, kRows, kCols, 32 * kWarps>(y, part, blockIdx.x * kRows, m, n);
     cluster_sync();                                       // no block leaves while another reads it
 }
 

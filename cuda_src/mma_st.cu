@@ -231,22 +231,7 @@ __device__ __forceinline__ void finish_block(float* __restrict__ y, const float 
                 part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
     cluster_sync();
     STAMP(5);
-    // rank r adds rows [r kRows / KS, (r + 1) kRows / KS) over the ranks in order
-    const int rank = (int)cluster_rank();
-    constexpr int kShare = kRows / KS * kCols;
-    const unsigned local = smem_addr(part);
-    for (int idx = tid; idx < kShare; idx += kThreads) {
-        const int off = rank * kShare + idx;
-        const int row = row0 + off / kCols, col = off % kCols;
-        float sum = 0.f;
-#pragma unroll
-        for (int q = 0; q < KS; ++q) {
-            float v;
-            asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(map_rank(local + 4u * off, q)) : "memory");
-            sum += v;
-        }
-        if (row < n && col < m) y[(long long)col * n + row] = sum;
-    }
+    cluster_sum_rows<KS, kRows, kCols, kThreads>(y, part, row0, m, n);
     cluster_sync();                                            // no block leaves while another reads it
     STAMP(6);
 }
