@@ -304,16 +304,27 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
     finish_block<NT, KS>(y, acc, smem, row0, m, n);
 }
 
-// One super-block of a chunk: Q4_K as above; a Q6_K block at 4-byte alignment or 2 past it
-template <int NT, bool Odd>
+// One super-block of a chunk: Q4_K as above; a Q6_K block at 4-byte alignment or 2 past it (A)
+template <int NT, int A>
 __device__ __forceinline__ void chunk_block(mst::St4K, const unsigned char* const (&blk)[2], const unsigned char* xs,
                                             int g, int t, float (&acc)[NT][4]) {
     super_block<NT>(mst::St4K{}, blk, xs, g, t, acc);
 }
-template <int NT, bool Odd>
+template <int NT, int A>
 __device__ __forceinline__ void chunk_block(mst::St6K, const unsigned char* const (&blk)[2], const unsigned char* xs,
                                             int g, int t, float (&acc)[NT][4]) {
-    super_block_q6k<Odd ? mst::kOdd : mst::kAligned, NT>(blk, xs, g, t, acc);
+    super_block_q6k<A, NT>(blk, xs, g, t, acc);
+}
+// A chunk's two super-blocks (the second where the slice has it), the first of alignment A0
+template <class T, int NT, int A0>
+__device__ __forceinline__ void chunk_pair(const unsigned char* const (&b0)[2], const unsigned char* xs, bool second,
+                                           int g, int t, float (&acc)[NT][4]) {
+    constexpr int kX = mst::XStage<NT>::kBytes, A1 = A0 == mst::kAligned ? mst::kOdd : mst::kAligned;
+    chunk_block<NT, A0>(T{}, b0, xs, g, t, acc);
+    if (second) {
+        const unsigned char* const b1[2] = {b0[0] + T::kBlock, b0[1] + T::kBlock};
+        chunk_block<NT, A1>(T{}, b1, xs + kX, g, t, acc);
+    }
 }
 
 // mma_st_kernel with W copied by the tensor map `wmap` (u16 elements: dim 0 a row's bytes / 2, dim 1
@@ -354,7 +365,8 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
         for (int j = 0; j < chunks; ++j) {
             const int blocks = min(kChunkSb, count - kChunkSb * j);
             mbar_arrive_expect_tx(&bars[j], kChunk + blocks * kX);
-            tensor_copy_2d(smem + j * kChunk, &wmap, (sb0 + kChunkSb * j) * (T::kBlock / 2), row0, &bars[j], policy);
+            tensor_copy_2d(smem + j * kChunk, &wmap, ((sb0 + kChunkSb * j) * T::kBlock & ~15) / 2, row0, &bars[j],
+                           policy);
         }
     }
     STAMP(1);
@@ -366,17 +378,18 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     const int r_lo = 16 * rw + g, r_hi = r_lo + 8;
+    const bool first_odd = T::kBlock == 210 && (sb0 & 1);     // Q6_K: the chunks' first blocks 2 past alignment
     for (int j = half; j < chunks; j += WK) {
         mbar_wait(&bars[j], 0);
         if (j == 0) STAMP(3);
-        const unsigned char* const base = smem + j * kChunk;
+        const unsigned char* const base = smem + j * kChunk + ((sb0 + kChunkSb * j) * T::kBlock & 15);
         const unsigned char* const b0[2] = {base + r_lo * kBox, base + r_hi * kBox};
         const unsigned char* const xs = xbase + kChunkSb * j * kX;
-        chunk_block<NT, false>(T{}, b0, xs, g, t, acc);
-        if (kChunkSb * j + 1 < count) {
-            const unsigned char* const b1[2] = {b0[0] + T::kBlock, b0[1] + T::kBlock};
-            chunk_block<NT, true>(T{}, b1, xs + kX, g, t, acc);
-        }
+        const bool second = kChunkSb * j + 1 < count;
+        if (first_odd)
+            chunk_pair<T, NT, kOdd>(b0, xs, second, g, t, acc);
+        else
+            chunk_pair<T, NT, kAligned>(b0, xs, second, g, t, acc);
     }
     STAMP(4);
     if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..3's

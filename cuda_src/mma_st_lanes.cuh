@@ -80,14 +80,17 @@ GQ_HD int row_stride(int per) {
 }
 
 // mma_st_tma_kernel's W: per chunk of kChunkSb super-blocks one tensor-map copy of a box of kRows rows
-// by box_bytes<T>() bytes from the chunk's first block (past a row's end or past N the box is zeros),
-// landing as kRows rows at that stride: 288 = 32 mod 128 for Q4_K's 8-byte loads, 432 an odd multiple
-// of 16 for Q6_K's 4-byte ones (row_stride's rule). A Q6_K chunk's first block sits at 0 (aligned),
-// its second at 210 (2 past 4-byte alignment).
+// by box_bytes<T>() bytes (past a row's end or past N the box is zeros), landing as kRows rows at that
+// stride: 288 = 32 mod 128 for Q4_K's 8-byte loads, 464 an odd multiple of 16 for Q6_K's 4-byte ones
+// (row_stride's rule). A box starts at a 16-byte boundary of the row (a tensor copy whose start is
+// not one stops the kernel with an illegal instruction, H100): at the chunk's first block for Q4_K;
+// for Q6_K at the boundary at or before it, the block at offset o = its byte in the row % 16 (even,
+// at most 14: 14 + 420 bytes fit 464), the second block at o + 210. o % 4 is 2 (sb0 % 2) for every
+// chunk of a block (420 is a multiple of 4), so which of the two is 4-byte aligned is the block's.
 constexpr int kChunkSb = 2;
 constexpr int kMaxChunks = 12;
 template <class T>
-GQ_HD constexpr int box_bytes() { return T::kBlock == 144 ? 288 : 432; }
+GQ_HD constexpr int box_bytes() { return T::kBlock == 144 ? 288 : 464; }
 
 GQ_HD u32 load4(const u8* p) { return gguf::load_vec<u32>(p); }
 

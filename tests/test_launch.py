@@ -70,7 +70,7 @@ EARLY_FETCH = {
                       r"\bacc\["),
     # the barriers and W's tensor-map copies, one a chunk; as mma_st_kernel otherwise
     "mma_st_tma_kernel": (r"\by\[", r"\bxst\b", r"mma_u8s8", r"mma_s8s8", r"part\[", r"cluster_", r"mbar_wait",
-                          r"\bacc\[", r"chunk_block"),
+                          r"\bacc\[", r"chunk_(block|pair)"),
     # the first super-block of W into registers; x's stages and every write after the wait
     "mma_wg_kernel": (r"\by\[", r"cp_async", r"issue\(", r"\bx[ps]\b", r"mma_rs", r"step\(", r"__syncthreads"),
     # the offsets table, the barriers and layer 0's rows of every matrix (bulk copies of weights); the

@@ -129,7 +129,7 @@ MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, les
 # multiple of 16 bytes (a Q6_K row: K / 256 a multiple of 8).
 MMA_ST_CHUNK_SB = 2                 # kChunkSb
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
-MMA_ST_BOX = {QType.Q4_K: 288, QType.Q6_K: 432}
+MMA_ST_BOX = {QType.Q4_K: 288, QType.Q6_K: 464}
 MMA_ST_TMA = False                  # the table's mma_st rows on mma_st_tma_kernel where it serves
 MMA_ST_WK = 1                       # WK: warps that share each 16 rows of W, taking alternate chunks
 
