@@ -8,8 +8,8 @@ each row, so that drift shows. Prints the ratio to M = 1 that the bar (<= 1.3x) 
     PYTHONPATH=$PWD python3 bench/ab_mma_st.py [--types Q4_K,Q6_K] [--ms 8,16,32] [--splits 1,2,4,8]
         [--shapes NxK,...] [--tma] [--out FILE.json]
 
---tma adds mma_st_tma_kernel (W by tensor-map boxes, a barrier a chunk) at its rule's splits and at
-each forced split, with one warp (WK = 1) and two warps (WK = 2) a 16 rows of W.
+--tma adds mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk) at its rule's splits
+and at each forced split, with one warp (WK = 1) and two warps (WK = 2) a 16 rows of W.
 """
 
 from __future__ import annotations

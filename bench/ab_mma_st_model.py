@@ -6,8 +6,8 @@ Arms:
   st q4k        Q4_K at 4..16 rows on mma_st, Q6_K on mma_kq
   st both       Q4_K 4..16 and Q6_K 8..16 on mma_st
   before        the table before mma_st: Q4_K mma_kq 4..8 and mma_dq 9..16, Q6_K mma_kq
-  tma           the table with its mma_st rows on mma_st_tma_kernel (W by tensor-map boxes, a
-                barrier per chunk of two super-blocks) where it serves
+  tma           the table with its Q4_K mma_st rows on mma_st_tma_kernel (W by tensor-map boxes,
+                a barrier per chunk of two super-blocks)
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
   tma 32
   head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,

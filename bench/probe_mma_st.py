@@ -6,7 +6,7 @@ stage kernel's or the matmul's first block): min / p10 / median / p90 / max over
 
     PYTHONPATH=$PWD python3 bench/probe_mma_st.py [-DNAME ...] [TYPE:N:K:M[:SPLITS[:TMA]] ...]
 
-(SPLITS 0 or absent: mma_st_config's rule; TMA 1: mma_st_tma_kernel, whose stage 3 is the first
+(SPLITS 0 or absent: mma_st_config's rule; TMA 1: mma_st_tma_kernel (Q4_K), whose stage 3 is the first
 chunk landed; -DNAME: mma_st.cu built with that switch.)
 """
 
@@ -37,7 +37,7 @@ STAGE_ROW = 3072                                 # kStageStampRow in mma_st.cu
 PAIRS = ((0, 1), (0, 2), (2, 3), (0, 3), (3, 4), (4, 5), (5, 6), (4, 6), (0, 6))
 CASES = ("Q4_K:4096:4096:16", "Q4_K:4096:4096:1", "Q4_K:4096:4096:16:2", "Q4_K:4096:4096:16:4",
          "Q4_K:24576:4096:16", "Q4_K:4096:12288:16", "Q6_K:4096:4096:16", "Q6_K:4096:12288:16",
-         "Q4_K:4096:4096:16:0:1", "Q4_K:4096:4096:16:2:1", "Q6_K:4096:12288:16:0:1")
+         "Q4_K:4096:4096:16:0:1", "Q4_K:4096:4096:16:2:1", "Q4_K:24576:4096:16:0:1")
 
 
 def probe(qtype: QType, n: int, k: int, m: int, splits, tma: bool = False, launches: int = 20) -> None:

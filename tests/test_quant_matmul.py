@@ -313,11 +313,10 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
 @pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("n,k", [(40, 2048), (300, 768), (1000, 4096), (4096, 12288), (77, 6144)])
 def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
-    """mma_st_tma_kernel (W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the same
-    products in the same order as mma_st_kernel: the same bits at every split that fits, M 1..32,
-    N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's second
-    block missing); and near float64. A Q6_K weight whose rows are not a multiple of 16 bytes is
-    refused by name."""
+    """mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the
+    same products in the same order as mma_st_kernel: the same bits at every split that fits, M
+    1..32, N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's
+    second block missing); and near float64. A Q6_K weight is refused by name before any launch."""
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
@@ -325,11 +324,11 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
     rng = np.random.default_rng(n + k)
     w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
     w_dev = w.to_device()
-    x = cupy.zeros((16, k), np.float32)
-    if not mm.mma_st_tma_serves(w_dev):
-        assert qtype == QType.Q6_K and (k // 256) % 8
-        with pytest.raises(OpArgumentError, match=r"mma_st: w must be 16-byte aligned rows of a multiple of 16 bytes"):
-            mm.mma_st(cupy.empty((16, n), np.float32), x, w_dev, tma=True)
+    if qtype == QType.Q6_K:
+        assert not mm.mma_st_tma_serves(w_dev)
+        with pytest.raises(OpArgumentError, match=r"mma_st: w must be a 16-byte aligned Q4_K tensor for the "
+                                                  r"tensor-map kernel, got Q6_K at 0x[0-9a-f]+"):
+            mm.mma_st(cupy.empty((16, n), np.float32), cupy.zeros((16, k), np.float32), w_dev, tma=True)
         return
     ref_w = w.dequantize(np.float64)
     for m in (1, 3, 9, 16, 17, 32):

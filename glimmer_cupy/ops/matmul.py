@@ -123,14 +123,18 @@ MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
-# mma_st_tma_kernel: W by tensor-map copies, a box of 64 rows by MMA_ST_BOX bytes (box_bytes<T>() in
-# mma_st_lanes.cuh) per chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the
-# multiplies start on the first chunk while the rest land. Needs W 16-byte aligned with rows of a
-# multiple of 16 bytes (a Q6_K row: K / 256 a multiple of 8).
-MMA_ST_CHUNK_SB = 2                 # kChunkSb
+# mma_st_tma_kernel (Q4_K): W by tensor-map boxes, a box of 64 rows by MMA_ST_TMA_BOX bytes per chunk
+# of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
+# first chunk while the rest land. Measured on an H100 at M = 16 (bench/results/
+# ab_mma_st_tma_q4k_85e9067_h100.txt, µs, the bulk kernel beside it): 4096x4096 8.4 at one split
+# (8.3-8.6), 8.0 with WK = 2; 24576x4096 30.8, 28.7 with WK = 2 (30.3-32.0); 4096x12288 22.9 (23.1-23.3).
+# Not in the table: not yet run in a model step or under the graph tests. A Q6_K build (boxes from
+# each chunk's first block, 2 bytes past a 16-byte boundary) stopped with an illegal instruction.
+MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
-MMA_ST_BOX = {QType.Q4_K: 288, QType.Q6_K: 464}
-MMA_ST_TMA = False                  # the table's mma_st rows on mma_st_tma_kernel where it serves
+MMA_ST_TMA_BOX = 288                # kTmaBox
+MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})
+MMA_ST_TMA = False                  # the table's Q4_K mma_st rows on mma_st_tma_kernel
 MMA_ST_WK = 1                       # WK: warps that share each 16 rows of W, taking alternate chunks
 
 
@@ -170,7 +174,7 @@ def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool =
     """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice (or, for
     mma_st_tma_kernel, its chunks' boxes), then x's images of its super-blocks."""
     per = -(-(k // 256) // ks)
-    rows = (-(-per // MMA_ST_CHUNK_SB) * MMA_ST_BOX[qtype] if tma else mma_st_row_stride(per, qtype))
+    rows = (-(-per // MMA_ST_CHUNK_SB) * MMA_ST_TMA_BOX if tma else mma_st_row_stride(per, qtype))
     return MMA_ST_BLOCK_ROWS * rows + per * MMA_ST_X_BYTES * nt
 
 
@@ -178,9 +182,9 @@ def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
     """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
     lanes = MMA_ST_LANES[qtype][0]
     nts = range(1, MMA_ST_ROWS // 8 + 1)
-    return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8))
-            + tuple(f"mma_st_tma_kernel<mst::{lanes}, {i}, {j}, {wk}>" for i in nts for j in (1, 2, 4, 8)
-                    for wk in (1, 2))
+    tma = (tuple(f"mma_st_tma_kernel<{i}, {j}, {wk}>" for i in nts for j in (1, 2, 4, 8) for wk in (1, 2))
+           if qtype in MMA_ST_TMA_TYPES else ())
+    return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8)) + tma
             + tuple(f"mma_st_stage_x_kernel<{i}>" for i in nts))
 
 
@@ -189,7 +193,7 @@ def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, wk: int = 
     """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
     lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
-    name = f"mma_st_tma_kernel<mst::{lanes}, {nt}, {ks}, {wk}>" if tma else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>"
+    name = f"mma_st_tma_kernel<{nt}, {ks}, {wk}>" if tma else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>"
     kern = get_kernel("mma_st", name, name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
@@ -210,8 +214,9 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
 
 
 def mma_st_tma_serves(w: QuantTensor) -> bool:
-    """Whether mma_st_tma_kernel can copy W: 16-byte aligned, rows of a multiple of 16 bytes."""
-    return w.qtype in MMA_ST_TYPES and w.data.data.ptr % 16 == 0 and (w.data.nbytes // w.shape[0]) % 16 == 0
+    """Whether mma_st_tma_kernel can copy W: Q4_K, 16-byte aligned (its rows, 144 bytes a super-block,
+    are then too)."""
+    return w.qtype in MMA_ST_TMA_TYPES and w.data.data.ptr % 16 == 0
 
 
 @cache
@@ -238,7 +243,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
     aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
     (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
-    (mma_st_tma_kernel; it needs rows of a multiple of 16 bytes); None: MMA_ST_TMA where it serves.
+    (mma_st_tma_kernel; Q4_K only); None: MMA_ST_TMA where it serves.
     `wk`: the tensor-map kernel's warps per 16 rows of W (1 or 2; None: MMA_ST_WK)."""
     import cupy
 
@@ -261,8 +266,8 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     if tma is None:
         tma = MMA_ST_TMA and mma_st_tma_serves(w)
     elif tma and not mma_st_tma_serves(w):
-        raise fail("mma_st", "w", "16-byte aligned rows of a multiple of 16 bytes for its tensor map",
-                   f"rows of {row_bytes} bytes at {w.data.data.ptr:#x}")
+        raise fail("mma_st", "w", "a 16-byte aligned Q4_K tensor for the tensor-map kernel",
+                   f"{w.qtype.name} at {w.data.data.ptr:#x}")
     nt, ks = mma_st_config(m, n, k, w.qtype, tma)
     if splits is not None:
         if splits not in (1, 2, 4, 8):
@@ -282,7 +287,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
     if tma:
-        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, MMA_ST_BOX[w.qtype])
+        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, MMA_ST_TMA_BOX)
         launch_driver(matmul, grid, (128 * wk,), (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
         return
     matmul(grid, (128,), (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(row_bytes)),
