@@ -11,6 +11,9 @@
 //   row's window (its slice rounded out to 16 bytes) stays inside it (ops/matmul.py checks both). grid = (ceil(N / 64), KS), clusters of (1, KS, 1),
 //   block = (128,), dynamic shared memory 64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per =
 //   ceil(K / 256 / KS) (mma_st_lanes.cuh).
+// mma_st_tma_kernel<NT, KS, WK>  the same on Q4_K, W copied by a tensor map (passed by value) in boxes
+//   of 64 rows by two super-blocks, each on its own barrier; block = (128 WK,); dynamic shared memory
+//   ceil(per / 2) 64 kTmaBox + per XStage<NT>::kBytes bytes. Off in the table (ops/matmul.py MMA_ST_TMA).
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
