@@ -10,7 +10,7 @@ from functools import cache
 import numpy as np
 
 from ..kernels.build import get_kernel, has_arch_specific, sm_count
-from ..kernels.launch import launch_driver
+from ..kernels.launch import launch_driver, tensor_map_2d
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
@@ -222,7 +222,6 @@ def mma_st_tma_serves(w: QuantTensor) -> bool:
 @cache
 def _mma_st_map(ptr: int, n: int, row_bytes: int, box: int):
     """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements), made once per weight."""
-    from ..kernels.launch import tensor_map_2d
     return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (box // 2, MMA_ST_BLOCK_ROWS))
 
 
