@@ -33,10 +33,10 @@ def bf16(a: np.ndarray) -> np.ndarray:
     return u.astype(np.uint32).view(np.float32)
 
 
-def q8_blocks(x: np.ndarray):
-    """x (..., K) quantized per 32 values as quantize_x_kernel does: int8 codes (..., K), and
-    d = max|x| / 127 and s = d * sum(codes), float32 (..., K/32)."""
-    b = np.asarray(x, np.float32).reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
+def q8_blocks(x: np.ndarray, size: int = 32):
+    """x (..., K) quantized per `size` values as quantize_x_kernel does (32; mma_st_stage_x_kernel:
+    256): int8 codes (..., K), and d = max|x| / 127 and s = d * sum(codes), float32 (..., K/size)."""
+    b = np.asarray(x, np.float32).reshape(*x.shape[:-1], x.shape[-1] // size, size)
     amax = np.abs(b).max(-1)
     inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
     codes = np.rint(b * inv[..., None]).astype(np.int8)
@@ -45,20 +45,10 @@ def q8_blocks(x: np.ndarray):
     return codes.reshape(x.shape), d, s
 
 
-def int8_blocks(x: np.ndarray) -> np.ndarray:
-    """x (M, K) quantized per 32 values as quantize_x_kernel does, returned as d * code."""
-    codes, d, _ = q8_blocks(x)
-    return codes.astype(np.float64) * np.repeat(d.astype(np.float64), 32, axis=-1)
-
-
-def int8_super_blocks(x: np.ndarray) -> np.ndarray:
-    """x (M, K) quantized per 256 values as mma_st_stage_x_kernel does, returned as xs * code."""
-    b = np.asarray(x, np.float32).reshape(x.shape[0], -1, 256)
-    amax = np.abs(b).max(-1)
-    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0).astype(np.float32)
-    codes = np.rint((b * inv[..., None]).astype(np.float32))
-    xs = (amax / np.float32(127)).astype(np.float64)
-    return (codes.astype(np.float64) * xs[..., None]).reshape(x.shape)
+def int8_blocks(x: np.ndarray, size: int = 32) -> np.ndarray:
+    """x (M, K) quantized per `size` values (q8_blocks), returned as d * code."""
+    codes, d, _ = q8_blocks(x, size)
+    return codes.astype(np.float64) * np.repeat(d.astype(np.float64), size, axis=-1)
 
 
 def gpu_bucket(m: int, qtype, graph_widths: bool) -> str:
@@ -80,7 +70,7 @@ class GpuRoundingExecutor(HostExecutor):
         if b in gpu_matmul.INT8_BUCKETS:
             return np.ascontiguousarray((ref_matmul.dense(w).astype(np.float64) @ int8_blocks(x).T).T, np.float32)
         if b == "mma_st":
-            return np.ascontiguousarray((ref_matmul.dense(w).astype(np.float64) @ int8_super_blocks(x).T).T,
+            return np.ascontiguousarray((ref_matmul.dense(w).astype(np.float64) @ int8_blocks(x, 256).T).T,
                                         np.float32)
         if b == "gemv":
             return ref_matmul.quant_matmul(x, w)
