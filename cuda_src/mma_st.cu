@@ -372,20 +372,21 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     }
     STAMP(4);
     if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..3's
-        float* const red = reinterpret_cast<float*>(smem);     // [WK - 1][kWarps][32][NT 4], over chunk 0
+        // the lane's C of share h > 0: [WK - 1][kWarps][32][NT 4] floats over chunk 0
+        auto slot = [&](int h) { return reinterpret_cast<float*>(smem) + (((h - 1) * kWarps + rw) * 32 + lane) * 4 * NT; };
         __syncthreads();                                       // every warp is done reading the stages
         if (half > 0)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int q = 0; q < 4; ++q) red[(((half - 1) * kWarps + rw) * 32 + lane) * 4 * NT + 4 * nt + q] = acc[nt][q];
+                for (int q = 0; q < 4; ++q) slot(half)[4 * nt + q] = acc[nt][q];
         __syncthreads();
         if (half == 0)
             for (int h = 1; h < WK; ++h)
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) acc[nt][q] += red[(((h - 1) * kWarps + rw) * 32 + lane) * 4 * NT + 4 * nt + q];
+                    for (int q = 0; q < 4; ++q) acc[nt][q] += slot(h)[4 * nt + q];
     }
     finish_block<NT, KS, 128 * WK>(y, acc, smem, row0, m, n);
 }

@@ -199,13 +199,29 @@ def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, wk: int = 
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
 
 
-def mma_st_serves(x, w: QuantTensor) -> bool:
-    """Whether the table's mma_st rows can run this matmul: an sm_90 device, x 16-byte aligned, Q4_K
-    rows 16-byte aligned or a Q6_K tensor ending at a 16-byte boundary, and stages that fit."""
-    if not has_arch_specific() or w.qtype not in MMA_ST_TYPES or x.data.ptr % 16:
-        return False
+def _mma_st_refusal(x, w: QuantTensor):
+    """Why mma_st cannot run this matmul, as the error to raise, or None: it needs an sm_90 device,
+    x 16-byte aligned, and Q4_K rows 16-byte aligned or a Q6_K tensor ending at a 16-byte boundary
+    (Q6_K blocks are copied in 16-byte-aligned windows; a row's ends at the next boundary)."""
+    if not has_arch_specific():
+        return fail("quant_matmul", "force_bucket", "a bucket this device runs (mma_st needs sm_90)", "mma_st")
+    if w.qtype not in MMA_ST_TYPES:
+        return fail("mma_st", "w", f"one of {', '.join(q.name for q in MMA_ST_TYPES)}", w.qtype.name)
+    if x.data.ptr % 16:
+        return fail("quant_matmul", "x", "16-byte aligned for mma_st", f"address {x.data.ptr:#x}")
+    if w.qtype == QType.Q4_K and w.data.data.ptr % 16:
+        return fail("quant_matmul", "w", "16-byte aligned for mma_st", f"address {w.data.data.ptr:#x}")
     end = w.data.data.ptr + w.data.nbytes
-    if (w.data.data.ptr if w.qtype == QType.Q4_K else end) % 16:
+    if w.qtype == QType.Q6_K and end % 16:
+        return fail("mma_st", "w", "a Q6_K tensor whose last 16-byte window ends inside it",
+                    f"{16 - end % 16} bytes past its end")
+    return None
+
+
+def mma_st_serves(x, w: QuantTensor) -> bool:
+    """Whether the table's mma_st rows can run this matmul: nothing to refuse (_mma_st_refusal) and
+    stages that fit."""
+    if _mma_st_refusal(x, w) is not None:
         return False
     m, k = x.shape
     tma = MMA_ST_TMA and mma_st_tma_serves(w)
@@ -220,9 +236,9 @@ def mma_st_tma_serves(w: QuantTensor) -> bool:
 
 
 @cache
-def _mma_st_map(ptr: int, n: int, row_bytes: int, box: int):
+def _mma_st_map(ptr: int, n: int, row_bytes: int):
     """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements), made once per weight."""
-    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (box // 2, MMA_ST_BLOCK_ROWS))
+    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (MMA_ST_TMA_BOX // 2, MMA_ST_BLOCK_ROWS))
 
 
 def mma_st_stage(x):
@@ -248,19 +264,9 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
 
     m, k = x.shape
     n = w.shape[0]
-    if not has_arch_specific():
-        raise fail("quant_matmul", "force_bucket", "a bucket this device runs (mma_st needs sm_90)", "mma_st")
-    if w.qtype not in MMA_ST_TYPES:
-        raise fail("mma_st", "w", f"one of {', '.join(q.name for q in MMA_ST_TYPES)}", w.qtype.name)
-    if w.qtype == QType.Q4_K:
-        check_aligned16(x, w, "mma_st")
-    else:                                           # Q6_K blocks are copied in 16-byte-aligned windows
-        if x.data.ptr % 16:
-            raise fail("quant_matmul", "x", "16-byte aligned for mma_st", f"address {x.data.ptr:#x}")
-        end = w.data.data.ptr + w.data.nbytes       # a row's window ends at the next 16-byte boundary
-        if end % 16:
-            raise fail("mma_st", "w", "a Q6_K tensor whose last 16-byte window ends inside it",
-                       f"{16 - end % 16} bytes past its end")
+    refusal = _mma_st_refusal(x, w)
+    if refusal is not None:
+        raise refusal
     row_bytes = w.data.nbytes // n
     if tma is None:
         tma = MMA_ST_TMA and mma_st_tma_serves(w)
@@ -286,7 +292,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
     if tma:
-        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, MMA_ST_TMA_BOX)
+        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes)
         launch_driver(matmul, grid, (128 * wk,), (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
         return
     matmul(grid, (128,), (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(row_bytes)),
