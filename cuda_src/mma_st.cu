@@ -8,9 +8,9 @@
 //   ask for W while this kernel waits for the one before and quantizes x.
 // mma_st_kernel<T, NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K (T = St4K) or Q6_K (St6K)
 //   blocks; Q4_K rows 16-byte aligned, a Q6_K tensor ending at a 16-byte boundary, so that the last
-//   row's window (its slice rounded out to 16 bytes) stays inside it (ops/matmul.py checks both). grid = (ceil(N / 64), KS), clusters of (1, KS, 1),
-//   block = (128,), dynamic shared memory 64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per =
-//   ceil(K / 256 / KS) (mma_st_lanes.cuh).
+//   row's window (its slice rounded out to 16 bytes) stays inside it (ops/matmul.py checks both).
+//   grid = (ceil(N / 64), KS), clusters of (1, KS, 1), block = (128,), dynamic shared memory
+//   64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per = ceil(K / 256 / KS) (mma_st_lanes.cuh).
 // mma_st_tma_kernel<NT, KS, WK>  the same on Q4_K, W copied by a tensor map (passed by value) in boxes
 //   of 64 rows by two super-blocks, each on its own barrier; block = (128 WK,); dynamic shared memory
 //   ceil(per / 2) 64 kTmaBox + per XStage<NT>::kBytes bytes. Off in the table (ops/matmul.py MMA_ST_TMA).

@@ -293,7 +293,7 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
     from test_mma_st_lanes import image_values, stage_x_image
     rng = np.random.default_rng(splits)
     for n, k, m in ((328, 1280, 16), (200, 4096, 5), (64, 256, 32)):
-        if splits > k // 256 or mm.mma_st_smem(-(-m // 8), k, splits, qtype) > mm.MMA_ST_SMEM_CAP:
+        if splits > k // 256 or not mm.mma_st_fits(-(-m // 8), k, splits, qtype, False):
             continue                    # no super-block for some split, or the stages do not fit
         w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
         ref_w = w.dequantize(np.float64)
@@ -310,26 +310,36 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
 
 
 @gpu
-@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
-@pytest.mark.parametrize("n,k", [(40, 2048), (300, 768), (1000, 4096), (4096, 12288), (77, 6144)])
-def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
-    """mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the
-    same products in the same order as mma_st_kernel: the same bits at every split that fits, M
-    1..32, N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's
-    second block missing); and near float64. A Q6_K weight is refused by name before any launch."""
+def test_mma_st_tma_refuses_q6k():
+    """The tensor-map kernel serves Q4_K only: a Q6_K weight forced on it is refused by name before
+    any launch."""
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
     from glimmer_cupy.ops._check import OpArgumentError
+    n, k = 77, 6144
+    blocks = random_blocks(QType.Q6_K, n, k, np.random.default_rng(3), 0.05)
+    w_dev = QuantTensor("w", QType.Q6_K, (n, k), blocks).to_device()
+    assert not mm.mma_st_tma_serves(w_dev)
+    with pytest.raises(OpArgumentError, match=r"mma_st: w must be a 16-byte aligned Q4_K tensor for the "
+                                              r"tensor-map kernel, got Q6_K at 0x[0-9a-f]+"):
+        mm.mma_st(cupy.empty((16, n), np.float32), cupy.zeros((16, k), np.float32), w_dev, tma=True)
+
+
+@gpu
+@pytest.mark.parametrize("n,k", [(40, 2048), (300, 768), (1000, 4096), (4096, 12288), (77, 6144)])
+def test_mma_st_tma_gives_the_bulk_kernels_bits(n, k):
+    """mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the
+    same products in the same order as mma_st_kernel: the same bits at every split that fits, M
+    1..32, N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's
+    second block missing); and near float64."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    qtype = QType.Q4_K
     rng = np.random.default_rng(n + k)
     w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
     w_dev = w.to_device()
-    if qtype == QType.Q6_K:
-        assert not mm.mma_st_tma_serves(w_dev)
-        with pytest.raises(OpArgumentError, match=r"mma_st: w must be a 16-byte aligned Q4_K tensor for the "
-                                                  r"tensor-map kernel, got Q6_K at 0x[0-9a-f]+"):
-            mm.mma_st(cupy.empty((16, n), np.float32), cupy.zeros((16, k), np.float32), w_dev, tma=True)
-        return
     ref_w = w.dequantize(np.float64)
     for m in (1, 3, 9, 16, 17, 32):
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
