@@ -58,6 +58,10 @@ def _driver():
                                      ctypes.c_void_p]
     lib.cuLaunchKernelEx.restype = ctypes.c_int
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+    lib.cuTensorMapEncodeTiled.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p,
+                                           u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
     return lib
 
 
@@ -118,9 +122,14 @@ def _launch_ex(ptr: int, what: str, grid, block, args, shared_mem: int, attrs: l
     lib = _driver()
     rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ptr, params, None)
     if rc:
-        err = ctypes.c_char_p()
-        lib.cuGetErrorName(rc, ctypes.byref(err))
-        raise KernelLaunchError(f"{what} failed: {(err.value or b'?').decode()} ({rc})")
+        raise KernelLaunchError(f"{what} failed: {_error_name(rc)} ({rc})")
+
+
+def _error_name(rc: int) -> str:
+    """The driver's name of a CUresult (CUDA_ERROR_...)."""
+    err = ctypes.c_char_p()
+    _driver().cuGetErrorName(rc, ctypes.byref(err))
+    return (err.value or b"?").decode()
 
 
 def launch_pdl(fn, name: str, grid, block, args, shared_mem: int = 0) -> None:
@@ -192,21 +201,14 @@ def tensor_map_2d(ptr: int, dims: tuple[int, int], row_stride: int, box: tuple[i
     zeros where a box reaches past the array. Returns its 128 bytes as a ctypes array (a kernel
     argument); a refusal raises KernelLaunchError with the driver's error name."""
     lib = _driver()
-    fn = lib.cuTensorMapEncodeTiled
-    u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                   ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    fn.restype = ctypes.c_int
     raw = ctypes.create_string_buffer(128 + 64)                # the driver wants it 64-byte aligned
     at = (ctypes.addressof(raw) + 63) // 64 * 64
-    rc = fn(ctypes.c_void_p(at), dtype, 2, ctypes.c_void_p(ptr), (ctypes.c_uint64 * 2)(*dims),
-            (ctypes.c_uint64 * 1)(row_stride), (ctypes.c_uint32 * 2)(*box), (ctypes.c_uint32 * 2)(1, 1), 0, 0,
-            l2_promotion, 0)
+    rc = lib.cuTensorMapEncodeTiled(ctypes.c_void_p(at), dtype, 2, ctypes.c_void_p(ptr), (ctypes.c_uint64 * 2)(*dims),
+                                    (ctypes.c_uint64 * 1)(row_stride), (ctypes.c_uint32 * 2)(*box),
+                                    (ctypes.c_uint32 * 2)(1, 1), 0, 0, l2_promotion, 0)
     if rc:
-        err = ctypes.c_char_p()
-        lib.cuGetErrorName(rc, ctypes.byref(err))
         raise KernelLaunchError(f"cuTensorMapEncodeTiled(dims {dims}, row stride {row_stride}, box {box}) failed: "
-                                f"{(err.value or b'?').decode()} ({rc})")
+                                f"{_error_name(rc)} ({rc})")
     words = (ctypes.c_uint64 * 16)()
     ctypes.memmove(words, at, 128)
     return words
