@@ -9,7 +9,8 @@ each row, so that drift shows. Prints the ratio to M = 1 that the bar (<= 1.3x) 
         [--shapes NxK,...] [--tma] [--out FILE.json]
 
 --tma adds mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk) at its rule's splits
-and at each forced split, with one warp (WK = 1) and two warps (WK = 2) a 16 rows of W.
+and at each forced split, in each block shape "RGxWK" it is compiled for (matmul.MMA_ST_TMA_SHAPES:
+16 RG rows of W a block, WK warps a 16 rows), and each shape on x's images made before.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def main(argv=None) -> int:
             def bucket(b):
                 return timed(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=b))
 
-            def st(ks, tma=False, wk=1):
-                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma, wk=wk))
+            def st(ks, tma=False, wk=1, rg=4, xst=None):
+                return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma, wk=wk, rg=rg,
+                                                     xst=None if xst is None else xst[i]))
 
             staged = [matmul.mma_st_stage(x) for x in xs]       # x's images made before, as codes are at M = 1
 
@@ -85,17 +87,19 @@ def main(argv=None) -> int:
                        rule_us=[st(None)], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
                        mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={},
                        prestaged_us=timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])),
-                       tma_splits=None, tma_us=None, tma_split_us={})
+                       tma_splits=None, tma_us=None, tma_split_us={}, tma_staged_us={})
             if a.tma and matmul.mma_st_tma_serves(ws[0]):
                 row["tma_splits"] = matmul.mma_st_config(m, n, k, qtype, True)[1]
                 row["tma_us"] = st(None, True)
                 got = cupy.empty((m, n), np.float32)
                 matmul.mma_st(got, xs[0], ws[0], tma=True)
                 row["tma_err"] = float(cupy.abs(got - want).max() / cupy.abs(want).max())
-                for ks in splits:
-                    if ks <= k // 256 and matmul.mma_st_fits(-(-m // 8), k, ks, qtype, True):
-                        row["tma_split_us"][ks] = st(ks, True)
-                        row["tma_split_us"][f"{ks} wk2"] = st(ks, True, 2)
+                for rg, wk in sorted(matmul.MMA_ST_TMA_SHAPES):
+                    shape = f"{rg}x{wk}"
+                    row["tma_staged_us"][shape] = st(None, True, wk, rg, staged)
+                    for ks in splits:
+                        if ks <= k // 256 and matmul.mma_st_fits(-(-m // 8), k, ks, qtype, True, rg, wk):
+                            row["tma_split_us"][f"{ks} {shape}"] = st(ks, True, wk, rg)
             for ks in splits:
                 if ks > k // 256:
                     continue
@@ -117,7 +121,8 @@ def main(argv=None) -> int:
                              for s, (t, e) in row["split_us"].items()), flush=True)
             if row["tma_us"] is not None:
                 print(f"    tma rule (ks {row['tma_splits']}) {row['tma_us']:6.1f} = {row['tma_us'] / m1:.2f}x M=1 "
-                      f"(err {row['tma_err']:.0e}) | " + " ".join(f"ks {s}: {t:6.1f}" for s, t in row["tma_split_us"].items()),
+                      f"(err {row['tma_err']:.0e}) | " + " ".join(f"ks {s}: {t:6.1f}" for s, t in row["tma_split_us"].items())
+                      + " | x staged before: " + " ".join(f"{s} {t:6.1f}" for s, t in row["tma_staged_us"].items()),
                       flush=True)
         ws = xs = outs = None           # this shape's buffers go before the next one's
         cupy.get_default_memory_pool().free_all_blocks()

@@ -11,6 +11,8 @@ Arms:
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
   tma 32
   tma wk2       tma with two warps to each 16 rows of W (MMA_ST_WK = 2)
+  tma 2x2       tma with blocks of 32 rows of W (MMA_ST_RG = 2), two warps (2x4: four) to each 16
+  tma 2x4
   head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,
                 88% of copy, in the thirty-third session's stamps); run it with --batch 1 too
 
@@ -61,6 +63,8 @@ ARMS = {
     "before": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K_BEFORE), "q6k": Q6K_BEFORE}},
     "tma": {(matmul, "MMA_ST_TMA"): True},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_WK"): 2},
+    "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},
+    "tma 2x4": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 4},
     "table 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}},
     "tma 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (matmul, "MMA_ST_TMA"): True},
     "head st": {(Linear, "__call__"): head_on_mma_st},

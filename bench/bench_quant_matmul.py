@@ -77,7 +77,7 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
                "dequant_cublas": "mma", "mma_kq": "gemv_kq",
-               "mma_dq": "mma_kq", "mma_wg": "dequant_cublas"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
+               "mma_dq": "mma_kq", "mma_st": "mma_kq", "mma_wg": "dequant_cublas"}[b] if m in (8, 16, 17, 64, 512) or b == "gemv_kq" else None
         if alt_bucket:                           # --alt: this bucket beside the table's, where it serves
             alt = alt_bucket if alt_bucket != b else alt
         alt = alt if alt and serves(alt, q, m) and (baselines or alt_bucket) else None

@@ -4,10 +4,11 @@ kernel. The call runs as decode runs it: a PDL graph of calls over weights rotat
 stamps are those of the graph's last call. Printed in µs from the earliest stamp of that call (the
 stage kernel's or the matmul's first block): min / p10 / median / p90 / max over the blocks.
 
-    PYTHONPATH=$PWD python3 bench/probe_mma_st.py [-DNAME ...] [TYPE:N:K:M[:SPLITS[:TMA]] ...]
+    PYTHONPATH=$PWD python3 bench/probe_mma_st.py [-DNAME ...] [TYPE:N:K:M[:SPLITS[:TMA[:RG:WK]]] ...]
 
 (SPLITS 0 or absent: mma_st_config's rule; TMA 1: mma_st_tma_kernel (Q4_K), whose stage 3 is the first
-chunk landed; -DNAME: mma_st.cu built with that switch.)
+chunk landed, RG:WK its block shape (matmul.MMA_ST_TMA_SHAPES; default 4:1); -DNAME: mma_st.cu built
+with that switch.)
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ CASES = ("Q4_K:4096:4096:16", "Q4_K:4096:4096:1", "Q4_K:4096:4096:16:2", "Q4_K:4
          "Q4_K:4096:4096:16:0:1", "Q4_K:4096:4096:16:2:1", "Q4_K:24576:4096:16:0:1")
 
 
-def probe(qtype: QType, n: int, k: int, m: int, splits, tma: bool = False, launches: int = 20) -> None:
+def probe(qtype: QType, n: int, k: int, m: int, splits, tma: bool = False, rg: int = 4, wk: int = 1,
+          launches: int = 20) -> None:
     import cupy
     rng = np.random.default_rng(5)
     ws = weight_sets(qtype, n, k, rng)
@@ -49,7 +51,7 @@ def probe(qtype: QType, n: int, k: int, m: int, splits, tma: bool = False, launc
     m1 = m1_us(ws, rng, 50, 5)
 
     def call(i):
-        matmul.mma_st(outs[i], xs[i], ws[i], splits=splits, tma=tma)
+        matmul.mma_st(outs[i], xs[i], ws[i], splits=splits, tma=tma, rg=rg, wk=wk)
     with overlapped(True):
         us = graph_time_us(call, len(ws), launches, 5)
     mod = build.load_module("mma_st", None, matmul.mma_st_exprs(qtype))
@@ -61,11 +63,11 @@ def probe(qtype: QType, n: int, k: int, m: int, splits, tma: bool = False, launc
     mat, stage = s[:STAGE_ROW], s[STAGE_ROW:]
     mat, stage = mat[mat[:, 0] > 0], stage[stage[:, 0] > 0]
     t0 = min(mat[:, 0].min(), stage[:, 0].min() if len(stage) else mat[:, 0].min())
-    nt, ks = matmul.mma_st_config(m, n, k, qtype, tma)
+    nt, ks = matmul.mma_st_config(m, n, k, qtype, tma, rg, wk)
     ks = splits or ks
-    print(f"{qtype.name} {n}x{k} M={m} splits={ks}{' tma' if tma else ''} blocks={len(mat)} (stage kernel {len(stage)}): "
-          f"{us:.1f} us a call in the graph, the table's M = 1 {m1:.1f} us; "
-          f"smem {matmul.mma_st_smem(nt, k, ks, qtype, tma)} B a block", flush=True)
+    print(f"{qtype.name} {n}x{k} M={m} splits={ks}{f' tma {rg}x{wk}' if tma else ''} blocks={len(mat)} "
+          f"(stage kernel {len(stage)}): {us:.1f} us a call in the graph, the table's M = 1 {m1:.1f} us; "
+          f"smem {matmul.mma_st_smem(nt, k, ks, qtype, tma, rg, wk)} B a block", flush=True)
     if len(stage):
         print("  x stage kernel:")
         print_stages(stage[:, :3], t0, STAGE_X, indent="    ")
@@ -85,7 +87,8 @@ def main(argv=None) -> int:
     for case in cases:
         parts = case.split(":")
         probe(QType[parts[0]], int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]) if len(parts) > 4 and
-              int(parts[4]) else None, len(parts) > 5 and parts[5] == "1")
+              int(parts[4]) else None, len(parts) > 5 and parts[5] == "1",
+              *(int(v) for v in parts[6:8]))
         import cupy
         cupy.get_default_memory_pool().free_all_blocks()
     return 0

@@ -3,6 +3,7 @@
 // quad of lanes that holds a row of a C fragment (attention_mma_frag.cuh).
 #pragma once
 #include "attention_mma_frag.cuh"
+#include "cluster.cuh"
 
 namespace amma {
 
@@ -14,16 +15,11 @@ __device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_gene
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int n) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
-// The same copy with an L2 eviction policy (createpolicy's 64-bit descriptor), e.g. evict-first for
-// bytes read once, so that they leave L2 before the lines other work reuses.
+// The same copy with an L2 eviction policy (createpolicy's 64-bit descriptor: cluster.cuh's
+// l2_evict_first_policy for bytes read once).
 __device__ __forceinline__ void cp_async16_hint(u32 dst, const void* src, int n, unsigned long long policy) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src), "r"(n),
                  "l"(policy) : "memory");
-}
-__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
-    unsigned long long p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

@@ -124,6 +124,26 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
                      : "=r"(done) : "r"(a), "r"(parity) : "memory");
 }
 
+// `bytes` (a multiple of 16, both ends 16-byte aligned) global -> this block's shared memory,
+// counted on bar as they land
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// the same with an L2 policy (createpolicy's 64-bit descriptor, e.g. l2_evict_first_policy)
+__device__ __forceinline__ void bulk_copy_hint(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
+                                               unsigned long long policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
+}
+// an L2 policy for bytes read once: they leave L2 before the lines other work reuses
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads) of `threads` threads (a multiple of 32) of this block: the
 // threads that reach it first wait for the rest
 __device__ __forceinline__ void bar_sync(int id, int threads) {

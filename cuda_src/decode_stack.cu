@@ -80,10 +80,8 @@ enum Bar { bQkv, bO, bGu, bD, xQkv, xPart, xAtt, xO, xAct, xDown, kBars };
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
     const unsigned piece = STACK_CHUNK > 0 ? (unsigned)STACK_CHUNK : bytes;
     for (unsigned at = 0; at < bytes; at += piece)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_addr(static_cast<unsigned char*>(dst) + at)),
-                     "l"(static_cast<const unsigned char*>(src) + at), "r"(min(piece, bytes - at)),
-                     "r"(smem_addr(bar)) : "memory");
+        bulk_copy(static_cast<unsigned char*>(dst) + at, static_cast<const unsigned char*>(src) + at,
+                  min(piece, bytes - at), bar);
 }
 
 // int8 codes of v[0, n) * scale * (w ? w : 1) per 32 values, n % 32 == 0; out (if given) gets the values.

@@ -45,23 +45,12 @@
 // Both types pass their GPU tests (tests/test_quant_matmul.py) and run from quant_matmul's bucket
 // table (measured: bench/results/quant_matmul_v5.md, quant_matmul_q6k.md); their loads,
 // fragments, staging and arithmetic are also checked on the CPU (tests/test_mma_kq_frag.py).
+#include "mma_int8.cuh"
 #include "mma_kq_frag.cuh"
 #include "pdl.cuh"
 
 constexpr int kMmaWarps = 8;
 static_assert(32 * kMmaWarps == gguf::kStageThreads, "the block stages x with all its threads");
-
-__device__ __forceinline__ void mma_s8_k32(int (&c)[4], const unsigned (&a)[4], gguf::u32x2 b) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
-}
-__device__ __forceinline__ void mma_s8_k16(int (&c)[4], const unsigned (&a)[2], unsigned b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b), "r"(0));
-}
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
@@ -83,7 +72,7 @@ struct Warp {                                // the warp-wide steps mma_kq_frag.
         mma_s8_k32(c, a, b);
     }
     __device__ __forceinline__ void mma16(int (&c)[4], const unsigned (&a)[2], unsigned b) const {
-        mma_s8_k16(c, a, b);
+        mma_s8_k16(c, a[0], a[1], b);
     }
     __device__ __forceinline__ unsigned shfl_header(const gguf::MmaQ4K& w, int r, int lane) const {
         return __shfl_sync(0xffffffffu, w.hw[r], lane);

@@ -28,37 +28,13 @@
 // partial sums through distributed shared memory in rank order, so the bits do not depend on timing.
 // Rows of W past N copy row N - 1 and are not stored.
 #include "cluster.cuh"
+#include "mma_int8.cuh"
 #include "mma_st_lanes.cuh"
 #include "pdl.cuh"
 #include "stamps.cuh"
 
 namespace mst {
 
-__device__ __forceinline__ void mma_u8s8_k32(int (&c)[4], const u32 (&a)[4], u32x2 b) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
-}
-__device__ __forceinline__ void mma_s8s8_k16(int (&c)[4], u32 a0, u32 a1, u32 b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(b), "r"(0));
-}
-
-// `bytes` (a multiple of 16, both ends 16-byte aligned) global -> this block's shared memory,
-// counted on bar as they land
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-// the same with an L2 policy (createpolicy), for bytes read once
-__device__ __forceinline__ void bulk_copy_hint(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
-                                               unsigned long long policy) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1], %2, [%3], %4;"
-                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
-}
 // the tensor map's box at element coordinates (c0, c1) -> this block's shared memory (128-byte
 // aligned), counted on bar as bytes (the whole box, zeros included)
 __device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int c0, int c1, unsigned long long* bar,
@@ -69,12 +45,6 @@ __device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int c
 }
 // a CUtensorMap (the driver's 128-byte descriptor, made by ops/matmul.py), passed by value
 struct alignas(64) TensorMap { unsigned long long words[16]; };
-
-__device__ __forceinline__ unsigned long long evict_first_policy() {
-    unsigned long long p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
 
 }  // namespace mst
 
@@ -159,8 +129,8 @@ __device__ __forceinline__ void super_block(mst::St4K, const unsigned char* cons
     for (int nt = 0; nt < NT; ++nt) {
         const u32 bm = b_mins<NT>(xs, nt, g, t);
         int hi[4], lo[4];
-        mma_s8s8_k16(hi, sc.mhi[0], sc.mhi[1], bm);
-        mma_s8s8_k16(lo, sc.mlo[0], sc.mlo[1], bm);
+        mma_s8_k16(hi, sc.mhi[0], sc.mhi[1], bm);
+        mma_s8_k16(lo, sc.mlo[0], sc.mlo[1], bm);
         finish(acc[nt], main[nt], hi, lo, sc, x_scales<NT>(xs, nt, t));
     }
 }
@@ -179,7 +149,7 @@ __device__ __forceinline__ void super_block_q6k(const unsigned char* const (&blk
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             int c[4];
-            mma_s8s8_k16(c, a0, a1, q6_b<NT>(xs, nt, G, g, t));
+            mma_s8_k16(c, a0, a1, q6_b<NT>(xs, nt, G, g, t));
             add_scaled(sum[nt], c, s2);
         }
     }
@@ -204,13 +174,14 @@ __device__ __forceinline__ void super_block(mst::St6K, const unsigned char* cons
 // The block's C out: stored (KS = 1), or each rank's share of the rows summed over the cluster's
 // partials in rank order through distributed shared memory (smem: the stages, free by now)
 // C's places: acc[nt] = (row g: x rows 8 nt + 2t, 2t + 1), (row g + 8: the same)
-// Only warps 0..3 hold C (kThreads: the block's threads; every one takes part in the cluster sum).
-template <int NT, int KS, int kThreads = 128>
+// Only warps 0..RG - 1 hold C, of the block's 16 RG rows (kThreads: the block's threads; every one
+// takes part in the cluster sum).
+template <int NT, int KS, int kThreads = 128, int RG = mst::kWarps>
 __device__ __forceinline__ void finish_block(float* __restrict__ y, const float (&acc)[NT][4], unsigned char* smem,
                                              int row0, int m, int n) {
     using namespace mst;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const bool holds = warp < kWarps;
+    const bool holds = warp < RG;
     if (KS == 1) {
         if (!holds) return;
 #pragma unroll
@@ -224,7 +195,7 @@ __device__ __forceinline__ void finish_block(float* __restrict__ y, const float 
         return;
     }
     constexpr int kCols = 8 * NT;
-    float* part = reinterpret_cast<float*>(smem);              // [kRows][kCols], over the first stage
+    float* part = reinterpret_cast<float*>(smem);              // [16 RG][kCols], over the first stage
     __syncthreads();                                           // every warp is done reading the stages
     if (holds)
 #pragma unroll
@@ -234,7 +205,7 @@ __device__ __forceinline__ void finish_block(float* __restrict__ y, const float 
                 part[(16 * warp + g + 8 * (q >> 1)) * kCols + 8 * nt + 2 * t + (q & 1)] = acc[nt][q];
     cluster_sync();
     STAMP(5);
-    cluster_sum_rows<KS, kRows, kCols, kThreads>(y, part, row0, m, n);
+    cluster_sum_rows<KS, 16 * RG, kCols, kThreads>(y, part, row0, m, n);
     cluster_sync();                                            // no block leaves while another reads it
     STAMP(6);
 }
@@ -274,7 +245,7 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
     __syncthreads();
     // W: a row's slice in one copy, from every thread; no kernel writes W, so before the wait
     if (count > 0) {
-        const unsigned long long policy = evict_first_policy();
+        const unsigned long long policy = l2_evict_first_policy();
         for (int r = tid; r < kRows; r += 128) {
             const unsigned long long a = first_block(r);
             const unsigned bytes = ((unsigned)(a & 15u) + count * T::kBlock + 15u) & ~15u;
@@ -308,26 +279,28 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
 }
 
 // mma_st_kernel on Q4_K with W copied by the tensor map `wmap` (u16 elements: dim 0 a row's bytes / 2,
-// dim 1 the N rows): per chunk of kChunkSb super-blocks one copy of 64 rows, each on its own barrier,
-// so the warps multiply a chunk as soon as it has landed while the rest stream in. x's images join
-// their chunk's barrier after the wait. Shared memory: ceil(per / kChunkSb) chunks of kRows x kTmaBox
-// bytes, then per XStage<NT> images. WK warps share each 16 rows, warp w taking the chunks j with
-// j % WK == w / 4 (block = 128 WK threads), their sums added in shared memory in that order: more
-// warps an SM where one block fills its shared memory.
-template <int NT, int KS, int WK>
-__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(128 * WK, 1)
+// dim 1 the N rows): a block's 16 RG rows (RG = 4 as mma_st_kernel, or 2: twice the blocks, so a
+// 4096-row matrix fills the SMs), per chunk of kChunkSb super-blocks one copy of those rows, each on
+// its own barrier, so the warps multiply a chunk as soon as it has landed while the rest stream in.
+// x's images join their chunk's barrier after the wait. Shared memory: ceil(per / kChunkSb) chunks of
+// 16 RG x kTmaBox bytes, then per XStage<NT> images. WK warps share each 16 rows, warp w taking the
+// chunks j with j % WK == w / RG (block = 32 RG WK threads), their sums added in shared memory in that
+// order. The multiplies issue ~340 instructions a warp per super-block at NT = 2 (SASS), so a block
+// of 64 rows by 16 super-blocks keeps its SM's schedulers busy ~4 us: more warps, and more SMs.
+template <int NT, int KS, int RG, int WK>
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * RG * WK, 1)
 mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const __grid_constant__ mst::TensorMap wmap,
                   int m, int n, int k) {
     using namespace mst;
     using T = St4K;
-    constexpr int kX = XStage<NT>::kBytes, kBox = kTmaBox, kChunk = kRows * kBox;
+    constexpr int kX = XStage<NT>::kBytes, kBox = kTmaBox, kBlockRows = 16 * RG, kChunk = kBlockRows * kBox;
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ unsigned long long bars[kMaxChunks];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int half = warp / kWarps, rw = warp % kWarps;        // the warp's share of chunks, its rows
+    const int half = warp / RG, rw = warp % RG;                // the warp's share of chunks, its rows
     const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
     const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
-    const int chunks = (count + kChunkSb - 1) / kChunkSb, row0 = blockIdx.x * kRows;
+    const int chunks = (count + kChunkSb - 1) / kChunkSb, row0 = blockIdx.x * kBlockRows;
     unsigned char* const xbase = smem + (per + kChunkSb - 1) / kChunkSb * kChunk;
 
 #ifndef MMA_ST_NO_RELEASE
@@ -342,7 +315,7 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     // W before the wait (no kernel writes it): thread 0 arrives once a chunk, expecting its box and
     // the x images that join it after the wait
     if (tid == 0) {
-        const unsigned long long policy = evict_first_policy();
+        const unsigned long long policy = l2_evict_first_policy();
         for (int j = 0; j < chunks; ++j) {
             const int blocks = min(kChunkSb, count - kChunkSb * j);
             mbar_arrive_expect_tx(&bars[j], kChunk + blocks * kX);
@@ -371,9 +344,9 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
         }
     }
     STAMP(4);
-    if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..3's
-        // the lane's C of share h > 0: [WK - 1][kWarps][32][NT 4] floats over chunk 0
-        auto slot = [&](int h) { return reinterpret_cast<float*>(smem) + (((h - 1) * kWarps + rw) * 32 + lane) * 4 * NT; };
+    if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..RG - 1's
+        // the lane's C of share h > 0: [WK - 1][RG][32][NT 4] floats over chunk 0
+        auto slot = [&](int h) { return reinterpret_cast<float*>(smem) + (((h - 1) * RG + rw) * 32 + lane) * 4 * NT; };
         __syncthreads();                                       // every warp is done reading the stages
         if (half > 0)
 #pragma unroll
@@ -388,15 +361,16 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
 #pragma unroll
                     for (int q = 0; q < 4; ++q) acc[nt][q] += slot(h)[4 * nt + q];
     }
-    finish_block<NT, KS, 128 * WK>(y, acc, smem, row0, m, n);
+    finish_block<NT, KS, 32 * RG * WK, RG>(y, acc, smem, row0, m, n);
 }
 
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_ST(T, NT, KS) template __global__ void mma_st_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
     const unsigned char*, int, int, int, long long);
-#define MMA_ST_TMA1(NT, KS, WK) template __global__ void mma_st_tma_kernel<NT, KS, WK>(float*, const unsigned char*, \
-    const __grid_constant__ mst::TensorMap, int, int, int);
-#define MMA_ST_TMA(NT, KS) MMA_ST_TMA1(NT, KS, 1) MMA_ST_TMA1(NT, KS, 2)
+#define MMA_ST_TMA1(NT, KS, RG, WK) template __global__ void mma_st_tma_kernel<NT, KS, RG, WK>(float*, \
+    const unsigned char*, const __grid_constant__ mst::TensorMap, int, int, int);
+#define MMA_ST_TMA(NT, KS) MMA_ST_TMA1(NT, KS, 4, 1) MMA_ST_TMA1(NT, KS, 4, 2) MMA_ST_TMA1(NT, KS, 2, 2) \
+    MMA_ST_TMA1(NT, KS, 2, 4)
 #define MMA_ST_KS(NT) MMA_ST(St4K, NT, 1) MMA_ST(St4K, NT, 2) MMA_ST(St4K, NT, 4) MMA_ST(St4K, NT, 8) \
     MMA_ST(St6K, NT, 1) MMA_ST(St6K, NT, 2) MMA_ST(St6K, NT, 4) MMA_ST(St6K, NT, 8) \
     MMA_ST_TMA(NT, 1) MMA_ST_TMA(NT, 2) MMA_ST_TMA(NT, 4) MMA_ST_TMA(NT, 8) \

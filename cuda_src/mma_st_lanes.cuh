@@ -80,8 +80,8 @@ GQ_HD int row_stride(int per) {
 }
 
 // mma_st_tma_kernel's W (Q4_K): per chunk of kChunkSb super-blocks one tensor-map copy of a box of
-// kRows rows by kTmaBox bytes from the chunk's first block (past a row's end or past N the box is
-// zeros), landing as kRows rows at that stride: 288 = 32 mod 128 for the 8-byte A loads (row_stride's
+// the block's rows (64 or 32) by kTmaBox bytes from the chunk's first block (past a row's end or past
+// N the box is zeros), landing as rows at that stride: 288 = 32 mod 128 for the 8-byte A loads (row_stride's
 // rule). A box starts at a 16-byte boundary of the row, as every Q4_K chunk does (144 is 9 x 16); on
 // the H100 a tensor copy whose start is not one stopped the kernel with an illegal instruction (a
 // Q6_K build, bench/results/NOTES.md, forty-ninth session).

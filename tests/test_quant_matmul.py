@@ -312,7 +312,7 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
 @gpu
 def test_mma_st_tma_refuses_q6k():
     """The tensor-map kernel serves Q4_K only: a Q6_K weight forced on it is refused by name before
-    any launch."""
+    any launch; so is a block shape (rg, wk) it was not compiled for."""
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
@@ -324,6 +324,10 @@ def test_mma_st_tma_refuses_q6k():
     with pytest.raises(OpArgumentError, match=r"mma_st: w must be a 16-byte aligned Q4_K tensor for the "
                                               r"tensor-map kernel, got Q6_K at 0x[0-9a-f]+"):
         mm.mma_st(cupy.empty((16, n), np.float32), cupy.zeros((16, k), np.float32), w_dev, tma=True)
+    q4 = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, np.random.default_rng(4), 0.05))
+    with pytest.raises(OpArgumentError, match=r"mma_st: \(rg, wk\) must be one of \[.*\], got \(2, 1\)"):
+        mm.mma_st(cupy.empty((16, n), np.float32), cupy.zeros((16, k), np.float32), q4.to_device(), tma=True,
+                  rg=2, wk=1)
 
 
 @gpu
@@ -332,7 +336,8 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(n, k):
     """mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the
     same products in the same order as mma_st_kernel: the same bits at every split that fits, M
     1..32, N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's
-    second block missing); and near float64."""
+    second block missing); and near float64. With warps sharing rows (wk), the bits do not depend
+    on the block's rows (rg)."""
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
@@ -354,13 +359,21 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(n, k):
             what = (qtype.name, m, n, k, ks)
             assert np.array_equal(cupy.asnumpy(got), cupy.asnumpy(want)), what
             assert nmse(cupy.asnumpy(got), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
-            # two warps a 16 rows, alternate chunks, their sums added after: near float64, the same bits twice
+            # two warps a 16 rows, alternate chunks, their sums added after: near float64, the same bits twice,
+            # and the same bits from blocks of 32 rows; four warps a 16 rows (32-row blocks) likewise
             got2 = cupy.full((m, n), np.nan, np.float32)
             mm.mma_st(got2, x, w_dev, splits=ks, tma=True, wk=2)
             assert nmse(cupy.asnumpy(got2), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
-            again = cupy.full((m, n), np.nan, np.float32)
-            mm.mma_st(again, x, w_dev, splits=ks, tma=True, wk=2)
-            assert np.array_equal(cupy.asnumpy(got2), cupy.asnumpy(again)), what
+            for rg in (4, 2):
+                again = cupy.full((m, n), np.nan, np.float32)
+                mm.mma_st(again, x, w_dev, splits=ks, tma=True, wk=2, rg=rg)
+                assert np.array_equal(cupy.asnumpy(got2), cupy.asnumpy(again)), what + (rg,)
+            if mm.mma_st_fits(nt, k, ks, qtype, True, 2, 4):
+                got4, again = (cupy.full((m, n), np.nan, np.float32) for _ in range(2))
+                mm.mma_st(got4, x, w_dev, splits=ks, tma=True, wk=4, rg=2)
+                mm.mma_st(again, x, w_dev, splits=ks, tma=True, wk=4, rg=2)
+                assert nmse(cupy.asnumpy(got4), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+                assert np.array_equal(cupy.asnumpy(got4), cupy.asnumpy(again)), what
 
 
 @gpu

@@ -136,9 +136,12 @@ MMA_ST_TMA_BOX = 288                # kTmaBox
 MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})
 MMA_ST_TMA = False                  # the table's Q4_K mma_st rows on mma_st_tma_kernel
 MMA_ST_WK = 1                       # WK: warps that share each 16 rows of W, taking alternate chunks
+MMA_ST_RG = 4                       # RG: the tensor-map kernel's rows of W a block, in 16s
+MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) compiled (mma_st.cu)
 
 
-def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False) -> tuple[int, int]:
+def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
+                  wk: int = 1) -> tuple[int, int]:
     """(n-tiles of x, K splits) for mma_st: the fewest splits (a cluster of at most 8 blocks along K)
     whose blocks' rows fit shared memory. Measured on an H100 (bench/results/ab_mma_st_*_h100.txt,
     M = 16, µs): Q4_K 4096x4096 8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6,
@@ -147,16 +150,16 @@ def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool =
     nt = -(-m // 8)
     nsb = k // 256
     ks = 1
-    while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and not mma_st_fits(nt, k, ks, qtype, tma):
+    while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and not mma_st_fits(nt, k, ks, qtype, tma, rg, wk):
         ks *= 2
     return nt, ks
 
 
-def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool) -> bool:
+def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool, rg: int = 4, wk: int = 1) -> bool:
     """Whether a block's share (K / ks super-blocks) fits shared memory (and, for the tensor-map
     kernel, its barriers)."""
     per = -(-(k // 256) // ks)
-    return (mma_st_smem(nt, k, ks, qtype, tma) <= MMA_ST_SMEM_CAP and
+    return (mma_st_smem(nt, k, ks, qtype, tma, rg, wk) <= MMA_ST_SMEM_CAP and
             (not tma or -(-per // MMA_ST_CHUNK_SB) <= MMA_ST_MAX_CHUNKS))
 
 
@@ -170,30 +173,34 @@ def mma_st_row_stride(per: int, qtype: QType = QType.Q4_K) -> int:
     return rs
 
 
-def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool = False) -> int:
+def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
+                wk: int = 1) -> int:
     """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice (or, for
-    mma_st_tma_kernel, its chunks' boxes), then x's images of its super-blocks."""
+    mma_st_tma_kernel, its 16 rg rows' chunks' boxes), then x's images of its super-blocks; at least
+    the tensor-map kernel's slots for the sums of its wk - 1 other warps a row set."""
     per = -(-(k // 256) // ks)
-    rows = (-(-per // MMA_ST_CHUNK_SB) * MMA_ST_TMA_BOX if tma else mma_st_row_stride(per, qtype))
-    return MMA_ST_BLOCK_ROWS * rows + per * MMA_ST_X_BYTES * nt
+    if not tma:
+        return MMA_ST_BLOCK_ROWS * mma_st_row_stride(per, qtype) + per * MMA_ST_X_BYTES * nt
+    stages = 16 * rg * -(-per // MMA_ST_CHUNK_SB) * MMA_ST_TMA_BOX + per * MMA_ST_X_BYTES * nt
+    return max(stages, (wk - 1) * rg * 32 * 4 * nt * 4)
 
 
 def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
     """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
     lanes = MMA_ST_LANES[qtype][0]
     nts = range(1, MMA_ST_ROWS // 8 + 1)
-    tma = (tuple(f"mma_st_tma_kernel<{i}, {j}, {wk}>" for i in nts for j in (1, 2, 4, 8) for wk in (1, 2))
-           if qtype in MMA_ST_TMA_TYPES else ())
+    tma = (tuple(f"mma_st_tma_kernel<{i}, {j}, {rg}, {wk}>" for i in nts for j in (1, 2, 4, 8)
+                 for rg, wk in sorted(MMA_ST_TMA_SHAPES)) if qtype in MMA_ST_TMA_TYPES else ())
     return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8)) + tma
             + tuple(f"mma_st_stage_x_kernel<{i}>" for i in nts))
 
 
 @cache
-def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, wk: int = 1):
+def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, rg: int = 4, wk: int = 1):
     """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
     lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
-    name = f"mma_st_tma_kernel<{nt}, {ks}, {wk}>" if tma else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>"
+    name = f"mma_st_tma_kernel<{nt}, {ks}, {rg}, {wk}>" if tma else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>"
     kern = get_kernel("mma_st", name, name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
@@ -225,8 +232,9 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
         return False
     m, k = x.shape
     tma = MMA_ST_TMA and mma_st_tma_serves(w)
-    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma)
-    return mma_st_fits(nt, k, ks, w.qtype, tma)
+    rg, wk = (MMA_ST_RG, MMA_ST_WK) if tma else (4, 1)
+    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
+    return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
 
 def mma_st_tma_serves(w: QuantTensor) -> bool:
@@ -236,9 +244,10 @@ def mma_st_tma_serves(w: QuantTensor) -> bool:
 
 
 @cache
-def _mma_st_map(ptr: int, n: int, row_bytes: int):
-    """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements), made once per weight."""
-    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (MMA_ST_TMA_BOX // 2, MMA_ST_BLOCK_ROWS))
+def _mma_st_map(ptr: int, n: int, row_bytes: int, rows: int = MMA_ST_BLOCK_ROWS):
+    """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements; boxes of `rows` rows),
+    made once per weight."""
+    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (MMA_ST_TMA_BOX // 2, rows))
 
 
 def mma_st_stage(x):
@@ -252,14 +261,15 @@ def mma_st_stage(x):
 
 
 def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: bool | None = None,
-           wk: int | None = None) -> None:
+           wk: int | None = None, rg: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
     aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
     (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
     (mma_st_tma_kernel; Q4_K only); None: MMA_ST_TMA where it serves.
-    `wk`: the tensor-map kernel's warps per 16 rows of W (1 or 2; None: MMA_ST_WK)."""
+    `wk`, `rg`: the tensor-map kernel's warps per 16 rows of W and rows of W a block in 16s, a pair
+    of MMA_ST_TMA_SHAPES (None: MMA_ST_WK, MMA_ST_RG)."""
     import cupy
 
     m, k = x.shape
@@ -273,28 +283,31 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     elif tma and not mma_st_tma_serves(w):
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K tensor for the tensor-map kernel",
                    f"{w.qtype.name} at {w.data.data.ptr:#x}")
-    nt, ks = mma_st_config(m, n, k, w.qtype, tma)
+    wk = MMA_ST_WK if wk is None else wk
+    rg = MMA_ST_RG if rg is None else rg
+    if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
+        raise fail("mma_st", "(rg, wk)", f"one of {sorted(MMA_ST_TMA_SHAPES)}", (rg, wk))
+    rg, wk = (rg, wk) if tma else (4, 1)
+    nt, ks = mma_st_config(m, n, k, w.qtype, tma, rg, wk)
     if splits is not None:
         if splits not in (1, 2, 4, 8):
             raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
         ks = splits
     nsb = k // 256
-    smem = mma_st_smem(nt, k, ks, w.qtype, tma)
-    if not mma_st_fits(nt, k, ks, w.qtype, tma):
+    smem = mma_st_smem(nt, k, ks, w.qtype, tma, rg, wk)
+    if not mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk):
         raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
                    f"{MMA_ST_SMEM_CAP})", k)
-    wk = MMA_ST_WK if wk is None else wk
-    if wk not in (1, 2):
-        raise fail("mma_st", "wk", "1 or 2", wk)
-    matmul, stage = _mma_st_module(w.qtype, nt, ks, tma, wk if tma else 1)
+    matmul, stage = _mma_st_module(w.qtype, nt, ks, tma, rg, wk)
     if xst is None:
         xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
-    grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
     if tma:
-        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes)
-        launch_driver(matmul, grid, (128 * wk,), (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
+        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, 16 * rg)
+        launch_driver(matmul, (-(-n // (16 * rg)), ks), (32 * rg * wk,),
+                      (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
         return
+    grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
     matmul(grid, (128,), (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(row_bytes)),
            shared_mem=smem)
 
