@@ -30,6 +30,7 @@
 #include "cluster.cuh"
 #include "mma_int8.cuh"
 #include "mma_st_lanes.cuh"
+#include "mma_st_stage.cuh"
 #include "pdl.cuh"
 #include "stamps.cuh"
 
@@ -66,7 +67,6 @@ __global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __re
     const int item = blockIdx.x * 4 + (threadIdx.x >> 5);
     const int nsb = k >> 8, r = item % (8 * NT), sb = item / (8 * NT);
     if (sb >= nsb) return;
-    unsigned char* st = xst + (long long)sb * XStage<NT>::kBytes;
     float v[8];
     if (r < m) {
         const float4* src = reinterpret_cast<const float4*>(x + (long long)r * k + 256 * sb + 8 * lane);
@@ -76,30 +76,7 @@ __global__ void __launch_bounds__(128) mma_st_stage_x_kernel(unsigned char* __re
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = 0.f;
     }
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float inv = amax > 0.f ? __fdiv_rn(127.f, amax) : 0.f;
-    u32 word[2] = {0u, 0u};
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int c = (int)rintf(__fmul_rn(v[i], inv));
-        sum += c;
-        word[i >> 2] |= ((u32)c & 0xFFu) << (8 * (i & 3));
-    }
-    const int j = lane >> 2;                                   // the sub-block; lanes 4j..4j+3 hold it
-    *reinterpret_cast<uint2*>(st + XStage<NT>::kCodes + 256 * r + 32 * (j ^ (r & 7)) + 8 * (lane & 3)) =
-        make_uint2(word[0], word[1]);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if ((lane & 3) == 0) {                                      // (hi, lo) = (sum >> 6, sum & 63)
-        const unsigned short pair = (unsigned short)(((u32)(sum >> 6) & 0xFFu) | ((u32)(sum & 63) << 8));
-        *reinterpret_cast<unsigned short*>(st + XStage<NT>::kMins + 16 * r + 2 * j) = pair;
-    }
-    if (lane == 0) *reinterpret_cast<float*>(st + XStage<NT>::kScales + 4 * r) = __fdiv_rn(amax, 127.f);
+    stage_row(xst + (long long)sb * XStage<NT>::kBytes, v, r, NT);
     STAMP_ROW(kStageStampRow + blockIdx.x, 2);
 }
 
