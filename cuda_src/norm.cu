@@ -4,6 +4,9 @@
 //   add_rms_norm_kernel<T, VEC, Q8>  residual += delta; out = rms_norm(residual) * weight
 //   Q8 (VEC = 4, float, d % 32 == 0): also out's int8 codes per 32 values (xq, xd, xs, q8.cuh), the
 //   input of the next dp4a GEMV, in the same pass.
+//   ST (VEC = 4, float, d a multiple of 256 and at least 1024, so one row a block): also out's images
+//   for mma_st (mma_st_stage.cuh) at xst, st_rows = 8 n-tiles rows of them, the rows past `rows` zeros:
+//   the stage launch of a matmul of 4..16 rows made here instead.
 //
 // Launch (both): a row is handled by blockDim.x threads (a multiple of 32: one warp up to the
 // whole block), blockDim.y rows per block, blockDim.x * blockDim.y <= 1024.
@@ -17,6 +20,7 @@
 // warps through shared memory. x is read twice (sum, then scale): the second read hits L1/L2.
 // T is the storage type of x / residual / delta / out (float for now); weight is float.
 //
+#include "mma_st_stage.cuh"
 #include "q8.cuh"
 #include "pdl.cuh"
 
@@ -85,10 +89,30 @@ __device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, c
     }
 }
 
-template <typename T, int VEC, bool Q8>
+// The block's row of out (written by its threads before the barrier) as mma_st's images: a warp a
+// super-block; the blocks of rows r < st_rows - rows also write row rows + r's images as zeros.
+__device__ __forceinline__ void stage_out_row(const float* orow, int row, int rows, int d, unsigned char* xst,
+                                              int st_rows) {
+    __syncthreads();
+    const int nt = st_rows >> 3, lane = threadIdx.x & 31;
+    const long long image = (long long)mst::XStage<1>::kBytes * nt;
+    for (int sb = threadIdx.x >> 5; sb < (d >> 8); sb += blockDim.x >> 5) {
+        const float4* src = reinterpret_cast<const float4*>(orow + 256 * sb + 8 * lane);
+        const float4 p = src[0], q = src[1];
+        const float v[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+        mst::stage_row(xst + sb * image, v, row, nt);
+        if (row + rows < st_rows) {
+            const float zero[8] = {};
+            mst::stage_row(xst + sb * image, zero, row + rows, nt);
+        }
+    }
+}
+
+template <typename T, int VEC, bool Q8, bool ST>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(
     T* __restrict__ out, const T* __restrict__ x, const float* __restrict__ weight,
-    int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs) {
+    int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd, float* __restrict__ xs,
+    unsigned char* __restrict__ xst, int st_rows) {
     typedef Pack<T, VEC> PT;
     typedef Pack<float, VEC> PF;
     __shared__ float red[32];
@@ -115,13 +139,14 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(
     const float inv = rsqrtf(ss / (float)d + eps);
     scale_row<T, VEC, Q8>(out + (long long)row * d, x + (long long)row * d, weight, inv, nv,
                           xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
+    if constexpr (ST) stage_out_row(out + (long long)row * d, row, rows, d, xst, st_rows);
 }
 
-template <typename T, int VEC, bool Q8>
+template <typename T, int VEC, bool Q8, bool ST>
 __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     T* __restrict__ out, T* __restrict__ residual, const T* __restrict__ delta,
     const float* __restrict__ weight, int rows, int d, float eps, int* __restrict__ xq, float* __restrict__ xd,
-    float* __restrict__ xs) {
+    float* __restrict__ xs, unsigned char* __restrict__ xst, int st_rows) {
     typedef Pack<T, VEC> PT;
     __shared__ float red[32];
     const int row = blockIdx.x * blockDim.y + threadIdx.y;
@@ -172,13 +197,15 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
         }
     // past those, each thread re-reads exactly the elements it wrote above: no barrier is needed
     scale_row<T, VEC, Q8>(orow, residual + (long long)row * d, weight, inv, nv, rq, rd, rs, KP * blockDim.x);
+    if constexpr (ST) stage_out_row(orow, row, rows, d, xst, st_rows);
 }
 
 #ifdef GLIMMER_INSTANTIATE
-#define NORMS(VEC, Q8) \
-    template __global__ void rms_norm_kernel<float, VEC, Q8>(float*, const float*, const float*, int, int, float, \
-                                                             int*, float*, float*); \
-    template __global__ void add_rms_norm_kernel<float, VEC, Q8>(float*, float*, const float*, const float*, int, \
-                                                                 int, float, int*, float*, float*);
-NORMS(1, false) NORMS(4, false) NORMS(4, true)
+#define NORMS(VEC, Q8, ST) \
+    template __global__ void rms_norm_kernel<float, VEC, Q8, ST>(float*, const float*, const float*, int, int, \
+                                                                 float, int*, float*, float*, unsigned char*, int); \
+    template __global__ void add_rms_norm_kernel<float, VEC, Q8, ST>(float*, float*, const float*, const float*, \
+                                                                     int, int, float, int*, float*, float*, \
+                                                                     unsigned char*, int);
+NORMS(1, false, false) NORMS(4, false, false) NORMS(4, true, false) NORMS(4, true, true)
 #endif

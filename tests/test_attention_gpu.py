@@ -1067,7 +1067,7 @@ def gemma_decode(prompt: int, width: int, mode: str, path: dict, steps: int = 4,
 
     def host_codes(res):
         # a copy now: a graph's replays write the same code buffers every step
-        return None if res is None or not hasattr(res, "q") else Q8Rows(None, *(cupy.asnumpy(a) for a in res[1:]))
+        return None if res is None or not hasattr(res, "q") else Q8Rows(None, *(cupy.asnumpy(a) for a in res[1:4]))
 
     stream = cupy.cuda.Stream(non_blocking=True)
     tab_d = cupy.asarray(table)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from glimmer_cupy import ops
-from glimmer_cupy.ops.q8 import Q8Rows, plain, wants_q8
+from glimmer_cupy.ops.q8 import ST_ROWS, Q8Rows, plain, staged_bytes, wants_q8, wants_staged
 
 gpu = pytest.mark.gpu
 
@@ -22,6 +22,24 @@ def test_host_path_ignores_q8():
 def test_wants_q8():
     assert wants_q8(1, 1024, True) and wants_q8(16, 32, True)
     assert wants_q8(32, 1024, True) and not wants_q8(33, 1024, True) and not wants_q8(4, 1000, True) and not wants_q8(4, 64, False)
+
+
+def test_wants_staged(monkeypatch):
+    """Images are made at the rows the table runs mma_st at (Q4_K's: Q6_K's start at 8), for rows of
+    whole super-blocks at least a block wide, and only where mma_st runs (sm_90)."""
+    from glimmer_cupy.kernels import build
+    from glimmer_cupy.ops.matmul import bucket
+    from glimmer_cupy.weights.quant_tensor import QType
+
+    assert list(ST_ROWS) == [m for m in range(1, 65) if bucket(m, QType.Q4_K) == "mma_st"]
+    assert all(bucket(m, QType.Q6_K) != "mma_st" or m in ST_ROWS for m in range(1, 65))
+    monkeypatch.setattr(build, "has_arch_specific", lambda: True)
+    assert wants_staged(4, 1024, True) and wants_staged(16, 4096, True) and wants_staged(9, 12288, True)
+    assert not wants_staged(3, 4096, True) and not wants_staged(17, 4096, True)
+    assert not wants_staged(8, 576, True) and not wants_staged(8, 768, True) and not wants_staged(8, 4096, False)
+    monkeypatch.setattr(build, "has_arch_specific", lambda: False)
+    assert not wants_staged(16, 4096, True)
+    assert staged_bytes(16, 4096) == 16 * 2208 * 2 and staged_bytes(5, 1024) == 4 * 2208
 
 
 def _same_codes(got: Q8Rows, trait="Q8_0"):
@@ -53,6 +71,38 @@ def test_norms_make_quantize_x_codes(rows, d):
     b = ops.add_rms_norm_(r2, delta, w, 1e-6, q8=True)
     assert bool((a == b.x).all()) and bool((r1 == r2).all())
     _same_codes(b)
+
+
+@gpu
+@pytest.mark.parametrize("rows,d", [(4, 1024), (5, 4096), (9, 2048), (16, 4096), (3, 4096), (17, 4096), (8, 768)])
+def test_norms_make_mma_st_images(rows, d):
+    """At mma_st's rows a norm asked for q8 also makes x's images, byte for byte those of mma_st's
+    own stage launch on its output (the rows past M zeros), and a Q4_K matmul given them returns the
+    bits it returns from the floats; elsewhere it makes none."""
+    import cupy
+
+    from glimmer_cupy.kernels.build import has_arch_specific
+    from glimmer_cupy.ops.matmul import mma_st_stage
+    from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
+    from glimmer_cupy.weights.random_blocks import random_blocks
+
+    if not has_arch_specific():
+        pytest.skip("mma_st's images are made on sm_90 only")
+    rng = np.random.default_rng(rows * d + 1)
+    x = cupy.asarray((rng.standard_normal((rows, d)) * 4).astype(np.float32))
+    w = cupy.asarray((1 + 0.2 * rng.standard_normal(d)).astype(np.float32))
+    delta = cupy.asarray(rng.standard_normal((rows, d)).astype(np.float32))
+    wt = QuantTensor("w", QType.Q4_K, (200, d), random_blocks(QType.Q4_K, 200, d, rng, 0.02)).to_device()
+    made = (ops.rms_norm(x, w, 1e-6, q8=True), ops.add_rms_norm_(x.copy(), delta, w, 1e-6, q8=True))
+    for got in made:
+        assert isinstance(got, Q8Rows)
+        _same_codes(got)
+        if rows not in ST_ROWS or d % 256:
+            assert got.st is None
+            continue
+        want = mma_st_stage(cupy.ascontiguousarray(got.x))
+        assert got.st.shape == want.shape and bool((got.st == want).all()), (rows, d)
+        assert bool((ops.quant_matmul(got, wt) == ops.quant_matmul(got.x, wt)).all()), (rows, d)
 
 
 @gpu

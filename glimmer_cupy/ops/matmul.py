@@ -16,7 +16,7 @@ from ..reference import matmul as ref
 from ..weights.quant_tensor import QType, QuantTensor
 from ._check import F32, check, check_out, fail
 from ._dispatch import host_result, is_host
-from .q8 import Q8Rows, plain
+from .q8 import Q8Rows, plain, staged_bytes
 
 # QType -> trait struct in quant_blocks.cuh
 TRAITS = {q: q.name for q in (QType.F32, QType.F16, QType.BF16, QType.Q4_0, QType.Q4_1, QType.Q5_0,
@@ -726,7 +726,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         mma_wg(out, x, w)
         return out
     if b == "mma_st":
-        mma_st(out, x, w)
+        xst = codes.st if codes is not None else None
+        if xst is not None:
+            check(xst, "quant_matmul", "x.st", dtypes=(np.uint8,), shape=(staged_bytes(m, k),), like=x)
+        mma_st(out, x, w, xst=xst)
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")

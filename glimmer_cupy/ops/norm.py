@@ -12,18 +12,21 @@ from ..kernels.build import get_kernel
 from ..reference import norm as ref
 from ._check import F32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
-from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
+from .q8 import NO_CODES, NO_STAGED, q8_buffers, staged_buffer, wants_q8, wants_staged, with_codes
 
 _CTYPE = {F32: "float"}
-_VARIANTS = ((1, "false"), (4, "false"), (4, "true"))          # (VEC, Q8)
-_EXPRS = tuple(f"{k}<{t}, {v}, {q}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
-               for t in _CTYPE.values() for v, q in _VARIANTS)
+_VARIANTS = ((1, "false", "false"), (4, "false", "false"), (4, "true", "false"), (4, "true", "true"))  # (VEC, Q8, ST)
+_EXPRS = tuple(f"{k}<{t}, {v}, {q}, {st}>" for k in ("rms_norm_kernel", "add_rms_norm_kernel")
+               for t in _CTYPE.values() for v, q, st in _VARIANTS)
+
+
+def _flag(b: bool) -> str:
+    return "true" if b else "false"
 
 
 @cache
-def _kernel(name: str, dtype: np.dtype, vec: int, q8: bool = False):
-    return get_kernel("norm", f"{name}<{_CTYPE[dtype]}, {vec}, {'true' if q8 else 'false'}>",
-                      name_expressions=_EXPRS)
+def _kernel(name: str, dtype: np.dtype, vec: int, q8: bool = False, st: bool = False):
+    return get_kernel("norm", f"{name}<{_CTYPE[dtype]}, {vec}, {_flag(q8)}, {_flag(st)}>", name_expressions=_EXPRS)
 
 
 def _launch_shape(rows: int, d: int, vec: int) -> tuple[tuple[int], tuple[int, int]]:
@@ -46,7 +49,8 @@ def _vec(d: int, *arrays) -> int:
 def rms_norm(x, weight, eps: float, *, out=None, q8: bool = False):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis; x: (..., d), weight: (d,).
     On the GPU, x is float32 and `out` (if given) must not overlap it. q8: for a 2-D x of rows a
-    dp4a GEMV serves, return Q8Rows (the output and its int8 codes, ops/q8.py)."""
+    dp4a GEMV serves, return Q8Rows (the output and its int8 codes, ops/q8.py; and, at the rows the
+    table runs mma_st, its images)."""
     if is_host(x):
         return host_result(ref.rms_norm(x, weight, eps), out)
     return _rms_norm_gpu(x, weight, eps, out, q8)
@@ -71,9 +75,12 @@ def _check_common(op: str, x, xname: str, weight, out):
 
 
 def _codes(q8: bool, x, vec: int):
-    """(q, d, s) buffers when the int8 form is wanted and can be made here, else None."""
+    """(q, d, s) buffers when the int8 form is wanted and can be made here, else None; and (xst,
+    st_rows) when mma_st's images are too, else None."""
     rows, d = (x.shape[0], x.shape[1]) if x.ndim == 2 else (0, 0)
-    return q8_buffers(rows, d) if q8 and wants_q8(rows, d, vec == 4) else None
+    if not (q8 and wants_q8(rows, d, vec == 4)):
+        return None, None
+    return q8_buffers(rows, d), staged_buffer(rows, d) if wants_staged(rows, d, vec == 4) else None
 
 
 def _rms_norm_gpu(x, weight, eps, out, q8=False):
@@ -87,10 +94,15 @@ def _rms_norm_gpu(x, weight, eps, out, q8=False):
         return out
     vec = _vec(d, x, weight, out)
     grid, block = _launch_shape(rows, d, vec)
-    codes = _codes(q8, x, vec)
-    _kernel("rms_norm_kernel", x.dtype, vec, codes is not None)(
-        grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or NO_CODES)))
-    return with_codes(out, codes)
+    codes, staged = _codes(q8, x, vec)
+    _kernel("rms_norm_kernel", x.dtype, vec, codes is not None, staged is not None)(
+        grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or NO_CODES),
+                      *_staged_args(staged)))
+    return with_codes(out, codes, staged)
+
+
+def _staged_args(staged):
+    return NO_STAGED if staged is None else (staged[0], np.int32(staged[1]))
 
 
 def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
@@ -108,8 +120,8 @@ def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
         return out
     vec = _vec(d, residual, delta, weight, out)
     grid, block = _launch_shape(rows, d, vec)
-    codes = _codes(q8, residual, vec)
-    _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None)(
+    codes, staged = _codes(q8, residual, vec)
+    _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None, staged is not None)(
         grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps),
-                      *(codes or NO_CODES)))
-    return with_codes(out, codes)
+                      *(codes or NO_CODES), *_staged_args(staged)))
+    return with_codes(out, codes, staged)
