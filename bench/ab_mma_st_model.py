@@ -13,6 +13,8 @@ Arms:
   tma wk2       tma with two warps to each 16 rows of W (MMA_ST_WK = 2)
   tma 2x2       tma with blocks of 32 rows of W (MMA_ST_RG = 2), two warps (2x4: four) to each 16
   tma 2x4
+  no images     the norms make no mma_st images (each mma_st call stages x in a launch of its own)
+  tma 2x4 no images
   head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,
                 88% of copy, in the thirty-third session's stamps); run it with --batch 1 too
 
@@ -28,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.ops.matmul as matmul  # noqa: E402
+import glimmer_cupy.ops.norm as norm  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 from glimmer_cupy.model.linear import Linear  # noqa: E402
@@ -65,6 +68,9 @@ ARMS = {
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},
     "tma 2x4": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 4},
+    "no images": {(norm, "wants_staged"): lambda *a: False},
+    "tma 2x4 no images": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 4,
+                          (norm, "wants_staged"): lambda *a: False},
     "table 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}},
     "tma 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (matmul, "MMA_ST_TMA"): True},
     "head st": {(Linear, "__call__"): head_on_mma_st},
