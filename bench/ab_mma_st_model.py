@@ -6,8 +6,10 @@ Arms:
   st q4k        Q4_K at 4..16 rows on mma_st, Q6_K on mma_kq
   st both       Q4_K 4..16 and Q6_K 8..16 on mma_st
   before        the table before mma_st: Q4_K mma_kq 4..8 and mma_dq 9..16, Q6_K mma_kq
-  tma           the table with its Q4_K mma_st rows on mma_st_tma_kernel (W by tensor-map boxes,
-                a barrier per chunk of two super-blocks)
+  tma           the table with its Q4_K mma_st rows on mma_st_tma_kernel at 64 rows a block and one
+                warp a 16 rows (W by tensor-map boxes, a barrier per chunk of two super-blocks)
+  tma rule      mma_st_tma_kernel at mma_st_tma_shape's rule (32-row blocks where 64 leave SMs idle)
+  bulk          the Q4_K rows on mma_st_kernel (one copy a row, one barrier)
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
   tma 32
   tma wk2       tma with two warps to each 16 rows of W (MMA_ST_WK = 2)
@@ -64,8 +66,10 @@ ARMS = {
     "st q4k": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K_BEFORE}},
     "st both": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K), "q6k": Q6K}},
     "before": {(matmul, "BUCKETS"): {**with_rows("q4k", Q4K_BEFORE), "q6k": Q6K_BEFORE}},
-    "tma": {(matmul, "MMA_ST_TMA"): True},
-    "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_WK"): 2},
+    "tma": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 1},
+    "tma rule": {(matmul, "MMA_ST_TMA"): True},
+    "bulk": {(matmul, "MMA_ST_TMA"): False},
+    "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},
     "tma 2x4": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 4},
     "no images": {(norm, "wants_staged"): lambda *a: False},

@@ -31,7 +31,7 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
 from glimmer_cupy.ops.matmul import (DOT_TYPES, INT8_BUCKETS, KQ_TYPES, TRAITS, bucket, dequantize,  # noqa: E402
-                                     quantize_x, serves)
+                                     mma_st_stage, quantize_x, serves)
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
@@ -68,11 +68,15 @@ def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_b
         # the int8 buckets read x's codes, which in the model the op before the matmul makes
         # (ops/q8.py); timed that way, and again from float x (a quantize_x launch first)
         codes = [Q8Rows(x, *quantize_x(x, TRAITS[q])) for x in xs] if q in DOT_TYPES else None
-        xin = codes if b in INT8_BUCKETS else xs
+        # mma_st reads x's images per 256 values, which the norms make beside the codes (ops/q8.py)
+        if b == "mma_st" and codes:
+            codes = [c._replace(st=mma_st_stage(c.x)) for c in codes]
+        made = b in INT8_BUCKETS or (b == "mma_st" and codes is not None)
+        xin = codes if made else xs
         with overlapped(pdl):
             us, how = time_us(lambda i: ops.quant_matmul(xin[i], ws[i], out=outs[i]), sets, launches, reps)
             float_us = time_us(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i]), sets, launches,
-                               reps)[0] if b in INT8_BUCKETS and baselines else None
+                               reps)[0] if made and baselines else None
         # the other bucket at the edge Ms, to place the edge by measurement
         # (gemv_kq: the generic int8 GEMV at every M, the kernel it replaced)
         alt = {"gemv_kq": "gemv_dp4a", "gemv_dp4a": "mma", "gemv": "mma", "mma": "dequant_cublas",
@@ -117,7 +121,9 @@ def markdown(meta, rows) -> str:
              "Timing: CUDA graph where the work can be captured; cuBLAS cannot be (CuPy refuses cuBLAS calls"
              " during capture), so those rows queue eagerly behind a spin kernel and time the device only.", "",
              "int8 buckets (gemv_kq, gemv_dp4a, mma_kq) are timed on x with its int8 codes made beforehand, as the"
-             " model calls them; 'from float x' adds the quantize_x launch."
+             " model calls them; 'from float x' adds the quantize_x launch. mma_st likewise on x's images per 256"
+             " values made beforehand, as the norms make them (the gated activations and attention do not yet);"
+             " 'from float x' adds its stage launch."
              + (" Launched with programmatic dependent launch (--pdl): consecutive calls overlap as a decode"
                 " step's kernels do." if any(r.get("pdl") for r in rows) else ""), "",
              "gemv_kq compiled for B blocks per SM (gemv_kq_occ_kernel) at: "

@@ -58,12 +58,13 @@ __device__ __forceinline__ void prefetch_weight(const float* weight, int nv) {
     for (int k = threadIdx.x; k < nv; k += blockDim.x) prefetch_l1(weight + k * VEC);
 }
 
-// out pack k = p * inv * w; with Q8 also its codes. Every lane of the row's warps calls it the same
-// number of times (act false past the row), so the Q8 shuffles see whole groups.
-template <typename T, int VEC, bool Q8>
+// out pack k = p * inv * w; with Q8 also its codes; with ST also into srow (the row in shared
+// memory, for stage_out_row). Every lane of the row's warps calls it the same number of times (act
+// false past the row), so the Q8 shuffles see whole groups.
+template <typename T, int VEC, bool Q8, bool ST = false>
 __device__ __forceinline__ void scale_pack(T* __restrict__ orow, const Pack<T, VEC>& p, bool act, int k,
                                            const float* __restrict__ weight, float inv, int* xq, float* xd,
-                                           float* xs) {
+                                           float* xs, float* srow = nullptr) {
     typedef Pack<T, VEC> PT;
     typedef Pack<float, VEC> PF;
     const unsigned mask = Q8 ? __ballot_sync(0xffffffffu, act) : 0u;
@@ -73,31 +74,34 @@ __device__ __forceinline__ void scale_pack(T* __restrict__ orow, const Pack<T, V
 #pragma unroll
     for (int j = 0; j < VEC; ++j) from_f32(to_f32(p.v[j]) * inv * w.v[j], o.v[j]);
     reinterpret_cast<PT*>(orow)[k] = o;
+    if constexpr (ST) reinterpret_cast<PT*>(srow)[k] = o;
     if constexpr (Q8) q8_lane<4>(o.v, 4 * k, xq, xd, xs, mask);
 }
 
 // out row = x row * inv * w, pack by pack from packs `from` on, x read again
-template <typename T, int VEC, bool Q8>
+template <typename T, int VEC, bool Q8, bool ST = false>
 __device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, const float* __restrict__ weight,
-                                          float inv, int nv, int* xq, float* xd, float* xs, int from = 0) {
+                                          float inv, int nv, int* xq, float* xd, float* xs, int from = 0,
+                                          float* srow = nullptr) {
     typedef Pack<T, VEC> PT;
     const PT* xr = reinterpret_cast<const PT*>(xrow);
     for (int base = from; base < nv; base += blockDim.x) {
         const int k = base + threadIdx.x;
         const bool act = k < nv;
-        scale_pack<T, VEC, Q8>(orow, act ? xr[k] : PT{}, act, k, weight, inv, xq, xd, xs);
+        scale_pack<T, VEC, Q8, ST>(orow, act ? xr[k] : PT{}, act, k, weight, inv, xq, xd, xs, srow);
     }
 }
 
-// The block's row of out (written by its threads before the barrier) as mma_st's images: a warp a
-// super-block; the blocks of rows r < st_rows - rows also write row rows + r's images as zeros.
-__device__ __forceinline__ void stage_out_row(const float* orow, int row, int rows, int d, unsigned char* xst,
+// The block's row of out (srow: its copy in shared memory, written by the block's threads before the
+// barrier) as mma_st's images: a warp a super-block; the blocks of rows r < st_rows - rows also write
+// row rows + r's images as zeros.
+__device__ __forceinline__ void stage_out_row(const float* srow, int row, int rows, int d, unsigned char* xst,
                                               int st_rows) {
     __syncthreads();
     const int nt = st_rows >> 3, lane = threadIdx.x & 31;
     const long long image = (long long)mst::XStage<1>::kBytes * nt;
     for (int sb = threadIdx.x >> 5; sb < (d >> 8); sb += blockDim.x >> 5) {
-        const float4* src = reinterpret_cast<const float4*>(orow + 256 * sb + 8 * lane);
+        const float4* src = reinterpret_cast<const float4*>(srow + 256 * sb + 8 * lane);
         const float4 p = src[0], q = src[1];
         const float v[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
         mst::stage_row(xst + sb * image, v, row, nt);
@@ -137,9 +141,11 @@ __global__ void __launch_bounds__(1024) rms_norm_kernel(
     ss = row_sum(ss, red);
     if (!active) return;
     const float inv = rsqrtf(ss / (float)d + eps);
-    scale_row<T, VEC, Q8>(out + (long long)row * d, x + (long long)row * d, weight, inv, nv,
-                          xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32));
-    if constexpr (ST) stage_out_row(out + (long long)row * d, row, rows, d, xst, st_rows);
+    extern __shared__ __align__(16) float srow[];             // ST: the row (d floats of dynamic shared memory)
+    scale_row<T, VEC, Q8, ST>(out + (long long)row * d, x + (long long)row * d, weight, inv, nv,
+                              xq + (long long)row * nv, xd + (long long)row * (d / 32), xs + (long long)row * (d / 32),
+                              0, srow);
+    if constexpr (ST) stage_out_row(srow, row, rows, d, xst, st_rows);
 }
 
 template <typename T, int VEC, bool Q8, bool ST>
@@ -189,15 +195,17 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(
     int* rq = xq + (long long)row * nv;
     float* rd = xd + (long long)row * (d / 32);
     float* rs = xs + (long long)row * (d / 32);
+    extern __shared__ __align__(16) float srow[];             // ST: the row (d floats of dynamic shared memory)
 #pragma unroll
     for (int i = 0; i < KP; ++i)
         if (i * (int)blockDim.x < nv) {                 // uniform over the row: whole Q8 groups
             const int k = threadIdx.x + i * blockDim.x;
-            scale_pack<T, VEC, Q8>(orow, keep[i], k < nv, k, weight, inv, rq, rd, rs);
+            scale_pack<T, VEC, Q8, ST>(orow, keep[i], k < nv, k, weight, inv, rq, rd, rs, srow);
         }
     // past those, each thread re-reads exactly the elements it wrote above: no barrier is needed
-    scale_row<T, VEC, Q8>(orow, residual + (long long)row * d, weight, inv, nv, rq, rd, rs, KP * blockDim.x);
-    if constexpr (ST) stage_out_row(orow, row, rows, d, xst, st_rows);
+    scale_row<T, VEC, Q8, ST>(orow, residual + (long long)row * d, weight, inv, nv, rq, rd, rs, KP * blockDim.x,
+                              srow);
+    if constexpr (ST) stage_out_row(srow, row, rows, d, xst, st_rows);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -355,14 +355,14 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(n, k):
             want = cupy.full((m, n), np.nan, np.float32)
             got = cupy.full((m, n), np.nan, np.float32)
             mm.mma_st(want, x, w_dev, splits=ks, tma=False)
-            mm.mma_st(got, x, w_dev, splits=ks, tma=True)
+            mm.mma_st(got, x, w_dev, splits=ks, tma=True, rg=4, wk=1)
             what = (qtype.name, m, n, k, ks)
             assert np.array_equal(cupy.asnumpy(got), cupy.asnumpy(want)), what
             assert nmse(cupy.asnumpy(got), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
             # two warps a 16 rows, alternate chunks, their sums added after: near float64, the same bits twice,
             # and the same bits from blocks of 32 rows; four warps a 16 rows (32-row blocks) likewise
             got2 = cupy.full((m, n), np.nan, np.float32)
-            mm.mma_st(got2, x, w_dev, splits=ks, tma=True, wk=2)
+            mm.mma_st(got2, x, w_dev, splits=ks, tma=True, wk=2, rg=4)
             assert nmse(cupy.asnumpy(got2), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
             for rg in (4, 2):
                 again = cupy.full((m, n), np.nan, np.float32)

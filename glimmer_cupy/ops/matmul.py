@@ -123,21 +123,30 @@ MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
-# mma_st_tma_kernel (Q4_K): W by tensor-map boxes, a box of 64 rows by MMA_ST_TMA_BOX bytes per chunk
-# of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
-# first chunk while the rest land. Measured on an H100 at M = 16 (bench/results/
-# ab_mma_st_tma_q4k_85e9067_h100.txt, µs, the bulk kernel beside it): 4096x4096 8.4 at one split
-# (8.3-8.6), 8.0 with WK = 2; 24576x4096 30.8, 28.7 with WK = 2 (30.3-32.0); 4096x12288 22.9 (23.1-23.3).
-# Not in the table: not yet run in a model step or under the graph tests. A Q6_K build (boxes from
-# each chunk's first block, 2 bytes past a 16-byte boundary) stopped with an illegal instruction.
+# mma_st_tma_kernel (Q4_K): W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX bytes per
+# chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
+# first chunk while the rest land; its block shape by mma_st_tma_shape. MMA_ST_TMA puts the table's
+# Q4_K mma_st rows on it. A Q6_K build (boxes from each chunk's first block, 2 bytes past a 16-byte
+# boundary) stopped with an illegal instruction.
 MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
 MMA_ST_TMA_BOX = 288                # kTmaBox
 MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})
 MMA_ST_TMA = False                  # the table's Q4_K mma_st rows on mma_st_tma_kernel
-MMA_ST_WK = 1                       # WK: warps that share each 16 rows of W, taking alternate chunks
-MMA_ST_RG = 4                       # RG: the tensor-map kernel's rows of W a block, in 16s
+MMA_ST_RG = None                    # RG: the tensor-map kernel's rows of W a block, in 16s (None: the rule)
+MMA_ST_WK = None                    # WK: warps that share each 16 rows of W, taking alternate chunks (None: the rule)
 MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) compiled (mma_st.cu)
+
+
+def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None) -> tuple[int, int]:
+    """(RG, WK) of the tensor-map kernel for N rows of W: those given, else MMA_ST_RG / MMA_ST_WK,
+    else the rule: blocks of 32 rows with four warps a 16 rows where 64-row blocks would leave SMs
+    idle, else 64 rows with two. Measured on an H100 at M = 16 (bench/results/
+    ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x / on x's images made before): 4096x4096 6.8 /
+    5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at (4, 1); 4096x12288 20.4 / 18.0 against 21.5 at
+    (4, 2) (four splits); 24576x4096 29.4 / 28.5 against 29.6 / 26.1 at (4, 2)."""
+    rule = (2, 4) if -(-n // MMA_ST_BLOCK_ROWS) < sm_count() else (4, 2)
+    return rg or MMA_ST_RG or rule[0], wk or MMA_ST_WK or rule[1]
 
 
 def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
@@ -232,7 +241,7 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
         return False
     m, k = x.shape
     tma = MMA_ST_TMA and mma_st_tma_serves(w)
-    rg, wk = (MMA_ST_RG, MMA_ST_WK) if tma else (4, 1)
+    rg, wk = mma_st_tma_shape(w.shape[0]) if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
@@ -269,7 +278,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
     (mma_st_tma_kernel; Q4_K only); None: MMA_ST_TMA where it serves.
     `wk`, `rg`: the tensor-map kernel's warps per 16 rows of W and rows of W a block in 16s, a pair
-    of MMA_ST_TMA_SHAPES (None: MMA_ST_WK, MMA_ST_RG)."""
+    of MMA_ST_TMA_SHAPES (None: mma_st_tma_shape's)."""
     import cupy
 
     m, k = x.shape
@@ -283,8 +292,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     elif tma and not mma_st_tma_serves(w):
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K tensor for the tensor-map kernel",
                    f"{w.qtype.name} at {w.data.data.ptr:#x}")
-    wk = MMA_ST_WK if wk is None else wk
-    rg = MMA_ST_RG if rg is None else rg
+    rg, wk = mma_st_tma_shape(n, rg, wk)
     if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
         raise fail("mma_st", "(rg, wk)", f"one of {sorted(MMA_ST_TMA_SHAPES)}", (rg, wk))
     rg, wk = (rg, wk) if tma else (4, 1)

@@ -97,12 +97,17 @@ def _rms_norm_gpu(x, weight, eps, out, q8=False):
     codes, staged = _codes(q8, x, vec)
     _kernel("rms_norm_kernel", x.dtype, vec, codes is not None, staged is not None)(
         grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or NO_CODES),
-                      *_staged_args(staged)))
+                      *_staged_args(staged)), shared_mem=_staged_smem(staged, d))
     return with_codes(out, codes, staged)
 
 
 def _staged_args(staged):
     return NO_STAGED if staged is None else (staged[0], np.int32(staged[1]))
+
+
+def _staged_smem(staged, d: int) -> int:
+    """The row's floats in shared memory, from which a block making images stages them."""
+    return 0 if staged is None else 4 * d
 
 
 def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
@@ -123,5 +128,5 @@ def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
     codes, staged = _codes(q8, residual, vec)
     _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None, staged is not None)(
         grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps),
-                      *(codes or NO_CODES), *_staged_args(staged)))
+                      *(codes or NO_CODES), *_staged_args(staged)), shared_mem=_staged_smem(staged, d))
     return with_codes(out, codes, staged)
