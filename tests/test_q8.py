@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from glimmer_cupy import ops
+from glimmer_cupy.ops.norm import ST_MAX_K, ST_MIN_K
 from glimmer_cupy.ops.q8 import ST_ROWS, Q8Rows, plain, staged_bytes, wants_q8, wants_staged
 
 gpu = pytest.mark.gpu
@@ -26,7 +27,7 @@ def test_wants_q8():
 
 def test_wants_staged(monkeypatch):
     """Images are made at the rows the table runs mma_st at (Q4_K's: Q6_K's start at 8), for rows of
-    whole super-blocks at least a block wide, and only where mma_st runs (sm_90)."""
+    whole super-blocks, and only where mma_st runs (sm_90)."""
     from glimmer_cupy.kernels import build
     from glimmer_cupy.ops.matmul import bucket
     from glimmer_cupy.weights.quant_tensor import QType
@@ -36,8 +37,7 @@ def test_wants_staged(monkeypatch):
     monkeypatch.setattr(build, "has_arch_specific", lambda: True)
     assert wants_staged(4, 1024, True) and wants_staged(16, 4096, True) and wants_staged(9, 12288, True)
     assert not wants_staged(3, 4096, True) and not wants_staged(17, 4096, True)
-    assert not wants_staged(8, 576, True) and not wants_staged(8, 768, True) and not wants_staged(8, 4096, False)
-    assert not wants_staged(8, 12544, True)
+    assert not wants_staged(8, 576, True) and not wants_staged(8, 4096, False) and wants_staged(8, 768, True)
     monkeypatch.setattr(build, "has_arch_specific", lambda: False)
     assert not wants_staged(16, 4096, True)
     assert staged_bytes(16, 4096) == 16 * 2208 * 2 and staged_bytes(5, 1024) == 4 * 2208
@@ -75,11 +75,13 @@ def test_norms_make_quantize_x_codes(rows, d):
 
 
 @gpu
-@pytest.mark.parametrize("rows,d", [(4, 1024), (5, 4096), (9, 2048), (16, 4096), (3, 4096), (17, 4096), (8, 768)])
-def test_norms_make_mma_st_images(rows, d):
-    """At mma_st's rows a norm asked for q8 also makes x's images, byte for byte those of mma_st's
-    own stage launch on its output (the rows past M zeros), and a Q4_K matmul given them returns the
-    bits it returns from the floats; elsewhere it makes none."""
+@pytest.mark.parametrize("rows,d", [(4, 1024), (5, 4096), (9, 2048), (16, 4096), (3, 4096), (17, 4096), (8, 768),
+                                    (12, 1280), (16, 12288)])
+def test_producers_make_mma_st_images(rows, d):
+    """At mma_st's rows a norm or gated activation asked for q8 also makes x's images, byte for byte
+    those of mma_st's own stage launch on its output (the rows past M zeros), and a Q4_K matmul given
+    them returns the bits it returns from the floats; elsewhere (the norms: rows narrower than a
+    block or wider than its shared memory) it makes none."""
     import cupy
 
     from glimmer_cupy.kernels.build import has_arch_specific
@@ -94,16 +96,17 @@ def test_norms_make_mma_st_images(rows, d):
     w = cupy.asarray((1 + 0.2 * rng.standard_normal(d)).astype(np.float32))
     delta = cupy.asarray(rng.standard_normal((rows, d)).astype(np.float32))
     wt = QuantTensor("w", QType.Q4_K, (200, d), random_blocks(QType.Q4_K, 200, d, rng, 0.02)).to_device()
-    made = (ops.rms_norm(x, w, 1e-6, q8=True), ops.add_rms_norm_(x.copy(), delta, w, 1e-6, q8=True))
-    for got in made:
+    made = (ops.rms_norm(x, w, 1e-6, q8=True), ops.add_rms_norm_(x.copy(), delta, w, 1e-6, q8=True),
+            ops.silu_mul(cupy.concatenate([x, delta], 1), q8=True), ops.gelu_mul(cupy.concatenate([delta, x], 1), q8=True))
+    for i, got in enumerate(made):
         assert isinstance(got, Q8Rows)
         _same_codes(got)
-        if not wants_staged(rows, d, True):
-            assert got.st is None, (rows, d)
+        if not wants_staged(rows, d, True) or (i < 2 and not ST_MIN_K <= d <= ST_MAX_K):
+            assert got.st is None, (i, rows, d)
             continue
         want = mma_st_stage(cupy.ascontiguousarray(got.x))
-        assert got.st.shape == want.shape and bool((got.st == want).all()), (rows, d)
-        assert bool((ops.quant_matmul(got, wt) == ops.quant_matmul(got.x, wt)).all()), (rows, d)
+        assert got.st.shape == want.shape and bool((got.st == want).all()), (i, rows, d)
+        assert bool((ops.quant_matmul(got, wt) == ops.quant_matmul(got.x, wt)).all()), (i, rows, d)
 
 
 @gpu

@@ -16,21 +16,21 @@ from ._check import (
     out_or_inplace,
 )
 from ._dispatch import host_result, is_host
-from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
+from .q8 import NO_CODES, q8_buffers, staged_args, staged_buffer, wants_q8, wants_staged, with_codes
 
 _CTYPE = {F32: "float"}
 _GATED = {"silu_mul": "Silu", "gelu_mul": "GeluTanh"}
 _UNARY = {"softcap": "Softcap", "scale": "Scale"}
 _EXPRS = tuple([f"gated_kernel<{a}, {t}, {v}, {q}>" for a in _GATED.values() for t in _CTYPE.values()
-                for v, q in ((1, "false"), (4, "false"), (4, "true"))]
+                for v, q in ((1, "false, false"), (4, "false, false"), (4, "true, false"), (4, "true, true"))]
                + [f"unary_kernel<{a}, {t}, {v}>" for a in _UNARY.values() for t in _CTYPE.values() for v in (1, 4)])
 _THREADS = 256
 _MAX_BLOCKS = 4096          # grid-stride beyond this (about 31 blocks of 256 per H200 SM)
 
 
 @cache
-def _kernel(family: str, functor: str, dtype: np.dtype, vec: int, q8: bool | None = None):
-    tail = "" if q8 is None else f", {'true' if q8 else 'false'}"
+def _kernel(family: str, functor: str, dtype: np.dtype, vec: int, q8: bool | None = None, st: bool = False):
+    tail = "" if q8 is None else f", {'true' if q8 else 'false'}, {'true' if st else 'false'}"
     return get_kernel("activation", f"{family}<{functor}, {_CTYPE[dtype]}, {vec}{tail}>", name_expressions=_EXPRS)
 
 
@@ -84,9 +84,10 @@ def _gated_gpu(op: str, gate_up, out, q8=False):
     vec = 4 if f % 4 == 0 and aligned(gate_up, out) else 1
     grid = (rows, (f // vec + _THREADS - 1) // _THREADS)
     codes = q8_buffers(rows, f) if q8 and gate_up.ndim == 2 and wants_q8(rows, f, vec == 4) else None
-    _kernel("gated_kernel", _GATED[op], gate_up.dtype, vec, codes is not None)(
-        grid, (_THREADS,), (out, gate_up, np.int32(f), *(codes or NO_CODES)))
-    return with_codes(out, codes)
+    staged = staged_buffer(rows, f) if codes is not None and wants_staged(rows, f, vec == 4) else None
+    _kernel("gated_kernel", _GATED[op], gate_up.dtype, vec, codes is not None, staged is not None)(
+        grid, (_THREADS,), (out, gate_up, np.int32(f), *(codes or NO_CODES), *staged_args(staged)))
+    return with_codes(out, codes, staged)
 
 
 def _unary_gpu(op: str, x, a: float, out):

@@ -12,7 +12,10 @@ from ..kernels.build import get_kernel
 from ..reference import norm as ref
 from ._check import F32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
-from .q8 import NO_CODES, NO_STAGED, q8_buffers, staged_buffer, wants_q8, wants_staged, with_codes
+from .q8 import NO_CODES, q8_buffers, staged_args, staged_buffer, wants_q8, wants_staged, with_codes
+
+ST_MIN_K = 1024     # a norm makes mma_st's images for rows of at least this width (one row a block)
+ST_MAX_K = 12288    # and at most this (the row in 48 KB of shared memory)
 
 _CTYPE = {F32: "float"}
 _VARIANTS = ((1, "false", "false"), (4, "false", "false"), (4, "true", "false"), (4, "true", "true"))  # (VEC, Q8, ST)
@@ -80,7 +83,8 @@ def _codes(q8: bool, x, vec: int):
     rows, d = (x.shape[0], x.shape[1]) if x.ndim == 2 else (0, 0)
     if not (q8 and wants_q8(rows, d, vec == 4)):
         return None, None
-    return q8_buffers(rows, d), staged_buffer(rows, d) if wants_staged(rows, d, vec == 4) else None
+    images = ST_MIN_K <= d <= ST_MAX_K and wants_staged(rows, d, vec == 4)
+    return q8_buffers(rows, d), staged_buffer(rows, d) if images else None
 
 
 def _rms_norm_gpu(x, weight, eps, out, q8=False):
@@ -97,12 +101,8 @@ def _rms_norm_gpu(x, weight, eps, out, q8=False):
     codes, staged = _codes(q8, x, vec)
     _kernel("rms_norm_kernel", x.dtype, vec, codes is not None, staged is not None)(
         grid, block, (out, x, weight, np.int32(rows), np.int32(d), np.float32(eps), *(codes or NO_CODES),
-                      *_staged_args(staged)), shared_mem=_staged_smem(staged, d))
+                      *staged_args(staged)), shared_mem=_staged_smem(staged, d))
     return with_codes(out, codes, staged)
-
-
-def _staged_args(staged):
-    return NO_STAGED if staged is None else (staged[0], np.int32(staged[1]))
 
 
 def _staged_smem(staged, d: int) -> int:
@@ -128,5 +128,5 @@ def _add_rms_norm_gpu(residual, delta, weight, eps, out, q8=False):
     codes, staged = _codes(q8, residual, vec)
     _kernel("add_rms_norm_kernel", residual.dtype, vec, codes is not None, staged is not None)(
         grid, block, (out, residual, delta, weight, np.int32(rows), np.int32(d), np.float32(eps),
-                      *(codes or NO_CODES), *_staged_args(staged)), shared_mem=_staged_smem(staged, d))
+                      *(codes or NO_CODES), *staged_args(staged)), shared_mem=_staged_smem(staged, d))
     return with_codes(out, codes, staged)

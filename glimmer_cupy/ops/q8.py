@@ -20,8 +20,6 @@ import numpy as np
 
 Q8_MAX_ROWS = 32              # the widest int8 launch (ops/matmul.py: mma_kq); above it quant_matmul quantizes x itself
 ST_ROWS = range(4, 17)        # rows of x where ops/matmul.py's BUCKETS run mma_st (for Q4_K; Q6_K from 8)
-ST_MIN_K = 1024               # a norm makes images for rows of at least this width (one row a block)
-ST_MAX_K = 12288              # and at most this (the row in 48 KB of shared memory)
 ST_IMAGE_BYTES = 2208         # XStage<1>::kBytes (mma_st_lanes.cuh): a super-block of 8 rows of x
 
 
@@ -53,12 +51,10 @@ def wants_q8(rows: int, k: int, aligned_vec4: bool) -> bool:
 
 
 def wants_staged(rows: int, k: int, aligned_vec4: bool) -> bool:
-    """Whether a norm should make x's mma_st images too: rows the table runs mma_st at, whole
-    super-blocks, rows of one block each (k >= ST_MIN_K) that fit its shared memory (ST_MAX_K), an
-    sm_90 device (mma_st's)."""
+    """Whether a producer of codes should make x's mma_st images too: rows the table runs mma_st at,
+    whole super-blocks, its 4-wide packs, an sm_90 device (mma_st's). (The norms ask more: norm.py.)"""
     from ..kernels.build import has_arch_specific
-    return (rows in ST_ROWS and k % 256 == 0 and ST_MIN_K <= k <= ST_MAX_K and aligned_vec4
-            and has_arch_specific())
+    return rows in ST_ROWS and k % 256 == 0 and aligned_vec4 and has_arch_specific()
 
 
 def staged_bytes(rows: int, k: int) -> int:
@@ -81,7 +77,12 @@ def q8_buffers(rows: int, k: int):
 
 
 NO_CODES = (np.uint64(0),) * 3      # null (q, d, s) pointers for a kernel asked for no codes
-NO_STAGED = (np.uint64(0), np.int32(0))     # null (xst, st_rows) for a norm asked for no images
+NO_STAGED = (np.uint64(0), np.int32(0))     # null (xst, st_rows) for a producer asked for no images
+
+
+def staged_args(staged):
+    """A producer kernel's (xst, st_rows) arguments for staged_buffer's pair, or NO_STAGED."""
+    return NO_STAGED if staged is None else (staged[0], np.int32(staged[1]))
 
 
 def with_codes(out, codes, staged=None):
