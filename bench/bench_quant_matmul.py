@@ -122,7 +122,8 @@ def markdown(meta, rows) -> str:
              " during capture), so those rows queue eagerly behind a spin kernel and time the device only.", "",
              "int8 buckets (gemv_kq, gemv_dp4a, mma_kq) are timed on x with its int8 codes made beforehand, as the"
              " model calls them; 'from float x' adds the quantize_x launch. mma_st likewise on x's images per 256"
-             " values made beforehand, as the norms make them (the gated activations and attention do not yet);"
+             " values made beforehand, as the norms and gated activations make them (attention, for the o projection,"
+             " does not yet);"
              " 'from float x' adds its stage launch."
              + (" Launched with programmatic dependent launch (--pdl): consecutive calls overlap as a decode"
                 " step's kernels do." if any(r.get("pdl") for r in rows) else ""), "",

@@ -125,14 +125,16 @@ MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
 # mma_st_tma_kernel (Q4_K): W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX bytes per
 # chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
-# first chunk while the rest land; its block shape by mma_st_tma_shape. MMA_ST_TMA puts the table's
-# Q4_K mma_st rows on it. A Q6_K build (boxes from each chunk's first block, 2 bytes past a 16-byte
-# boundary) stopped with an illegal instruction.
+# first chunk while the rest land; its block shape by mma_st_tma_shape. The table's Q4_K mma_st rows
+# run it (MMA_ST_TMA): the 8B step of 16 sequences on an H100 took 3,852-3,860 µs with it against
+# 4,009-4,012 on mma_st_kernel (bench/results/ab_mma_st_model_b16_table_3b9c3a1_h100.txt). A Q6_K
+# build (boxes from each chunk's first block, 2 bytes past a 16-byte boundary) stopped with an
+# illegal instruction.
 MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
 MMA_ST_TMA_BOX = 288                # kTmaBox
 MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})
-MMA_ST_TMA = False                  # the table's Q4_K mma_st rows on mma_st_tma_kernel
+MMA_ST_TMA = True                   # the table's Q4_K mma_st rows on mma_st_tma_kernel
 MMA_ST_RG = None                    # RG: the tensor-map kernel's rows of W a block, in 16s (None: the rule)
 MMA_ST_WK = None                    # WK: warps that share each 16 rows of W, taking alternate chunks (None: the rule)
 MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) compiled (mma_st.cu)

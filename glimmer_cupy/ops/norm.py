@@ -15,7 +15,7 @@ from ._dispatch import host_result, is_host
 from .q8 import NO_CODES, q8_buffers, staged_args, staged_buffer, wants_q8, wants_staged, with_codes
 
 ST_MIN_K = 1024     # a norm makes mma_st's images for rows of at least this width (one row a block)
-ST_MAX_K = 12288    # and at most this (the row in 48 KB of shared memory)
+ST_MAX_K = 8192     # and at most this (the row in 32 KB of shared memory: 48 KB less the static)
 
 _CTYPE = {F32: "float"}
 _VARIANTS = ((1, "false", "false"), (4, "false", "false"), (4, "true", "false"), (4, "true", "true"))  # (VEC, Q8, ST)
