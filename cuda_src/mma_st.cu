@@ -11,9 +11,10 @@
 //   row's window (its slice rounded out to 16 bytes) stays inside it (ops/matmul.py checks both).
 //   grid = (ceil(N / 64), KS), clusters of (1, KS, 1), block = (128,), dynamic shared memory
 //   64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per = ceil(K / 256 / KS) (mma_st_lanes.cuh).
-// mma_st_tma_kernel<NT, KS, WK>  the same on Q4_K, W copied by a tensor map (passed by value) in boxes
-//   of 64 rows by two super-blocks, each on its own barrier; block = (128 WK,); dynamic shared memory
-//   ceil(per / 2) 64 kTmaBox + per XStage<NT>::kBytes bytes. Off in the table (ops/matmul.py MMA_ST_TMA).
+// mma_st_tma_kernel<T, NT, KS, RG, WK>  the same, W copied by a tensor map (passed by value) in boxes
+//   of 16 RG rows by two super-blocks, each on its own barrier; grid = (ceil(N / 16 RG), KS), block =
+//   (32 RG WK,); dynamic shared memory ceil(per / 2) 16 RG box_bytes<T>() + per XStage<NT>::kBytes
+//   bytes. The table runs it for Q4_K (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES).
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
@@ -255,22 +256,44 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
     finish_block<NT, KS>(y, acc, smem, row0, m, n);
 }
 
-// mma_st_kernel on Q4_K with W copied by the tensor map `wmap` (u16 elements: dim 0 a row's bytes / 2,
+// One super-block of a chunk: Q4_K as above; a Q6_K block at 4-byte alignment or 2 past it (A)
+template <int NT, int A>
+__device__ __forceinline__ void chunk_block(mst::St4K, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    super_block<NT>(mst::St4K{}, blk, xs, g, t, acc);
+}
+template <int NT, int A>
+__device__ __forceinline__ void chunk_block(mst::St6K, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    super_block_q6k<A, NT>(blk, xs, g, t, acc);
+}
+// A chunk's two super-blocks (the second where the slice has it), the first of alignment A0
+template <class T, int NT, int A0>
+__device__ __forceinline__ void chunk_pair(const unsigned char* const (&b0)[2], const unsigned char* xs, bool second,
+                                           int g, int t, float (&acc)[NT][4]) {
+    constexpr int kX = mst::XStage<NT>::kBytes, A1 = A0 == mst::kAligned ? mst::kOdd : mst::kAligned;
+    chunk_block<NT, A0>(T{}, b0, xs, g, t, acc);
+    if (second) {
+        const unsigned char* const b1[2] = {b0[0] + T::kBlock, b0[1] + T::kBlock};
+        chunk_block<NT, A1>(T{}, b1, xs + kX, g, t, acc);
+    }
+}
+
+// mma_st_kernel with W copied by the tensor map `wmap` (u16 elements: dim 0 a row's bytes / 2,
 // dim 1 the N rows): a block's 16 RG rows (RG = 4 as mma_st_kernel, or 2: twice the blocks, so a
 // 4096-row matrix fills the SMs), per chunk of kChunkSb super-blocks one copy of those rows, each on
 // its own barrier, so the warps multiply a chunk as soon as it has landed while the rest stream in.
 // x's images join their chunk's barrier after the wait. Shared memory: ceil(per / kChunkSb) chunks of
-// 16 RG x kTmaBox bytes, then per XStage<NT> images. WK warps share each 16 rows, warp w taking the
+// 16 RG x box_bytes<T>() bytes, then per XStage<NT> images. WK warps share each 16 rows, warp w taking the
 // chunks j with j % WK == w / RG (block = 32 RG WK threads), their sums added in shared memory in that
 // order. The multiplies issue ~340 instructions a warp per super-block at NT = 2 (SASS), so a block
 // of 64 rows by 16 super-blocks keeps its SM's schedulers busy ~4 us: more warps, and more SMs.
-template <int NT, int KS, int RG, int WK>
+template <class T, int NT, int KS, int RG, int WK>
 __global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * RG * WK, 1)
 mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const __grid_constant__ mst::TensorMap wmap,
                   int m, int n, int k) {
     using namespace mst;
-    using T = St4K;
-    constexpr int kX = XStage<NT>::kBytes, kBox = kTmaBox, kBlockRows = 16 * RG, kChunk = kBlockRows * kBox;
+    constexpr int kX = XStage<NT>::kBytes, kBox = box_bytes<T>(), kBlockRows = 16 * RG, kChunk = kBlockRows * kBox;
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ unsigned long long bars[kMaxChunks];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -296,7 +319,8 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
         for (int j = 0; j < chunks; ++j) {
             const int blocks = min(kChunkSb, count - kChunkSb * j);
             mbar_arrive_expect_tx(&bars[j], kChunk + blocks * kX);
-            tensor_copy_2d(smem + j * kChunk, &wmap, (sb0 + kChunkSb * j) * (T::kBlock / 2), row0, &bars[j], policy);
+            tensor_copy_2d(smem + j * kChunk, &wmap, ((sb0 + kChunkSb * j) * T::kBlock & ~15) / 2, row0, &bars[j],
+                           policy);
         }
     }
     STAMP(1);
@@ -308,17 +332,18 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     const int r_lo = 16 * rw + g, r_hi = r_lo + 8;
+    const bool first_odd = T::kBlock == 210 && (sb0 & 1);     // Q6_K: the chunks' first blocks 2 past alignment
     for (int j = half; j < chunks; j += WK) {
         mbar_wait(&bars[j], 0);
         if (j == 0) STAMP(3);
-        const unsigned char* const base = smem + j * kChunk;
+        const unsigned char* const base = smem + j * kChunk + ((sb0 + kChunkSb * j) * T::kBlock & 15);
         const unsigned char* const b0[2] = {base + r_lo * kBox, base + r_hi * kBox};
         const unsigned char* const xs = xbase + kChunkSb * j * kX;
-        super_block<NT>(T{}, b0, xs, g, t, acc);
-        if (kChunkSb * j + 1 < count) {
-            const unsigned char* const b1[2] = {b0[0] + T::kBlock, b0[1] + T::kBlock};
-            super_block<NT>(T{}, b1, xs + kX, g, t, acc);
-        }
+        const bool second = kChunkSb * j + 1 < count;
+        if (first_odd)
+            chunk_pair<T, NT, kOdd>(b0, xs, second, g, t, acc);
+        else
+            chunk_pair<T, NT, kAligned>(b0, xs, second, g, t, acc);
     }
     STAMP(4);
     if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..RG - 1's
@@ -344,10 +369,11 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
 #ifdef GLIMMER_INSTANTIATE
 #define MMA_ST(T, NT, KS) template __global__ void mma_st_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
     const unsigned char*, int, int, int, long long);
-#define MMA_ST_TMA1(NT, KS, RG, WK) template __global__ void mma_st_tma_kernel<NT, KS, RG, WK>(float*, \
+#define MMA_ST_TMA1(T, NT, KS, RG, WK) template __global__ void mma_st_tma_kernel<mst::T, NT, KS, RG, WK>(float*, \
     const unsigned char*, const __grid_constant__ mst::TensorMap, int, int, int);
-#define MMA_ST_TMA(NT, KS) MMA_ST_TMA1(NT, KS, 4, 1) MMA_ST_TMA1(NT, KS, 4, 2) MMA_ST_TMA1(NT, KS, 2, 2) \
-    MMA_ST_TMA1(NT, KS, 2, 4)
+#define MMA_ST_TMA2(T, NT, KS) MMA_ST_TMA1(T, NT, KS, 4, 1) MMA_ST_TMA1(T, NT, KS, 4, 2) MMA_ST_TMA1(T, NT, KS, 2, 2) \
+    MMA_ST_TMA1(T, NT, KS, 2, 4)
+#define MMA_ST_TMA(NT, KS) MMA_ST_TMA2(St4K, NT, KS) MMA_ST_TMA2(St6K, NT, KS)
 #define MMA_ST_KS(NT) MMA_ST(St4K, NT, 1) MMA_ST(St4K, NT, 2) MMA_ST(St4K, NT, 4) MMA_ST(St4K, NT, 8) \
     MMA_ST(St6K, NT, 1) MMA_ST(St6K, NT, 2) MMA_ST(St6K, NT, 4) MMA_ST(St6K, NT, 8) \
     MMA_ST_TMA(NT, 1) MMA_ST_TMA(NT, 2) MMA_ST_TMA(NT, 4) MMA_ST_TMA(NT, 8) \

@@ -79,15 +79,19 @@ GQ_HD int row_stride(int per) {
     return rs;
 }
 
-// mma_st_tma_kernel's W (Q4_K): per chunk of kChunkSb super-blocks one tensor-map copy of a box of
-// the block's rows (64 or 32) by kTmaBox bytes from the chunk's first block (past a row's end or past
-// N the box is zeros), landing as rows at that stride: 288 = 32 mod 128 for the 8-byte A loads (row_stride's
-// rule). A box starts at a 16-byte boundary of the row, as every Q4_K chunk does (144 is 9 x 16); on
-// the H100 a tensor copy whose start is not one stopped the kernel with an illegal instruction (a
-// Q6_K build, bench/results/NOTES.md, forty-ninth session).
+// mma_st_tma_kernel's W: per chunk of kChunkSb super-blocks one tensor-map copy of a box of the
+// block's rows (64 or 32) by box_bytes<T>() bytes (past a row's end or past N the box is zeros),
+// landing as rows at that stride: 288 = 32 mod 128 for Q4_K's 8-byte loads, 464 an odd multiple of
+// 16 for Q6_K's 4-byte ones (row_stride's rule). A box starts at a 16-byte boundary of the row (on
+// the H100 a tensor copy whose start was not one stopped the kernel with an illegal instruction,
+// bench/results/NOTES.md, forty-ninth session): at the chunk's first block for Q4_K (144 is 9 x 16);
+// for Q6_K at the boundary at or before it, the block at offset o = its byte in the row % 16 (even,
+// at most 14: 14 + 420 bytes fit 464), the second block at o + 210. o % 4 is 2 (sb0 % 2) for every
+// chunk of a block (420 is a multiple of 4), so which of the two is 4-byte aligned is the block's.
 constexpr int kChunkSb = 2;
 constexpr int kMaxChunks = 12;
-constexpr int kTmaBox = 288;
+template <class T>
+GQ_HD constexpr int box_bytes() { return T::kBlock == 144 ? 288 : 464; }
 
 GQ_HD u32 load4(const u8* p) { return gguf::load_vec<u32>(p); }
 

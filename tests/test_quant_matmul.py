@@ -310,19 +310,21 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
 
 
 @gpu
-def test_mma_st_tma_refuses_q6k():
-    """The tensor-map kernel serves Q4_K only: a Q6_K weight forced on it is refused by name before
-    any launch; so is a block shape (rg, wk) it was not compiled for."""
+def test_mma_st_tma_refuses_what_it_cannot_copy():
+    """The tensor-map kernel needs rows of a multiple of 16 bytes (a Q6_K row of 4 super-blocks, 840
+    bytes, is not one) and a block shape (rg, wk) it was compiled for: both refused by name before
+    any launch."""
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
     from glimmer_cupy.ops._check import OpArgumentError
-    n, k = 77, 6144
+    n, k = 77, 1024
     blocks = random_blocks(QType.Q6_K, n, k, np.random.default_rng(3), 0.05)
     w_dev = QuantTensor("w", QType.Q6_K, (n, k), blocks).to_device()
     assert not mm.mma_st_tma_serves(w_dev)
-    with pytest.raises(OpArgumentError, match=r"mma_st: w must be a 16-byte aligned Q4_K tensor for the "
-                                              r"tensor-map kernel, got Q6_K at 0x[0-9a-f]+"):
+    with pytest.raises(OpArgumentError, match=r"mma_st: w must be a 16-byte aligned Q4_K or Q6_K tensor with rows "
+                                              r"of a multiple of 16 bytes for the tensor-map kernel, got Q6_K at "
+                                              r"0x[0-9a-f]+, 840 bytes a row"):
         mm.mma_st(cupy.empty((16, n), np.float32), cupy.zeros((16, k), np.float32), w_dev, tma=True)
     q4 = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, np.random.default_rng(4), 0.05))
     with pytest.raises(OpArgumentError, match=r"mma_st: \(rg, wk\) must be one of \[.*\], got \(2, 1\)"):
@@ -331,9 +333,10 @@ def test_mma_st_tma_refuses_q6k():
 
 
 @gpu
-@pytest.mark.parametrize("n,k", [(40, 2048), (300, 768), (1000, 4096), (4096, 12288), (77, 6144)])
-def test_mma_st_tma_gives_the_bulk_kernels_bits(n, k):
-    """mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K])
+@pytest.mark.parametrize("n,k", [(40, 2048), (300, 4096), (1000, 4096), (4096, 12288), (77, 6144)])
+def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
+    """mma_st_tma_kernel (W by tensor-map boxes, a barrier a chunk of two super-blocks) adds the
     same products in the same order as mma_st_kernel: the same bits at every split that fits, M
     1..32, N below a block's 64 rows and past it, an odd number of super-blocks a split (a chunk's
     second block missing); and near float64. With warps sharing rows (wk), the bits do not depend
@@ -341,7 +344,6 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(n, k):
     import cupy
 
     from glimmer_cupy.ops import matmul as mm
-    qtype = QType.Q4_K
     rng = np.random.default_rng(n + k)
     w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
     w_dev = w.to_device()

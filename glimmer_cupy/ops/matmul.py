@@ -123,7 +123,7 @@ MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
-# mma_st_tma_kernel (Q4_K): W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX bytes per
+# mma_st_tma_kernel: W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX[type] bytes per
 # chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
 # first chunk while the rest land; its block shape by mma_st_tma_shape. The table's Q4_K mma_st rows
 # run it (MMA_ST_TMA): the 8B step of 16 sequences on an H100 took 3,852-3,860 µs with it against
@@ -132,8 +132,8 @@ MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, les
 # illegal instruction.
 MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
-MMA_ST_TMA_BOX = 288                # kTmaBox
-MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})
+MMA_ST_TMA_BOX = {QType.Q4_K: 288, QType.Q6_K: 464}     # box_bytes<T>() in mma_st_lanes.cuh
+MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})      # the types the table runs it for (it serves MMA_ST_TMA_BOX's)
 MMA_ST_TMA = True                   # the table's Q4_K mma_st rows on mma_st_tma_kernel
 MMA_ST_RG = None                    # RG: the tensor-map kernel's rows of W a block, in 16s (None: the rule)
 MMA_ST_WK = None                    # WK: warps that share each 16 rows of W, taking alternate chunks (None: the rule)
@@ -192,7 +192,7 @@ def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool =
     per = -(-(k // 256) // ks)
     if not tma:
         return MMA_ST_BLOCK_ROWS * mma_st_row_stride(per, qtype) + per * MMA_ST_X_BYTES * nt
-    stages = 16 * rg * -(-per // MMA_ST_CHUNK_SB) * MMA_ST_TMA_BOX + per * MMA_ST_X_BYTES * nt
+    stages = 16 * rg * -(-per // MMA_ST_CHUNK_SB) * MMA_ST_TMA_BOX[qtype] + per * MMA_ST_X_BYTES * nt
     return max(stages, (wk - 1) * rg * 32 * 4 * nt * 4)
 
 
@@ -200,8 +200,8 @@ def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
     """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
     lanes = MMA_ST_LANES[qtype][0]
     nts = range(1, MMA_ST_ROWS // 8 + 1)
-    tma = (tuple(f"mma_st_tma_kernel<{i}, {j}, {rg}, {wk}>" for i in nts for j in (1, 2, 4, 8)
-                 for rg, wk in sorted(MMA_ST_TMA_SHAPES)) if qtype in MMA_ST_TMA_TYPES else ())
+    tma = tuple(f"mma_st_tma_kernel<mst::{lanes}, {i}, {j}, {rg}, {wk}>" for i in nts for j in (1, 2, 4, 8)
+                for rg, wk in sorted(MMA_ST_TMA_SHAPES))
     return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8)) + tma
             + tuple(f"mma_st_stage_x_kernel<{i}>" for i in nts))
 
@@ -211,7 +211,8 @@ def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, rg: int = 
     """The matmul instance and the stage kernel; one module per weight type."""
     from cupy_backends.cuda.api import driver
     lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
-    name = f"mma_st_tma_kernel<{nt}, {ks}, {rg}, {wk}>" if tma else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>"
+    name = (f"mma_st_tma_kernel<mst::{lanes}, {nt}, {ks}, {rg}, {wk}>" if tma
+            else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>")
     kern = get_kernel("mma_st", name, name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
@@ -242,23 +243,25 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     if _mma_st_refusal(x, w) is not None:
         return False
     m, k = x.shape
-    tma = MMA_ST_TMA and mma_st_tma_serves(w)
+    tma = MMA_ST_TMA and w.qtype in MMA_ST_TMA_TYPES and mma_st_tma_serves(w)
     rg, wk = mma_st_tma_shape(w.shape[0]) if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
 
 def mma_st_tma_serves(w: QuantTensor) -> bool:
-    """Whether mma_st_tma_kernel can copy W: Q4_K, 16-byte aligned (its rows, 144 bytes a super-block,
-    are then too)."""
-    return w.qtype in MMA_ST_TMA_TYPES and w.data.data.ptr % 16 == 0
+    """Whether mma_st_tma_kernel can copy W: Q4_K or Q6_K, 16-byte aligned, with rows of a multiple
+    of 16 bytes (a tensor map's row stride; every Q4_K row, a Q6_K row of a multiple of 8 super-blocks)."""
+    n = w.shape[0]
+    return (w.qtype in MMA_ST_TMA_BOX and w.data.data.ptr % 16 == 0 and n > 0
+            and w.data.nbytes // n % 16 == 0)
 
 
 @cache
-def _mma_st_map(ptr: int, n: int, row_bytes: int, rows: int = MMA_ST_BLOCK_ROWS):
-    """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements; boxes of `rows` rows),
-    made once per weight."""
-    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (MMA_ST_TMA_BOX // 2, rows))
+def _mma_st_map(ptr: int, n: int, row_bytes: int, rows: int, box: int):
+    """The tensor map of a weight's rows for mma_st_tma_kernel (u16 elements; boxes of `rows` rows by
+    `box` bytes), made once per weight."""
+    return tensor_map_2d(ptr, (row_bytes // 2, n), row_bytes, (box // 2, rows))
 
 
 def mma_st_stage(x):
@@ -278,7 +281,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
     aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
     (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
-    (mma_st_tma_kernel; Q4_K only); None: MMA_ST_TMA where it serves.
+    (mma_st_tma_kernel; rows of a multiple of 16 bytes); None: MMA_ST_TMA for MMA_ST_TMA_TYPES.
     `wk`, `rg`: the tensor-map kernel's warps per 16 rows of W and rows of W a block in 16s, a pair
     of MMA_ST_TMA_SHAPES (None: mma_st_tma_shape's)."""
     import cupy
@@ -290,10 +293,11 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         raise refusal
     row_bytes = w.data.nbytes // n
     if tma is None:
-        tma = MMA_ST_TMA and mma_st_tma_serves(w)
+        tma = MMA_ST_TMA and w.qtype in MMA_ST_TMA_TYPES and mma_st_tma_serves(w)
     elif tma and not mma_st_tma_serves(w):
-        raise fail("mma_st", "w", "a 16-byte aligned Q4_K tensor for the tensor-map kernel",
-                   f"{w.qtype.name} at {w.data.data.ptr:#x}")
+        raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
+                   "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
+                   f"{w.data.nbytes // max(n, 1)} bytes a row")
     rg, wk = mma_st_tma_shape(n, rg, wk)
     if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
         raise fail("mma_st", "(rg, wk)", f"one of {sorted(MMA_ST_TMA_SHAPES)}", (rg, wk))
@@ -313,7 +317,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     if tma:
-        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, 16 * rg)
+        wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, 16 * rg, MMA_ST_TMA_BOX[w.qtype])
         launch_driver(matmul, (-(-n // (16 * rg)), ks), (32 * rg * wk,),
                       (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
         return
