@@ -10,6 +10,7 @@ Arms:
                 warp a 16 rows (W by tensor-map boxes, a barrier per chunk of two super-blocks)
   tma rule      mma_st_tma_kernel at mma_st_tma_shape's rule (32-row blocks where 64 leave SMs idle)
   bulk          the Q4_K rows on mma_st_kernel (one copy a row, one barrier)
+  tma q6k       the Q6_K rows on the tensor-map kernel too
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
   tma 32
   tma wk2       tma with two warps to each 16 rows of W (MMA_ST_WK = 2)
@@ -37,6 +38,7 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 from glimmer_cupy.model.linear import Linear  # noqa: E402
 from glimmer_cupy.ops.q8 import plain  # noqa: E402
+from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 
 _linear_call = Linear.__call__
 
@@ -69,6 +71,7 @@ ARMS = {
     "tma": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 1},
     "tma rule": {(matmul, "MMA_ST_TMA"): True},
     "bulk": {(matmul, "MMA_ST_TMA"): False},
+    "tma q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K, QType.Q6_K})},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},
     "tma 2x4": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 4},

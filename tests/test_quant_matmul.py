@@ -318,7 +318,7 @@ def test_mma_st_tma_refuses_what_it_cannot_copy():
 
     from glimmer_cupy.ops import matmul as mm
     from glimmer_cupy.ops._check import OpArgumentError
-    n, k = 77, 1024
+    n, k = 78, 1024                 # 78 x 840 bytes: the tensor ends at a 16-byte boundary (mma_st's own rule)
     blocks = random_blocks(QType.Q6_K, n, k, np.random.default_rng(3), 0.05)
     w_dev = QuantTensor("w", QType.Q6_K, (n, k), blocks).to_device()
     assert not mm.mma_st_tma_serves(w_dev)
