@@ -127,9 +127,10 @@ MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, les
 # chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
 # first chunk while the rest land; its block shape by mma_st_tma_shape. The table's Q4_K mma_st rows
 # run it (MMA_ST_TMA): the 8B step of 16 sequences on an H100 took 3,852-3,860 µs with it against
-# 4,009-4,012 on mma_st_kernel (bench/results/ab_mma_st_model_b16_table_3b9c3a1_h100.txt). A Q6_K
-# build (boxes from each chunk's first block, 2 bytes past a 16-byte boundary) stopped with an
-# illegal instruction.
+# 4,009-4,012 on mma_st_kernel (bench/results/ab_mma_st_model_b16_table_3b9c3a1_h100.txt). It serves
+# Q6_K too (boxes from the 16-byte boundary at or before a chunk: one starting 2 bytes past it stopped
+# an H100 with an illegal instruction), but the table keeps Q6_K on mma_st_kernel: the step did not
+# move (ab_mma_st_model_b16_q6k_428aa04_h100.txt).
 MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
 MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
 MMA_ST_TMA_BOX = {QType.Q4_K: 288, QType.Q6_K: 464}     # box_bytes<T>() in mma_st_lanes.cuh

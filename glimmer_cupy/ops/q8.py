@@ -8,8 +8,9 @@ their own pass when asked (q8=True) and return Q8Rows; quant_matmul takes Q8Rows
 takes x, and reads the codes in the int8 buckets and x itself in the others. The NumPy path has
 no int8 form: there q8 is ignored.
 
-At the rows where the table runs mma_st (ST_ROWS), the norms also make x's mma_st images (int8 per
-256 values, mma_st_stage.cuh), carried as Q8Rows.st, so that the matmul has no stage launch of its own.
+At the rows where the table runs mma_st (ST_ROWS), the norms and gated activations also make x's
+mma_st images (int8 per 256 values, mma_st_stage.cuh), carried as Q8Rows.st, so that the matmul has
+no stage launch of its own (attention's output does not yet: the o projection stages its x).
 """
 
 from __future__ import annotations
