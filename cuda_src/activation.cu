@@ -81,15 +81,9 @@ __global__ void __launch_bounds__(256) gated_kernel(
         __syncthreads();
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sb = blockIdx.y * 4 + warp;
         if (warp < 4 && sb < f / 256) {
-            const int nt = st_rows >> 3, rows = (int)gridDim.x;
-            unsigned char* const image = xst + (long long)sb * mst::XStage<1>::kBytes * nt;
             const float* src = reinterpret_cast<const float*>(part) + 256 * warp + 8 * lane;
             const float v[8] = {src[0], src[1], src[2], src[3], src[4], src[5], src[6], src[7]};
-            mst::stage_row(image, v, (int)row, nt);
-            if (row + rows < st_rows) {
-                const float zero[8] = {};
-                mst::stage_row(image, zero, (int)row + rows, nt);
-            }
+            mst::stage_row_padded(xst, sb, v, (int)row, (int)gridDim.x, st_rows);
         }
     }
 }

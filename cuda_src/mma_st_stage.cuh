@@ -39,4 +39,19 @@ __device__ __forceinline__ void stage_row(unsigned char* st, const float (&v)[8]
     if (lane == 0) *reinterpret_cast<float*>(st + XStage<1>::kScales * nt + 4 * r) = __fdiv_rn(amax, 127.f);
 }
 
+// A producer's share of super-block sb of xst (images of st_rows = 8 n-tiles rows, `rows` of them
+// real): row `row`'s part from v, and, where row + rows is one of the padding rows past them, that
+// row's zeros (st_rows - rows <= rows for the 4..16 rows images are made at, so the first rows'
+// warps cover them).
+__device__ __forceinline__ void stage_row_padded(unsigned char* xst, int sb, const float (&v)[8], int row, int rows,
+                                                 int st_rows) {
+    const int nt = st_rows >> 3;
+    unsigned char* const image = xst + (long long)sb * XStage<1>::kBytes * nt;
+    stage_row(image, v, row, nt);
+    if (row + rows < st_rows) {
+        const float zero[8] = {};
+        stage_row(image, zero, row + rows, nt);
+    }
+}
+
 }  // namespace mst

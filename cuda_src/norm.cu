@@ -98,17 +98,12 @@ __device__ __forceinline__ void scale_row(T* __restrict__ orow, const T* xrow, c
 __device__ __forceinline__ void stage_out_row(const float* srow, int row, int rows, int d, unsigned char* xst,
                                               int st_rows) {
     __syncthreads();
-    const int nt = st_rows >> 3, lane = threadIdx.x & 31;
-    const long long image = (long long)mst::XStage<1>::kBytes * nt;
+    const int lane = threadIdx.x & 31;
     for (int sb = threadIdx.x >> 5; sb < (d >> 8); sb += blockDim.x >> 5) {
         const float4* src = reinterpret_cast<const float4*>(srow + 256 * sb + 8 * lane);
         const float4 p = src[0], q = src[1];
         const float v[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
-        mst::stage_row(xst + sb * image, v, row, nt);
-        if (row + rows < st_rows) {
-            const float zero[8] = {};
-            mst::stage_row(xst + sb * image, zero, row + rows, nt);
-        }
+        mst::stage_row_padded(xst, sb, v, row, rows, st_rows);
     }
 }
 

@@ -244,10 +244,15 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     if _mma_st_refusal(x, w) is not None:
         return False
     m, k = x.shape
-    tma = MMA_ST_TMA and w.qtype in MMA_ST_TMA_TYPES and mma_st_tma_serves(w)
+    tma = _table_tma(w)
     rg, wk = mma_st_tma_shape(w.shape[0]) if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
+
+
+def _table_tma(w: QuantTensor) -> bool:
+    """Whether the table runs W's mma_st rows on the tensor-map kernel."""
+    return MMA_ST_TMA and w.qtype in MMA_ST_TMA_TYPES and mma_st_tma_serves(w)
 
 
 def mma_st_tma_serves(w: QuantTensor) -> bool:
@@ -294,7 +299,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         raise refusal
     row_bytes = w.data.nbytes // n
     if tma is None:
-        tma = MMA_ST_TMA and w.qtype in MMA_ST_TMA_TYPES and mma_st_tma_serves(w)
+        tma = _table_tma(w)
     elif tma and not mma_st_tma_serves(w):
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
                    "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
