@@ -11,6 +11,8 @@ Arms:
   tma rule      mma_st_tma_kernel at mma_st_tma_shape's rule (32-row blocks where 64 leave SMs idle)
   bulk          the Q4_K rows on mma_st_kernel (one copy a row, one barrier)
   tma q6k       the Q6_K rows on the tensor-map kernel too
+  tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
+                fit: 4096x12288 in two), for the A/B of the ring
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
   tma 32
   tma wk2       tma with two warps to each 16 rows of W (MMA_ST_WK = 2)
@@ -52,6 +54,18 @@ def head_on_mma_st(self, x):
     return _linear_call(self, x)
 
 
+_config = matmul.mma_st_config
+
+
+def split_config(m, n, k, qtype=QType.Q4_K, tma=False, rg=4, wk=1):
+    """mma_st_config as before the tensor-map kernel's ring: K split until every chunk has a stage."""
+    nt, ks = _config(m, n, k, qtype, tma, rg, wk)
+    chunks = lambda ks: -(-(-(-(k // 256) // ks)) // matmul.MMA_ST_CHUNK_SB)  # noqa: E731
+    while tma and ks < matmul.MMA_ST_MAX_SPLITS and matmul.mma_st_stages(nt, k, ks, qtype, rg, wk) < chunks(ks):
+        ks *= 2
+    return nt, ks
+
+
 def with_rows(kind: str, rows: tuple) -> dict:
     """The table with kind's rows replaced."""
     return {**matmul.BUCKETS, kind: rows}
@@ -72,6 +86,7 @@ ARMS = {
     "tma rule": {(matmul, "MMA_ST_TMA"): True},
     "bulk": {(matmul, "MMA_ST_TMA"): False},
     "tma q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K, QType.Q6_K})},
+    "tma split": {(matmul, "mma_st_config"): split_config},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},
     "tma 2x4": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 4},

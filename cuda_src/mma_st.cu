@@ -12,9 +12,9 @@
 //   grid = (ceil(N / 64), KS), clusters of (1, KS, 1), block = (128,), dynamic shared memory
 //   64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per = ceil(K / 256 / KS) (mma_st_lanes.cuh).
 // mma_st_tma_kernel<T, NT, KS, RG, WK>  the same, W copied by a tensor map (passed by value) in boxes
-//   of 16 RG rows by two super-blocks, each on its own barrier; grid = (ceil(N / 16 RG), KS), block =
-//   (32 RG WK,); dynamic shared memory ceil(per / 2) 16 RG box_bytes<T>() + per XStage<NT>::kBytes
-//   bytes. The table runs it for Q4_K (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES).
+//   of 16 RG rows by two super-blocks, each on its own barrier, through a ring of `stages` stages;
+//   grid = (ceil(N / 16 RG), KS), block = (32 RG WK,); dynamic shared memory ops/matmul.py
+//   mma_st_smem's. The table runs it for Q4_K (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES).
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
@@ -47,6 +47,8 @@ __device__ __forceinline__ void tensor_copy_2d(void* dst, const void* map, int c
 }
 // a CUtensorMap (the driver's 128-byte descriptor, made by ops/matmul.py), passed by value
 struct alignas(64) TensorMap { unsigned long long words[16]; };
+// mma_st_tma_kernel's ring: at most this many chunks in a block's shared memory at once
+constexpr int kMaxStages = 16;
 
 }  // namespace mst
 
@@ -281,52 +283,66 @@ __device__ __forceinline__ void chunk_pair(const unsigned char* const (&b0)[2], 
 
 // mma_st_kernel with W copied by the tensor map `wmap` (u16 elements: dim 0 a row's bytes / 2,
 // dim 1 the N rows): a block's 16 RG rows (RG = 4 as mma_st_kernel, or 2: twice the blocks, so a
-// 4096-row matrix fills the SMs), per chunk of kChunkSb super-blocks one copy of those rows, each on
-// its own barrier, so the warps multiply a chunk as soon as it has landed while the rest stream in.
-// x's images join their chunk's barrier after the wait. Shared memory: ceil(per / kChunkSb) chunks of
-// 16 RG x box_bytes<T>() bytes, then per XStage<NT> images. WK warps share each 16 rows, warp w taking the
+// 4096-row matrix fills the SMs), per chunk of kChunkSb super-blocks one copy of those rows and the
+// chunk's x images, into a ring of `stages` stages, each on its own barrier, so the warps multiply a
+// chunk as soon as it has landed while the rest stream in. Where every chunk of the slice has a stage
+// (stages = its chunks) all are asked for at the start; else (stages a multiple of WK, so a stage's
+// chunks all fall to the same warps, in order) the last of a chunk's RG warps to finish it asks for
+// the chunk `stages` on into its stage. So K needs no split to fit shared memory. Shared memory:
+// `stages` boxes of 16 RG x box_bytes<T>() bytes, then the stages' x images (kChunkSb XStage<NT> a
+// stage; where every chunk has one, the slice's per). WK warps share each 16 rows, warp w taking the
 // chunks j with j % WK == w / RG (block = 32 RG WK threads), their sums added in shared memory in that
-// order. The multiplies issue ~340 instructions a warp per super-block at NT = 2 (SASS), so a block
-// of 64 rows by 16 super-blocks keeps its SM's schedulers busy ~4 us: more warps, and more SMs.
+// order, so the bits depend neither on RG nor on the stages. The multiplies issue ~340 instructions a
+// warp per super-block at NT = 2 (SASS), so a block of 64 rows by 16 super-blocks keeps its SM's
+// schedulers busy ~4 us: more warps, and more SMs.
 template <class T, int NT, int KS, int RG, int WK>
 __global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * RG * WK, 1)
 mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const __grid_constant__ mst::TensorMap wmap,
-                  int m, int n, int k) {
+                  int m, int n, int k, int stages) {
     using namespace mst;
     constexpr int kX = XStage<NT>::kBytes, kBox = box_bytes<T>(), kBlockRows = 16 * RG, kChunk = kBlockRows * kBox;
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ unsigned long long bars[kMaxChunks];
+    __shared__ unsigned long long bars[kMaxStages];
+    __shared__ int finished[kMaxStages];                       // warps done with a stage's chunks, all told
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int half = warp / RG, rw = warp % RG;                // the warp's share of chunks, its rows
     const int nsb = k >> 8, per = (nsb + KS - 1) / KS;
     const int sb0 = min(nsb, (int)blockIdx.y * per), count = min(nsb, sb0 + per) - sb0;
     const int chunks = (count + kChunkSb - 1) / kChunkSb, row0 = blockIdx.x * kBlockRows;
-    unsigned char* const xbase = smem + (per + kChunkSb - 1) / kChunkSb * kChunk;
+    const int ring = min(chunks, stages);                      // stages this block fills at its start
+    unsigned char* const xbase = smem + stages * kChunk;
+    const unsigned long long policy = l2_evict_first_policy();
+    // chunk j's W box into its stage, its barrier expecting the box and the chunk's x images
+    auto ask_w = [&](int j) {
+        const int s = j % stages, blocks = min(kChunkSb, count - kChunkSb * j);
+        mbar_arrive_expect_tx(&bars[s], kChunk + blocks * kX);
+        tensor_copy_2d(smem + s * kChunk, &wmap, ((sb0 + kChunkSb * j) * T::kBlock & ~15) / 2, row0, &bars[s], policy);
+    };
+    // super-block i of the slice: its x image into its chunk's stage (after the wait: x is the kernel before's)
+    auto ask_x = [&](int i) {
+        const int j = i / kChunkSb, s = j % stages;
+        bulk_copy(xbase + (kChunkSb * s + i % kChunkSb) * kX, xst + (long long)(sb0 + i) * kX, kX, &bars[s]);
+    };
 
 #ifndef MMA_ST_NO_RELEASE
     pdl_release();
 #endif
     STAMP(0);
     if (tid == 0) {
-        for (int j = 0; j < chunks; ++j) mbar_init(&bars[j], 1);
+        for (int s = 0; s < ring; ++s) {
+            mbar_init(&bars[s], 1);
+            finished[s] = 0;
+        }
         fence_mbarrier_init();
     }
     __syncthreads();
-    // W before the wait (no kernel writes it): thread 0 arrives once a chunk, expecting its box and
-    // the x images that join it after the wait
-    if (tid == 0) {
-        const unsigned long long policy = l2_evict_first_policy();
-        for (int j = 0; j < chunks; ++j) {
-            const int blocks = min(kChunkSb, count - kChunkSb * j);
-            mbar_arrive_expect_tx(&bars[j], kChunk + blocks * kX);
-            tensor_copy_2d(smem + j * kChunk, &wmap, ((sb0 + kChunkSb * j) * T::kBlock & ~15) / 2, row0, &bars[j],
-                           policy);
-        }
-    }
+    // W before the wait (no kernel writes it): thread 0 arrives once a stage
+    if (tid == 0)
+        for (int j = 0; j < ring; ++j) ask_w(j);
     STAMP(1);
     pdl_wait();                                                // x's images are the kernel before's
     STAMP(2);
-    if (tid < count) bulk_copy(xbase + tid * kX, xst + (long long)(sb0 + tid) * kX, kX, &bars[tid / kChunkSb]);
+    if (tid < min(count, kChunkSb * ring)) ask_x(tid);
 
     float acc[NT][4];
 #pragma unroll
@@ -334,16 +350,29 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     const int r_lo = 16 * rw + g, r_hi = r_lo + 8;
     const bool first_odd = T::kBlock == 210 && (sb0 & 1);     // Q6_K: the chunks' first blocks 2 past alignment
     for (int j = half; j < chunks; j += WK) {
-        mbar_wait(&bars[j], 0);
+        const int s = j % stages;
+        mbar_wait(&bars[s], (j / stages) & 1);
         if (j == 0) STAMP(3);
-        const unsigned char* const base = smem + j * kChunk + ((sb0 + kChunkSb * j) * T::kBlock & 15);
+        const unsigned char* const base = smem + s * kChunk + ((sb0 + kChunkSb * j) * T::kBlock & 15);
         const unsigned char* const b0[2] = {base + r_lo * kBox, base + r_hi * kBox};
-        const unsigned char* const xs = xbase + kChunkSb * j * kX;
+        const unsigned char* const xs = xbase + kChunkSb * s * kX;
         const bool second = kChunkSb * j + 1 < count;
         if (first_odd)
             chunk_pair<T, NT, kOdd>(b0, xs, second, g, t, acc);
         else
             chunk_pair<T, NT, kAligned>(b0, xs, second, g, t, acc);
+        if (j + stages < chunks) {                             // the stage's next chunk, once its RG warps are done
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence_block();                         // the warp's reads of the stage before its count
+                if ((atomicAdd(&finished[s], 1) + 1) % RG == 0) {
+                    __threadfence_block();
+                    const int next = j + stages;
+                    ask_w(next);
+                    for (int i = kChunkSb * next; i < min(count, kChunkSb * (next + 1)); ++i) ask_x(i);
+                }
+            }
+        }
     }
     STAMP(4);
     if constexpr (WK > 1) {                                    // the other warps' sums into warps 0..RG - 1's
@@ -370,7 +399,7 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
 #define MMA_ST(T, NT, KS) template __global__ void mma_st_kernel<mst::T, NT, KS>(float*, const unsigned char*, \
     const unsigned char*, int, int, int, long long);
 #define MMA_ST_TMA1(T, NT, KS, RG, WK) template __global__ void mma_st_tma_kernel<mst::T, NT, KS, RG, WK>(float*, \
-    const unsigned char*, const __grid_constant__ mst::TensorMap, int, int, int);
+    const unsigned char*, const __grid_constant__ mst::TensorMap, int, int, int, int);
 #define MMA_ST_TMA2(T, NT, KS) MMA_ST_TMA1(T, NT, KS, 4, 1) MMA_ST_TMA1(T, NT, KS, 4, 2) MMA_ST_TMA1(T, NT, KS, 2, 2) \
     MMA_ST_TMA1(T, NT, KS, 2, 4)
 #define MMA_ST_TMA(NT, KS) MMA_ST_TMA2(St4K, NT, KS) MMA_ST_TMA2(St6K, NT, KS)

@@ -89,7 +89,6 @@ GQ_HD int row_stride(int per) {
 // at most 14: 14 + 420 bytes fit 464), the second block at o + 210. o % 4 is 2 (sb0 % 2) for every
 // chunk of a block (420 is a multiple of 4), so which of the two is 4-byte aligned is the block's.
 constexpr int kChunkSb = 2;
-constexpr int kMaxChunks = 12;
 template <class T>
 GQ_HD constexpr int box_bytes() { return T::kBlock == 144 ? 288 : 464; }
 

@@ -156,6 +156,30 @@ def test_mma_st_config_takes_the_fewest_splits_that_fit():
     assert mma_st_config(16, 4096, 4096, QType.Q6_K) == (2, 2)
 
 
+def test_mma_st_tma_ring_holds_what_fits():
+    """The tensor-map kernel's ring: a stage a chunk where every chunk of the slice fits, else the
+    most stages that fit shared memory, a multiple of wk; so one split serves any K."""
+    from glimmer_cupy.ops.matmul import (MMA_ST_MAX_STAGES, MMA_ST_SMEM_CAP, mma_st_config, mma_st_smem,
+                                         mma_st_stages)
+    for q in (QType.Q4_K, QType.Q6_K):
+        for rg, wk in ((4, 1), (4, 2), (2, 2), (2, 4)):
+            for m in (1, 9, 16, 32):
+                nt = -(-m // 8)
+                for k in (256, 768, 4096, 8448, 12288, 49152):
+                    assert mma_st_config(m, 4096, k, q, True, rg, wk) == (nt, 1)
+                    chunks = -(-(k // 256) // 2)
+                    s = mma_st_stages(nt, k, 1, q, rg, wk)
+                    what = (q.name, rg, wk, m, k, s)
+                    assert 0 < s <= min(chunks, MMA_ST_MAX_STAGES) and (s == chunks or s % wk == 0), what
+                    assert mma_st_smem(nt, k, 1, q, True, rg, wk) <= MMA_ST_SMEM_CAP, what
+                    if s < min(chunks, MMA_ST_MAX_STAGES):     # one more stage (wk more) would not fit
+                        assert mma_st_smem(nt, k, 1, q, True, rg, wk, s + wk) > MMA_ST_SMEM_CAP, what
+                    assert mma_st_stages(nt, k, 1, q, rg, wk, cap=wk) == min(chunks, wk) or chunks > wk
+    # K = 12288 at 16 rows of x, 32-row blocks: 24 chunks of 18 KB, 12 in the ring
+    assert mma_st_stages(2, 12288, 1, QType.Q4_K, 2, 4) == 12
+    assert mma_st_smem(2, 4096, 1, QType.Q4_K, True, 2, 4) == 8 * 32 * 288 + 16 * 2 * 2208
+
+
 def test_kq_occupancy_serves_small_layers_at_m1_only():
     from glimmer_cupy.ops.matmul import kq_occupancy
     assert kq_occupancy(QType.Q4_K, 1, 6144, 1024, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 1024, 3072, 2) == 5
@@ -376,6 +400,57 @@ def test_mma_st_tma_gives_the_bulk_kernels_bits(qtype, n, k):
                 mm.mma_st(again, x, w_dev, splits=ks, tma=True, wk=4, rg=2)
                 assert nmse(cupy.asnumpy(got4), cupy.asnumpy(x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
                 assert np.array_equal(cupy.asnumpy(got4), cupy.asnumpy(again)), what
+
+
+@gpu
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("n,k", [(300, 4096), (77, 6144), (4096, 12288), (1000, 8448)])
+def test_mma_st_tma_ring_gives_the_same_bits(qtype, n, k):
+    """The tensor-map kernel with fewer stages than chunks (each stage refilled by the last of its
+    chunk's warps): the same bits as with every chunk held (where they fit) and as any other ring,
+    at every block shape, M 1..32, one split and two, an odd number of super-blocks (8448: the last
+    chunk's second block missing); near float64. At K = 12288 one block takes the whole K."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    rng = np.random.default_rng(n + k + 7)
+    if qtype == QType.Q6_K and (k // 256) % 8:
+        return                      # rows of a multiple of 16 bytes only (test_mma_st_tma_refuses_what_it_cannot_copy)
+    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
+    w_dev = w.to_device()
+    ref_w = w.dequantize(np.float64)
+    for m in (1, 9, 16, 32):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        want = x.get().astype(np.float64) @ ref_w.T
+        for ks in (1, 2):
+            for rg, wk in sorted(mm.MMA_ST_TMA_SHAPES):
+                full = cupy.full((m, n), np.nan, np.float32)
+                mm.mma_st(full, x, w_dev, splits=ks, tma=True, rg=rg, wk=wk)
+                got = cupy.asnumpy(full)
+                what = (qtype.name, m, n, k, ks, rg, wk)
+                assert nmse(got, want) < NMSE_BUDGET["mma_st"], what
+                for cap in (wk, 2 * wk, 3 * wk):
+                    ring = cupy.full((m, n), np.nan, np.float32)
+                    mm.mma_st(ring, x, w_dev, splits=ks, tma=True, rg=rg, wk=wk, stages=cap)
+                    assert np.array_equal(cupy.asnumpy(ring), got), what + (cap,)
+
+
+@gpu
+def test_mma_st_tma_refuses_a_ring_it_cannot_run():
+    """A ring of fewer stages than the warps that share a row set, or more than a block holds, and
+    a ring on the bulk kernel: refused by name before any launch."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    from glimmer_cupy.ops._check import OpArgumentError
+    n, k = 64, 4096
+    w_dev = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, np.random.default_rng(5), 0.05)).to_device()
+    x, out = cupy.zeros((16, k), np.float32), cupy.empty((16, n), np.float32)
+    for kw, got in ((dict(tma=True, rg=2, wk=4, stages=2), "2"), (dict(tma=True, rg=4, wk=1, stages=17), "17"),
+                    (dict(tma=False, stages=4), "4")):
+        with pytest.raises(OpArgumentError, match=r"mma_st: stages must be the tensor-map kernel's, \d+\.\.16, got "
+                                                  + got):
+            mm.mma_st(out, x, w_dev, **kw)
 
 
 @gpu

@@ -132,7 +132,7 @@ MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, les
 # an H100 with an illegal instruction), but the table keeps Q6_K on mma_st_kernel: the step did not
 # move (ab_mma_st_model_b16_q6k_428aa04_h100.txt).
 MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
-MMA_ST_MAX_CHUNKS = 12              # kMaxChunks
+MMA_ST_MAX_STAGES = 16              # kMaxStages in mma_st.cu: the most chunks a block holds at once (its ring)
 MMA_ST_TMA_BOX = {QType.Q4_K: 288, QType.Q6_K: 464}     # box_bytes<T>() in mma_st_lanes.cuh
 MMA_ST_TMA_TYPES = frozenset({QType.Q4_K})      # the types the table runs it for (it serves MMA_ST_TMA_BOX's)
 MMA_ST_TMA = True                   # the table's Q4_K mma_st rows on mma_st_tma_kernel
@@ -155,10 +155,11 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None) -> tu
 def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
                   wk: int = 1) -> tuple[int, int]:
     """(n-tiles of x, K splits) for mma_st: the fewest splits (a cluster of at most 8 blocks along K)
-    whose blocks' rows fit shared memory. Measured on an H100 (bench/results/ab_mma_st_*_h100.txt,
-    M = 16, µs): Q4_K 4096x4096 8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6,
-    12288x4096 19.2 / 18.8 / 21.0; Q6_K 4096x4096 11.8 / 12.0 at 2 / 4 (1 does not fit). One shape
-    disagrees: 4096x12288, where 4 splits fit (one 166 KB block an SM), took 23.3 against 21.9 at 8."""
+    whose blocks' rows fit shared memory; the tensor-map kernel, whose ring of chunks fits any K,
+    takes one. Measured on an H100 (bench/results/ab_mma_st_*_h100.txt, M = 16, µs): Q4_K 4096x4096
+    8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6, 12288x4096 19.2 / 18.8 / 21.0;
+    Q6_K 4096x4096 11.8 / 12.0 at 2 / 4 (1 does not fit). One shape disagrees: 4096x12288, where 4
+    splits fit (one 166 KB block an SM), took 23.3 against 21.9 at 8."""
     nt = -(-m // 8)
     nsb = k // 256
     ks = 1
@@ -168,11 +169,20 @@ def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool =
 
 
 def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool, rg: int = 4, wk: int = 1) -> bool:
-    """Whether a block's share (K / ks super-blocks) fits shared memory (and, for the tensor-map
-    kernel, its barriers)."""
-    per = -(-(k // 256) // ks)
-    return (mma_st_smem(nt, k, ks, qtype, tma, rg, wk) <= MMA_ST_SMEM_CAP and
-            (not tma or -(-per // MMA_ST_CHUNK_SB) <= MMA_ST_MAX_CHUNKS))
+    """Whether a block's share (K / ks super-blocks) fits shared memory: all of it for mma_st_kernel,
+    a ring of at least wk chunks for the tensor-map kernel."""
+    if tma:
+        return mma_st_stages(nt, k, ks, qtype, rg, wk) > 0
+    return mma_st_smem(nt, k, ks, qtype, tma, rg, wk) <= MMA_ST_SMEM_CAP
+
+
+def mma_st_stages(nt: int, k: int, ks: int, qtype: QType, rg: int = 4, wk: int = 1, cap: int | None = None) -> int:
+    """Stages of mma_st_tma_kernel's ring: one a chunk of the block's slice where they all fit, else
+    the most that fit (at most `cap`), a multiple of wk (0: not even wk fit)."""
+    chunks = -(-(-(-(k // 256) // ks)) // MMA_ST_CHUNK_SB)
+    stage = 16 * rg * MMA_ST_TMA_BOX[qtype] + MMA_ST_CHUNK_SB * MMA_ST_X_BYTES * nt
+    fit = min(MMA_ST_MAX_STAGES, cap or MMA_ST_MAX_STAGES, MMA_ST_SMEM_CAP // stage)
+    return chunks if chunks <= fit else fit // wk * wk
 
 
 def mma_st_row_stride(per: int, qtype: QType = QType.Q4_K) -> int:
@@ -186,15 +196,17 @@ def mma_st_row_stride(per: int, qtype: QType = QType.Q4_K) -> int:
 
 
 def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
-                wk: int = 1) -> int:
-    """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice (or, for
-    mma_st_tma_kernel, its 16 rg rows' chunks' boxes), then x's images of its super-blocks; at least
-    the tensor-map kernel's slots for the sums of its wk - 1 other warps a row set."""
+                wk: int = 1, stages: int | None = None) -> int:
+    """mma_st_kernel's dynamic shared memory: 64 weight rows' windows of the block's K slice, then x's
+    images of its super-blocks; or mma_st_tma_kernel's: its ring's stages (mma_st_stages' unless
+    given) of 16 rg rows' boxes, then their x images, and at least the slots for the sums of its
+    wk - 1 other warps a row set."""
     per = -(-(k // 256) // ks)
     if not tma:
         return MMA_ST_BLOCK_ROWS * mma_st_row_stride(per, qtype) + per * MMA_ST_X_BYTES * nt
-    stages = 16 * rg * -(-per // MMA_ST_CHUNK_SB) * MMA_ST_TMA_BOX[qtype] + per * MMA_ST_X_BYTES * nt
-    return max(stages, (wk - 1) * rg * 32 * 4 * nt * 4)
+    stages = stages or mma_st_stages(nt, k, ks, qtype, rg, wk)
+    images = min(per, MMA_ST_CHUNK_SB * stages) * MMA_ST_X_BYTES * nt
+    return max(16 * rg * stages * MMA_ST_TMA_BOX[qtype] + images, (wk - 1) * rg * 32 * 4 * nt * 4)
 
 
 def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
@@ -281,7 +293,7 @@ def mma_st_stage(x):
 
 
 def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: bool | None = None,
-           wk: int | None = None, rg: int | None = None) -> None:
+           wk: int | None = None, rg: int | None = None, stages: int | None = None) -> None:
     """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
     values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
@@ -289,7 +301,8 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     (N * K / 256 a multiple of 8 does). `tma`: W copied by tensor-map boxes in chunks
     (mma_st_tma_kernel; rows of a multiple of 16 bytes); None: MMA_ST_TMA for MMA_ST_TMA_TYPES.
     `wk`, `rg`: the tensor-map kernel's warps per 16 rows of W and rows of W a block in 16s, a pair
-    of MMA_ST_TMA_SHAPES (None: mma_st_tma_shape's)."""
+    of MMA_ST_TMA_SHAPES (None: mma_st_tma_shape's). `stages`: at most this many chunks in the
+    tensor-map kernel's ring (None: all that fit, mma_st_stages)."""
     import cupy
 
     m, k = x.shape
@@ -313,8 +326,11 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         if splits not in (1, 2, 4, 8):
             raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
         ks = splits
+    if stages is not None and not (tma and wk <= stages <= MMA_ST_MAX_STAGES):
+        raise fail("mma_st", "stages", f"the tensor-map kernel's, {wk}..{MMA_ST_MAX_STAGES}", stages)
     nsb = k // 256
-    smem = mma_st_smem(nt, k, ks, w.qtype, tma, rg, wk)
+    ring = mma_st_stages(nt, k, ks, w.qtype, rg, wk, stages) if tma else 0
+    smem = mma_st_smem(nt, k, ks, w.qtype, tma, rg, wk, ring)
     if not mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk):
         raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
                    f"{MMA_ST_SMEM_CAP})", k)
@@ -325,7 +341,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     if tma:
         wmap = _mma_st_map(w.data.data.ptr, n, row_bytes, 16 * rg, MMA_ST_TMA_BOX[w.qtype])
         launch_driver(matmul, (-(-n // (16 * rg)), ks), (32 * rg * wk,),
-                      (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k)), smem)
+                      (out, xst, wmap, np.int32(m), np.int32(n), np.int32(k), np.int32(ring)), smem)
         return
     grid = (-(-n // MMA_ST_BLOCK_ROWS), ks)
     matmul(grid, (128,), (out, xst, w.data, np.int32(m), np.int32(n), np.int32(k), np.int64(row_bytes)),
