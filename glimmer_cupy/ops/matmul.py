@@ -122,7 +122,7 @@ MMA_ST_ROWS = 32                    # the widest M (four n-tiles of 8 rows of x)
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
-MMA_ST_SMEM_CAP = 232448 - 128      # an sm_90 block's opt-in shared memory, less the barriers
+MMA_ST_SMEM_CAP = 232448 - 256      # an sm_90 block's opt-in shared memory, less the kernels' static (barriers, counts)
 # mma_st_tma_kernel: W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX[type] bytes per
 # chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
 # first chunk while the rest land; its block shape by mma_st_tma_shape. The table's Q4_K mma_st rows
