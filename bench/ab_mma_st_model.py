@@ -11,6 +11,7 @@ Arms:
   tma rule      mma_st_tma_kernel at mma_st_tma_shape's rule (32-row blocks where 64 leave SMs idle)
   bulk          the Q4_K rows on mma_st_kernel (one copy a row, one barrier)
   tma q6k       the Q6_K rows on the tensor-map kernel too
+  bulk q6k      the Q6_K rows on mma_st_kernel (the table before its ring)
   tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
                 fit: 4096x12288 in two), for the A/B of the ring
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
@@ -86,6 +87,7 @@ ARMS = {
     "tma rule": {(matmul, "MMA_ST_TMA"): True},
     "bulk": {(matmul, "MMA_ST_TMA"): False},
     "tma q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K, QType.Q6_K})},
+    "bulk q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K})},
     "tma split": {(matmul, "mma_st_config"): split_config},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},
