@@ -8,9 +8,10 @@ each row, so that drift shows. Prints the ratio to M = 1 that the bar (<= 1.3x) 
     PYTHONPATH=$PWD python3 bench/ab_mma_st.py [--types Q4_K,Q6_K] [--ms 8,16,32] [--splits 1,2,4,8]
         [--shapes NxK,...] [--tma] [--out FILE.json]
 
---tma adds mma_st_tma_kernel (Q4_K: W by tensor-map boxes, a barrier a chunk) at its rule's splits
+--tma adds mma_st_tma_kernel (W by tensor-map boxes, a barrier a chunk) at its rule's splits
 and at each forced split, in each block shape "RGxWK" it is compiled for (matmul.MMA_ST_TMA_SHAPES:
-16 RG rows of W a block, WK warps a 16 rows), and each shape on x's images made before.
+16 RG rows of W a block, WK warps a 16 rows), and each shape on x's images made before; --stages
+2,4 adds each shape on those images with at most 2, 4 stages in its ring ("RGxWK sN").
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ def main(argv=None) -> int:
     ap.add_argument("--define", action="append", default=[], metavar="NAME",
                     help="build every kernel with -DNAME (e.g. MMA_ST_NO_RELEASE), for an A/B between processes")
     ap.add_argument("--tma", action="store_true", help="also mma_st_tma_kernel (W by tensor-map boxes in chunks)")
+    ap.add_argument("--stages", default="", help="comma-separated caps on the tensor-map kernel's ring, each timed "
+                    "on x's images made before in every block shape (with --tma)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     build.add_defines(*a.define)
     ms = [int(v) for v in a.ms.split(",")]
+    caps = [int(v) for v in a.stages.split(",") if v]
     splits = [int(v) for v in a.splits.split(",") if v]
     if not set(splits) <= {1, 2, 4, 8}:
         ap.error(f"--splits: each of 1, 2, 4, 8 (mma_st_kernel's clusters), got {a.splits}")
@@ -75,9 +79,9 @@ def main(argv=None) -> int:
             def bucket(b):
                 return timed(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=b))
 
-            def st(ks, tma=False, wk=1, rg=4, xst=None):
+            def st(ks, tma=False, wk=1, rg=4, xst=None, stages=None):
                 return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma, wk=wk, rg=rg,
-                                                     xst=None if xst is None else xst[i]))
+                                                     xst=None if xst is None else xst[i], stages=stages))
 
             staged = [matmul.mma_st_stage(x) for x in xs]       # x's images made before, as codes are at M = 1
 
@@ -97,6 +101,9 @@ def main(argv=None) -> int:
                 for rg, wk in sorted(matmul.MMA_ST_TMA_SHAPES):
                     shape = f"{rg}x{wk}"
                     row["tma_staged_us"][shape] = st(None, True, wk, rg, staged)
+                    for cap in caps:
+                        if cap >= wk:
+                            row["tma_staged_us"][f"{shape} s{cap}"] = st(None, True, wk, rg, staged, cap)
                     for ks in splits:
                         if ks <= k // 256 and matmul.mma_st_fits(-(-m // 8), k, ks, qtype, True, rg, wk):
                             row["tma_split_us"][f"{ks} {shape}"] = st(ks, True, wk, rg)
