@@ -12,6 +12,8 @@ Arms:
   bulk          the Q4_K rows on mma_st_kernel (one copy a row, one barrier)
   tma q6k       the Q6_K rows on the tensor-map kernel too
   bulk q6k      the Q6_K rows on mma_st_kernel (the table before its ring)
+  wide before   where 64-row blocks outnumber the SMs, (4, 2) with every chunk a stage (the rule
+                before MMA_ST_TMA_MANY's short rings)
   tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
                 fit: 4096x12288 in two), for the A/B of the ring
   table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
@@ -88,6 +90,7 @@ ARMS = {
     "bulk": {(matmul, "MMA_ST_TMA"): False},
     "tma q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K, QType.Q6_K})},
     "bulk q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K})},
+    "wide before": {(matmul, "MMA_ST_TMA_MANY"): {QType.Q4_K: (4, 2, None), QType.Q6_K: (4, 2, None)}},
     "tma split": {(matmul, "mma_st_config"): split_config},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},

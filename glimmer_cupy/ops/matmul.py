@@ -124,32 +124,43 @@ MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_ST_SMEM_CAP = 232448 - 256      # an sm_90 block's opt-in shared memory, less the kernels' static (barriers, counts)
 # mma_st_tma_kernel: W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX[type] bytes per
-# chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, so the multiplies start on the
-# first chunk while the rest land; its block shape by mma_st_tma_shape. The table's Q4_K mma_st rows
-# run it (MMA_ST_TMA): the 8B step of 16 sequences on an H100 took 3,852-3,860 µs with it against
-# 4,009-4,012 on mma_st_kernel (bench/results/ab_mma_st_model_b16_table_3b9c3a1_h100.txt). It serves
-# Q6_K too (boxes from the 16-byte boundary at or before a chunk: one starting 2 bytes past it stopped
-# an H100 with an illegal instruction), but the table keeps Q6_K on mma_st_kernel: the step did not
-# move (ab_mma_st_model_b16_q6k_428aa04_h100.txt).
+# chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, through a ring of stages (a
+# stage refilled as soon as its chunk's warps are done), so the multiplies start on the first chunk
+# while the rest land and one block takes any K; its block shape and ring by mma_st_tma_shape. The
+# table's mma_st rows run it (MMA_ST_TMA, MMA_ST_TMA_TYPES): on an H100, the 8B step of 16 sequences
+# took 3,396.5-3,397.1 µs with Q4_K and Q6_K on it against 3,809-3,821 with Q6_K on mma_st_kernel
+# and 3,957-3,965 without the ring (K split instead; bench/results/ab_mma_st_model_b16_ring_9f42645_h100.txt).
 MMA_ST_CHUNK_SB = 2                 # kChunkSb in mma_st_lanes.cuh
 MMA_ST_MAX_STAGES = 16              # kMaxStages in mma_st.cu: the most chunks a block holds at once (its ring)
 MMA_ST_TMA_BOX = {QType.Q4_K: 288, QType.Q6_K: 464}     # box_bytes<T>() in mma_st_lanes.cuh
 MMA_ST_TMA_TYPES = frozenset({QType.Q4_K, QType.Q6_K})     # the types the table runs it for
-MMA_ST_TMA = True                   # the table's Q4_K mma_st rows on mma_st_tma_kernel
+MMA_ST_TMA = True                   # the table's mma_st rows on mma_st_tma_kernel
 MMA_ST_RG = None                    # RG: the tensor-map kernel's rows of W a block, in 16s (None: the rule)
 MMA_ST_WK = None                    # WK: warps that share each 16 rows of W, taking alternate chunks (None: the rule)
 MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) compiled (mma_st.cu)
+# (RG, WK, the most stages in a block's ring) where 64-row blocks would outnumber the SMs: a short
+# ring, so that two or three blocks share an SM and one's loads overlap another's multiplies.
+# Measured on an H100 at M = 16 on x's images made before (bench/results/ab_mma_st_stages_
+# 318a3d2_h100.txt, µs; M = 1 in brackets; against (4, 2) with every chunk in its ring): Q4_K at (2, 2)
+# and 4 stages (three blocks an SM) 12288x4096 11.8 against 16.2 (12.5), the 151936x4096 head 118.5
+# against 137.5 (113.6), 24576x4096 22.3 against 27.0 (22.3); Q6_K at (2, 4) and 4 stages (two blocks
+# an SM, four warps a row set for its longer decode) 20.9 against 22.3 (16.6), 188.0 against 219.1
+# (167.4), 34.1 against 37.4 (29.8). Where the blocks fit the SMs (4096 rows), every chunk a stage
+# and (2, 4) stay best (5.7 against 6.8 at 4 stages; Q6_K 7.7 against 9.7).
+MMA_ST_TMA_MANY = {QType.Q4_K: (2, 2, 4), QType.Q6_K: (2, 4, 4)}
+MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's ring (None: the rule)
 
 
-def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None) -> tuple[int, int]:
-    """(RG, WK) of the tensor-map kernel for N rows of W: those given, else MMA_ST_RG / MMA_ST_WK,
-    else the rule: blocks of 32 rows with four warps a 16 rows where 64-row blocks would leave SMs
-    idle, else 64 rows with two. Measured on an H100 at M = 16 (bench/results/
-    ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x / on x's images made before): 4096x4096 6.8 /
-    5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at (4, 1); 4096x12288 20.4 / 18.0 against 21.5 at
-    (4, 2) (four splits); 24576x4096 29.4 / 28.5 against 29.6 / 26.1 at (4, 2)."""
-    rule = (2, 4) if -(-n // MMA_ST_BLOCK_ROWS) < sm_count() else (4, 2)
-    return rg or MMA_ST_RG or rule[0], wk or MMA_ST_WK or rule[1]
+def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
+                     qtype: QType = QType.Q4_K) -> tuple[int, int, int | None]:
+    """(RG, WK, the most stages in its ring or None for all that fit) of the tensor-map kernel for N
+    rows of W: those given, else MMA_ST_RG / MMA_ST_WK / MMA_ST_STAGES, else the rule: blocks of 32
+    rows with four warps a 16 rows and every chunk a stage where 64-row blocks would leave SMs idle
+    (measured on an H100 at M = 16, bench/results/ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x /
+    on x's images made before: 4096x4096 6.8 / 5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at
+    (4, 1)), else MMA_ST_TMA_MANY's."""
+    rule = (2, 4, None) if -(-n // MMA_ST_BLOCK_ROWS) < sm_count() else MMA_ST_TMA_MANY[qtype]
+    return rg or MMA_ST_RG or rule[0], wk or MMA_ST_WK or rule[1], MMA_ST_STAGES or rule[2]
 
 
 def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
@@ -257,7 +268,7 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
         return False
     m, k = x.shape
     tma = _table_tma(w)
-    rg, wk = mma_st_tma_shape(w.shape[0]) if tma else (4, 1)
+    rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype)[:2] if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
@@ -302,7 +313,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     (mma_st_tma_kernel; rows of a multiple of 16 bytes); None: MMA_ST_TMA for MMA_ST_TMA_TYPES.
     `wk`, `rg`: the tensor-map kernel's warps per 16 rows of W and rows of W a block in 16s, a pair
     of MMA_ST_TMA_SHAPES (None: mma_st_tma_shape's). `stages`: at most this many chunks in the
-    tensor-map kernel's ring (None: all that fit, mma_st_stages)."""
+    tensor-map kernel's ring (None: mma_st_tma_shape's; all that fit, mma_st_stages, where it has none)."""
     import cupy
 
     m, k = x.shape
@@ -317,7 +328,9 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
                    "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
                    f"{w.data.nbytes // max(n, 1)} bytes a row")
-    rg, wk = mma_st_tma_shape(n, rg, wk)
+    rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype)
+    if tma and stages is None:
+        stages = cap
     if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
         raise fail("mma_st", "(rg, wk)", f"one of {sorted(MMA_ST_TMA_SHAPES)}", (rg, wk))
     rg, wk = (rg, wk) if tma else (4, 1)
