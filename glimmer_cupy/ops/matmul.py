@@ -138,28 +138,50 @@ MMA_ST_TMA = True                   # the table's mma_st rows on mma_st_tma_kern
 MMA_ST_RG = None                    # RG: the tensor-map kernel's rows of W a block, in 16s (None: the rule)
 MMA_ST_WK = None                    # WK: warps that share each 16 rows of W, taking alternate chunks (None: the rule)
 MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) compiled (mma_st.cu)
-# (RG, WK, the most stages in a block's ring) where 64-row blocks would outnumber the SMs: a short
-# ring, so that two or three blocks share an SM and one's loads overlap another's multiplies.
+# (RG, WK, the most stages in a block's ring) where 32-row blocks outnumber the SMs more than twice:
+# a short ring, so that two or three blocks share an SM and one's loads overlap another's multiplies.
 # Measured on an H100 at M = 16 on x's images made before (bench/results/ab_mma_st_stages_
 # 318a3d2_h100.txt, µs; M = 1 in brackets; against (4, 2) with every chunk in its ring): Q4_K at (2, 2)
 # and 4 stages (three blocks an SM) 12288x4096 11.8 against 16.2 (12.5), the 151936x4096 head 118.5
 # against 137.5 (113.6), 24576x4096 22.3 against 27.0 (22.3); Q6_K at (2, 4) and 4 stages (two blocks
 # an SM, four warps a row set for its longer decode) 20.9 against 22.3 (16.6), 188.0 against 219.1
 # (167.4), 34.1 against 37.4 (29.8). Where the blocks fit the SMs (4096 rows), every chunk a stage
-# and (2, 4) stay best (5.7 against 6.8 at 4 stages; Q6_K 7.7 against 9.7).
+# and (2, 4) stay best (5.7 against 6.8 at 4 stages; Q6_K 7.7 against 9.7). Between (6144 rows, 192
+# blocks) (2, 4) with 4 stages, so that all fit at once: at M = 1 (ab_mma_st_m1_c4e5b31_h100.txt) Q4_K
+# 6.4 against 6.5 with every chunk and 8.3 at (2, 2); Q6_K 9.2 against 11.6 and 8.9.
 MMA_ST_TMA_MANY = {QType.Q4_K: (2, 2, 4), QType.Q6_K: (2, 4, 4)}
 MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's ring (None: the rule)
+# Below the table's mma_st rows (M in q8.ST_LOW_ROWS, gemv_kq's), x's images made by the op before
+# (ops/q8.py, rows of at least q8.ST_LOW_MIN_K values) let the tensor-map kernel beat the GEMV on large
+# matrices, W's boxes asked for before the kernel's wait. Measured on an H100 at M = 1 (bench/results/
+# ab_mma_st_m1_c4e5b31_h100.txt, µs, the GEMV / mma_st on images at the rule's shape): Q4_K 6144x4096
+# 7.0 / 6.4, 12288x4096 12.6 / 10.2, 24576x4096 22.3 / 20.3, 4096x12288 12.9 / 11.3, the 151936x4096
+# head 113.8 / 111.3, but 4096x4096 5.1 / 5.6; Q6_K 6144x4096 10.0 / 9.2, 4096x12288 16.1 / 15.3
+# (4096x4096 7.5 / 6.8), but where its 64-row blocks outnumber the SMs it loses (12288x4096 16.7 /
+# 17.7, 24576x4096 29.6 / 31.0), so Q6_K takes it only below that.
+MMA_ST_LOW = True
+MMA_ST_LOW_MIN_WEIGHTS = 6144 * 4096        # N x K: smaller matrices keep the GEMV
+
+
+def mma_st_low(m: int, n: int, k: int, qtype: QType) -> bool:
+    """Whether quant_matmul runs mma_st, on x's images, at M rows where the table says gemv_kq."""
+    from .q8 import ST_LOW_MIN_K, ST_LOW_ROWS
+    if not (MMA_ST_LOW and m in ST_LOW_ROWS and n * k >= MMA_ST_LOW_MIN_WEIGHTS and k >= ST_LOW_MIN_K):
+        return False
+    return qtype == QType.Q4_K or (qtype == QType.Q6_K and -(-n // MMA_ST_BLOCK_ROWS) < sm_count())
 
 
 def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
                      qtype: QType = QType.Q4_K) -> tuple[int, int, int | None]:
     """(RG, WK, the most stages in its ring or None for all that fit) of the tensor-map kernel for N
     rows of W: those given, else MMA_ST_RG / MMA_ST_WK / MMA_ST_STAGES, else the rule: blocks of 32
-    rows with four warps a 16 rows and every chunk a stage where 64-row blocks would leave SMs idle
-    (measured on an H100 at M = 16, bench/results/ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x /
-    on x's images made before: 4096x4096 6.8 / 5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at
-    (4, 1)), else MMA_ST_TMA_MANY's."""
-    rule = (2, 4, None) if -(-n // MMA_ST_BLOCK_ROWS) < sm_count() else MMA_ST_TMA_MANY[qtype]
+    rows with four warps a 16 rows, every chunk a stage where the blocks fit the SMs (measured on an
+    H100 at M = 16, bench/results/ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x / on x's images
+    made before: 4096x4096 6.8 / 5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at (4, 1)) and 4
+    stages where they fit twice over; else MMA_ST_TMA_MANY's."""
+    blocks = -(-n // 32)
+    rule = ((2, 4, None) if blocks <= sm_count() else (2, 4, 4) if blocks <= 2 * sm_count()
+            else MMA_ST_TMA_MANY[qtype])
     return rg or MMA_ST_RG or rule[0], wk or MMA_ST_WK or rule[1], MMA_ST_STAGES or rule[2]
 
 
@@ -725,6 +747,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if b == "mma_st" and not force_bucket and not mma_st_serves(x, w):
         b = "mma_dq" if w.qtype == QType.Q4_K and m > 8 else "mma_kq"
+    if (b == "gemv_kq" and not force_bucket and codes is not None and codes.st is not None
+            and mma_st_low(m, n, k, w.qtype) and mma_st_serves(x, w)):
+        b = "mma_st"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
