@@ -14,7 +14,6 @@ Arms:
   bulk q6k      the Q6_K rows on mma_st_kernel (the table before its ring)
   wide before   where 64-row blocks outnumber the SMs, (4, 2) with every chunk a stage (the rule
                 before MMA_ST_TMA_MANY's short rings)
-  gemv low      at 1..3 rows the GEMV, and no images made there (before matmul.mma_st_low)
   old rule      mma_st_tma_shape as before its middle regime (6144 rows: every chunk a stage)
   tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
                 fit: 4096x12288 in two), for the A/B of the ring
@@ -41,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.ops.matmul as matmul  # noqa: E402
 import glimmer_cupy.ops.norm as norm  # noqa: E402
-import glimmer_cupy.ops.q8 as q8  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 from glimmer_cupy.model.linear import Linear  # noqa: E402
@@ -104,7 +102,6 @@ ARMS = {
     "tma q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K, QType.Q6_K})},
     "bulk q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K})},
     "wide before": {(matmul, "MMA_ST_TMA_MANY"): {QType.Q4_K: (4, 2, None), QType.Q6_K: (4, 2, None)}},
-    "gemv low": {(matmul, "MMA_ST_LOW"): False, (q8, "ST_LOW_MIN_K"): 1 << 30},
     "old rule": {(matmul, "mma_st_tma_shape"): old_rule},
     "tma split": {(matmul, "mma_st_config"): split_config},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},

@@ -7,7 +7,7 @@ import pytest
 
 from glimmer_cupy import ops
 from glimmer_cupy.ops.norm import ST_MAX_K, ST_MIN_K
-from glimmer_cupy.ops.q8 import ST_LOW_MIN_K, ST_LOW_ROWS, ST_ROWS, Q8Rows, plain, staged_bytes, wants_q8, wants_staged
+from glimmer_cupy.ops.q8 import ST_ROWS, Q8Rows, plain, staged_bytes, wants_q8, wants_staged
 
 gpu = pytest.mark.gpu
 
@@ -26,20 +26,17 @@ def test_wants_q8():
 
 
 def test_wants_staged(monkeypatch):
-    """Images are made at the rows the table runs mma_st at (Q4_K's: Q6_K's start at 8) and, for rows
-    of at least ST_LOW_MIN_K values, at gemv_kq's rows below them (matmul.mma_st_low), for rows of
+    """Images are made at the rows the table runs mma_st at (Q4_K's: Q6_K's start at 8), for rows of
     whole super-blocks, and only where mma_st runs (sm_90)."""
     from glimmer_cupy.kernels import build
     from glimmer_cupy.ops.matmul import bucket
     from glimmer_cupy.weights.quant_tensor import QType
 
-    st = [m for m in range(1, 65) if bucket(m, QType.Q4_K) == "mma_st"]
-    assert list(ST_ROWS) == list(ST_LOW_ROWS) + st and all(bucket(m, QType.Q4_K) == "gemv_kq" for m in ST_LOW_ROWS)
+    assert list(ST_ROWS) == [m for m in range(1, 65) if bucket(m, QType.Q4_K) == "mma_st"]
     assert all(bucket(m, QType.Q6_K) != "mma_st" or m in ST_ROWS for m in range(1, 65))
     monkeypatch.setattr(build, "has_arch_specific", lambda: True)
     assert wants_staged(4, 1024, True) and wants_staged(16, 4096, True) and wants_staged(9, 12288, True)
-    assert wants_staged(3, ST_LOW_MIN_K, True) and wants_staged(1, 12288, True)
-    assert not wants_staged(3, 2048, True) and not wants_staged(1, 3840, True) and not wants_staged(17, 4096, True)
+    assert not wants_staged(3, 4096, True) and not wants_staged(17, 4096, True)
     assert not wants_staged(8, 576, True) and not wants_staged(8, 4096, False) and wants_staged(8, 768, True)
     monkeypatch.setattr(build, "has_arch_specific", lambda: False)
     assert not wants_staged(16, 4096, True)
@@ -79,10 +76,9 @@ def test_norms_make_quantize_x_codes(rows, d):
 
 @gpu
 @pytest.mark.parametrize("rows,d", [(4, 1024), (5, 4096), (9, 2048), (16, 4096), (3, 4096), (17, 4096), (8, 768),
-                                    (12, 1280), (16, 12288), (1, 4096), (2, 12288), (1, 2048)])
+                                    (12, 1280), (16, 12288)])
 def test_producers_make_mma_st_images(rows, d):
-    """At mma_st's rows (below the table's, rows of at least ST_LOW_MIN_K) a norm or gated activation
-    asked for q8 also makes x's images, byte for byte
+    """At mma_st's rows a norm or gated activation asked for q8 also makes x's images, byte for byte
     those of mma_st's own stage launch on its output (the rows past M zeros), and a Q4_K matmul given
     them returns the bits it returns from the floats; elsewhere (the norms: rows narrower than a
     block or wider than its shared memory) it makes none."""

@@ -436,40 +436,6 @@ def test_mma_st_tma_ring_gives_the_same_bits(qtype, n, k):
 
 
 @gpu
-@pytest.mark.parametrize("qtype,n,k,low", [(QType.Q4_K, 6144, 4096, True), (QType.Q6_K, 4096, 12288, True),
-                                           (QType.Q4_K, 4096, 4096, False), (QType.Q6_K, 12288, 4096, False)],
-                         ids=lambda v: getattr(v, "name", str(v)))
-def test_low_rows_with_images_run_mma_st(qtype, n, k, low):
-    """At 1..3 rows (gemv_kq's in the table), x with its images (a norm's) runs mma_st on those images
-    where mma_st_low says so (its bits: the tensor-map kernel at the rule's shape), else gemv_kq (the
-    GEMV's bits, as from the floats); near float64 either way."""
-    import cupy
-
-    from glimmer_cupy.kernels.build import has_arch_specific
-    from glimmer_cupy.ops import matmul as mm
-    if not has_arch_specific():
-        pytest.skip("mma_st runs on sm_90 only")
-    rng = np.random.default_rng(n + k)
-    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
-    w_dev = w.to_device()
-    ref_w = w.dequantize(np.float64)
-    assert mm.mma_st_low(1, n, k, qtype) == low
-    for m in (1, 2, 3):
-        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
-        h = ops.rms_norm(x, cupy.ones(k, cupy.float32), 1e-6, q8=True)
-        assert h.st is not None, m
-        got = ops.quant_matmul(h, w_dev)
-        want = cupy.empty((m, n), np.float32)
-        if low:
-            mm.mma_st(want, h.x, w_dev, xst=h.st)
-        else:
-            ops.quant_matmul(h.x, w_dev, out=want, force_bucket="gemv_kq")
-        what = (qtype.name, n, k, m)
-        assert bool((got == want).all()), what
-        assert nmse(cupy.asnumpy(got), cupy.asnumpy(h.x).astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
-
-
-@gpu
 def test_mma_st_tma_refuses_a_ring_it_cannot_run():
     """A ring of fewer stages than the warps that share a row set, or more than a block holds, and
     a ring on the bulk kernel: refused by name before any launch."""

@@ -148,27 +148,16 @@ MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) co
 # (167.4), 34.1 against 37.4 (29.8). Where the blocks fit the SMs (4096 rows), every chunk a stage
 # and (2, 4) stay best (5.7 against 6.8 at 4 stages; Q6_K 7.7 against 9.7). Between (6144 rows, 192
 # blocks) (2, 4) with 4 stages, so that all fit at once: at M = 1 (ab_mma_st_m1_c4e5b31_h100.txt) Q4_K
-# 6.4 against 6.5 with every chunk and 8.3 at (2, 2); Q6_K 9.2 against 11.6 and 8.9.
+# 6.4 against 6.5 with every chunk and 8.3 at (2, 2); Q6_K 9.2 against 11.6 and 8.9; in the 8B step
+# of 16 (the fused q|k|v) 3,088.5-3,091.2 µs against 3,172.3-3,192.1 with every chunk a stage
+# (ab_mma_st_model_b16_mid_47acb1f_h100.txt).
 MMA_ST_TMA_MANY = {QType.Q4_K: (2, 2, 4), QType.Q6_K: (2, 4, 4)}
 MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's ring (None: the rule)
-# Below the table's mma_st rows (M in q8.ST_LOW_ROWS, gemv_kq's), x's images made by the op before
-# (ops/q8.py, rows of at least q8.ST_LOW_MIN_K values) let the tensor-map kernel beat the GEMV on large
-# matrices, W's boxes asked for before the kernel's wait. Measured on an H100 at M = 1 (bench/results/
-# ab_mma_st_m1_c4e5b31_h100.txt, µs, the GEMV / mma_st on images at the rule's shape): Q4_K 6144x4096
-# 7.0 / 6.4, 12288x4096 12.6 / 10.2, 24576x4096 22.3 / 20.3, 4096x12288 12.9 / 11.3, the 151936x4096
-# head 113.8 / 111.3, but 4096x4096 5.1 / 5.6; Q6_K 6144x4096 10.0 / 9.2, 4096x12288 16.1 / 15.3
-# (4096x4096 7.5 / 6.8), but where its 64-row blocks outnumber the SMs it loses (12288x4096 16.7 /
-# 17.7, 24576x4096 29.6 / 31.0), so Q6_K takes it only below that.
-MMA_ST_LOW = True
-MMA_ST_LOW_MIN_WEIGHTS = 6144 * 4096        # N x K: smaller matrices keep the GEMV
-
-
-def mma_st_low(m: int, n: int, k: int, qtype: QType) -> bool:
-    """Whether quant_matmul runs mma_st, on x's images, at M rows where the table says gemv_kq."""
-    from .q8 import ST_LOW_MIN_K, ST_LOW_ROWS
-    if not (MMA_ST_LOW and m in ST_LOW_ROWS and n * k >= MMA_ST_LOW_MIN_WEIGHTS and k >= ST_LOW_MIN_K):
-        return False
-    return qtype == QType.Q4_K or (qtype == QType.Q6_K and -(-n // MMA_ST_BLOCK_ROWS) < sm_count())
+# Below the table's mma_st rows mma_st on x's images made by the op before is faster alone on large
+# matrices (H100, M = 1, bench/results/ab_mma_st_m1_c4e5b31_h100.txt, µs, the GEMV / mma_st: Q4_K
+# 12288x4096 12.6 / 10.2, 4096x12288 12.9 / 11.3) but slower in the step: the 8B step at one sequence
+# took 2,538-2,544 µs with it on every large matrix against 2,361-2,363 with the GEMV
+# (ab_mma_st_model_b1_low_47acb1f_h100.txt), so the table keeps gemv_kq there.
 
 
 def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
@@ -747,9 +736,6 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if b == "mma_st" and not force_bucket and not mma_st_serves(x, w):
         b = "mma_dq" if w.qtype == QType.Q4_K and m > 8 else "mma_kq"
-    if (b == "gemv_kq" and not force_bucket and codes is not None and codes.st is not None
-            and mma_st_low(m, n, k, w.qtype) and mma_st_serves(x, w)):
-        b = "mma_st"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:

@@ -8,11 +8,9 @@ their own pass when asked (q8=True) and return Q8Rows; quant_matmul takes Q8Rows
 takes x, and reads the codes in the int8 buckets and x itself in the others. The NumPy path has
 no int8 form: there q8 is ignored.
 
-At the rows where the table runs mma_st (ST_ROWS: its mma_st rows, and below them rows of at least
-ST_LOW_MIN_K values, which ops/matmul.py's mma_st_low sends to mma_st on wide matrices), the norms and
-gated activations also make x's mma_st images (int8 per 256 values, mma_st_stage.cuh), carried as
-Q8Rows.st, so that the matmul has no stage launch of its own (attention's output does not yet: the o
-projection stages its x, or, at one row, runs the GEMV on its codes).
+At the rows where the table runs mma_st (ST_ROWS), the norms and gated activations also make x's
+mma_st images (int8 per 256 values, mma_st_stage.cuh), carried as Q8Rows.st, so that the matmul has
+no stage launch of its own (attention's output does not yet: the o projection stages its x).
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 Q8_MAX_ROWS = 32              # the widest int8 launch (ops/matmul.py: mma_kq); above it quant_matmul quantizes x itself
-ST_ROWS = range(1, 17)        # rows of x where mma_st may run: ops/matmul.py's BUCKETS (Q4_K 4..16, Q6_K 8..16)...
-ST_LOW_ROWS = range(1, 4)     # ...and below them (matmul.mma_st_low), for rows of x of at least
-ST_LOW_MIN_K = 4096           # this width
+ST_ROWS = range(4, 17)        # rows of x where ops/matmul.py's BUCKETS run mma_st (for Q4_K; Q6_K from 8)
 ST_IMAGE_BYTES = 2208         # XStage<1>::kBytes (mma_st_lanes.cuh): a super-block of 8 rows of x
 
 
@@ -56,12 +52,10 @@ def wants_q8(rows: int, k: int, aligned_vec4: bool) -> bool:
 
 
 def wants_staged(rows: int, k: int, aligned_vec4: bool) -> bool:
-    """Whether a producer of codes should make x's mma_st images too: rows the table runs mma_st at
-    (below its mma_st rows, rows of at least ST_LOW_MIN_K), whole super-blocks, its 4-wide packs, an
-    sm_90 device (mma_st's). (The norms ask more: norm.py.)"""
+    """Whether a producer of codes should make x's mma_st images too: rows the table runs mma_st at,
+    whole super-blocks, its 4-wide packs, an sm_90 device (mma_st's). (The norms ask more: norm.py.)"""
     from ..kernels.build import has_arch_specific
-    wide = rows not in ST_LOW_ROWS or k >= ST_LOW_MIN_K
-    return rows in ST_ROWS and wide and k % 256 == 0 and aligned_vec4 and has_arch_specific()
+    return rows in ST_ROWS and k % 256 == 0 and aligned_vec4 and has_arch_specific()
 
 
 def staged_bytes(rows: int, k: int) -> int:
