@@ -157,7 +157,10 @@ MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's
 # matrices (H100, M = 1, bench/results/ab_mma_st_m1_c4e5b31_h100.txt, µs, the GEMV / mma_st: Q4_K
 # 12288x4096 12.6 / 10.2, 4096x12288 12.9 / 11.3) but slower in the step: the 8B step at one sequence
 # took 2,538-2,544 µs with it on every large matrix against 2,361-2,363 with the GEMV
-# (ab_mma_st_model_b1_low_47acb1f_h100.txt), so the table keeps gemv_kq there.
+# (ab_mma_st_model_b1_low_47acb1f_h100.txt), so the table keeps gemv_kq there. Arm by arm (branch
+# low-rows-ab, ab_mma_st_model_b1_arms_facd362_h100.txt): the images alone (a norm at one row is one
+# block) cost 130-143 µs of it; mma_st then loses on each matrix in the step (gate|up +160 µs, q|k|v
+# +50, down +24-50; short rings everywhere +210).
 
 
 def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
