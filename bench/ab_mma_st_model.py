@@ -24,6 +24,8 @@ Arms:
   tma 2x4
   no images     the norms make no mma_st images (each mma_st call stages x in a launch of its own)
   tma 2x4 no images
+  tma 32 images tma 32 with the norms' and activations' images up to 32 rows
+  q6k st 4      the Q6_K rows on mma_st from 4 rows (as Q4_K's), not from 8
   head st       the LM head alone on mma_st (a Q6_K head at one row: 135.9 µs of the 8B step,
                 88% of copy, in the thirty-third session's stamps); run it with --batch 1 too
 
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.ops.matmul as matmul  # noqa: E402
 import glimmer_cupy.ops.norm as norm  # noqa: E402
+import glimmer_cupy.ops.q8 as q8  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 from glimmer_cupy.model.linear import Linear  # noqa: E402
@@ -88,6 +91,7 @@ def with_rows(kind: str, rows: tuple) -> dict:
 Q4K = ((3, "gemv_kq"), (16, "mma_st"), (32, "mma_kq"), (None, "mma_wg"))
 Q6K = ((7, "gemv_kq"), (16, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
 Q4K_32 = ((3, "gemv_kq"), (32, "mma_st"), (None, "mma_wg"))
+Q6K_4 = ((3, "gemv_kq"), (16, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
 Q6K_32 = ((7, "gemv_kq"), (32, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas"))
 Q4K_BEFORE = ((3, "gemv_kq"), (8, "mma_kq"), (16, "mma_dq"), (32, "mma_kq"), (None, "mma_wg"))
 Q6K_BEFORE = ((7, "gemv_kq"), (40, "mma_kq"), (None, "dequant_cublas"))
@@ -112,6 +116,8 @@ ARMS = {
                           (norm, "wants_staged"): lambda *a: False},
     "table 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}},
     "tma 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (matmul, "MMA_ST_TMA"): True},
+    "tma 32 images": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (q8, "ST_ROWS"): range(4, 33)},
+    "q6k st 4": {(matmul, "BUCKETS"): {**with_rows("q6k", Q6K_4)}},
     "head st": {(Linear, "__call__"): head_on_mma_st},
 }
 
