@@ -2,7 +2,7 @@
 M = batch: Q4_K on mma_dq and Q6_K on mma_kq in the table; glimmer_cupy/benchmarks/model_ab.py).
 
 Arms:
-  table         the library's table (mma_st at Q4_K 4..16 and Q6_K 8..16 rows since this A/B)
+  table         the library's table (mma_st at Q4_K 4..32 and Q6_K 8..32 rows now)
   st q4k        Q4_K at 4..16 rows on mma_st, Q6_K on mma_kq
   st both       Q4_K 4..16 and Q6_K 8..16 on mma_st
   before        the table before mma_st: Q4_K mma_kq 4..8 and mma_dq 9..16, Q6_K mma_kq

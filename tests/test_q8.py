@@ -36,7 +36,7 @@ def test_wants_staged(monkeypatch):
     assert all(bucket(m, QType.Q6_K) != "mma_st" or m in ST_ROWS for m in range(1, 65))
     monkeypatch.setattr(build, "has_arch_specific", lambda: True)
     assert wants_staged(4, 1024, True) and wants_staged(16, 4096, True) and wants_staged(9, 12288, True)
-    assert not wants_staged(3, 4096, True) and not wants_staged(17, 4096, True)
+    assert not wants_staged(3, 4096, True) and not wants_staged(33, 4096, True) and wants_staged(32, 4096, True)
     assert not wants_staged(8, 576, True) and not wants_staged(8, 4096, False) and wants_staged(8, 768, True)
     monkeypatch.setattr(build, "has_arch_specific", lambda: False)
     assert not wants_staged(16, 4096, True)
@@ -76,7 +76,7 @@ def test_norms_make_quantize_x_codes(rows, d):
 
 @gpu
 @pytest.mark.parametrize("rows,d", [(4, 1024), (5, 4096), (9, 2048), (16, 4096), (3, 4096), (17, 4096), (8, 768),
-                                    (12, 1280), (16, 12288)])
+                                    (12, 1280), (16, 12288), (32, 4096), (25, 12288)])
 def test_producers_make_mma_st_images(rows, d):
     """At mma_st's rows a norm or gated activation asked for q8 also makes x's images, byte for byte
     those of mma_st's own stage launch on its output (the rows past M zeros), and a Q4_K matmul given

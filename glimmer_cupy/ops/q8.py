@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 Q8_MAX_ROWS = 32              # the widest int8 launch (ops/matmul.py: mma_kq); above it quant_matmul quantizes x itself
-ST_ROWS = range(4, 17)        # rows of x where ops/matmul.py's BUCKETS run mma_st (for Q4_K; Q6_K from 8)
+ST_ROWS = range(4, 33)        # rows of x where ops/matmul.py's BUCKETS run mma_st (for Q4_K; Q6_K from 8)
 ST_IMAGE_BYTES = 2208         # XStage<1>::kBytes (mma_st_lanes.cuh): a super-block of 8 rows of x
 
 
