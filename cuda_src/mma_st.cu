@@ -318,11 +318,6 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
         mbar_arrive_expect_tx(&bars[s], kChunk + blocks * kX);
         tensor_copy_2d(smem + s * kChunk, &wmap, ((sb0 + kChunkSb * j) * T::kBlock & ~15) / 2, row0, &bars[s], policy);
     };
-    // super-block i of the slice: its x image into its chunk's stage (after the wait: x is the kernel before's)
-    auto ask_x = [&](int i) {
-        const int j = i / kChunkSb, s = j % stages;
-        bulk_copy(xbase + (kChunkSb * s + i % kChunkSb) * kX, xst + (long long)(sb0 + i) * kX, kX, &bars[s]);
-    };
 
 #ifndef MMA_ST_NO_RELEASE
     pdl_release();
@@ -342,6 +337,11 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     STAMP(1);
     pdl_wait();                                                // x's images are the kernel before's
     STAMP(2);
+    // super-block i of the slice: its x image into its chunk's stage
+    auto ask_x = [&](int i) {
+        const int j = i / kChunkSb, s = j % stages;
+        bulk_copy(xbase + (kChunkSb * s + i % kChunkSb) * kX, xst + (long long)(sb0 + i) * kX, kX, &bars[s]);
+    };
     if (tid < min(count, kChunkSb * ring)) ask_x(tid);
 
     float acc[NT][4];
