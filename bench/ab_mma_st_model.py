@@ -17,7 +17,7 @@ Arms:
   old rule      mma_st_tma_shape as before its middle regime (6144 rows: every chunk a stage)
   tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
                 fit: 4096x12288 in two), for the A/B of the ring
-  table 32      the table with mma_st up to 32 rows (mma_kq there now), bulk or (tma 32) tensor-map
+  table 32      the table with mma_st up to 32 rows (to 64 now, in launches of 32), bulk or (tma 32) tensor-map
   tma 32
   tma wk2       tma with two warps to each 16 rows of W (MMA_ST_WK = 2)
   tma 2x2       tma with blocks of 32 rows of W (MMA_ST_RG = 2), two warps (2x4: four) to each 16

@@ -7,7 +7,7 @@ import pytest
 
 from glimmer_cupy import ops
 from glimmer_cupy.ops.norm import ST_MAX_K, ST_MIN_K
-from glimmer_cupy.ops.q8 import ST_ROWS, Q8Rows, plain, staged_bytes, wants_q8, wants_staged
+from glimmer_cupy.ops.q8 import Q8_MAX_ROWS, ST_ROWS, Q8Rows, plain, staged_bytes, wants_q8, wants_staged
 
 gpu = pytest.mark.gpu
 
@@ -26,14 +26,14 @@ def test_wants_q8():
 
 
 def test_wants_staged(monkeypatch):
-    """Images are made at the rows the table runs mma_st at (Q4_K's: Q6_K's start at 8), for rows of
-    whole super-blocks, and only where mma_st runs (sm_90)."""
+    """Images are made at the rows the table runs mma_st at (Q4_K's: Q6_K's start at 8) that have
+    codes, for rows of whole super-blocks, and only where mma_st runs (sm_90)."""
     from glimmer_cupy.kernels import build
     from glimmer_cupy.ops.matmul import bucket
     from glimmer_cupy.weights.quant_tensor import QType
 
-    assert list(ST_ROWS) == [m for m in range(1, 65) if bucket(m, QType.Q4_K) == "mma_st"]
-    assert all(bucket(m, QType.Q6_K) != "mma_st" or m in ST_ROWS for m in range(1, 65))
+    assert list(ST_ROWS) == [m for m in range(1, Q8_MAX_ROWS + 1) if bucket(m, QType.Q4_K) == "mma_st"]
+    assert all(bucket(m, QType.Q6_K) != "mma_st" or m in ST_ROWS for m in range(1, Q8_MAX_ROWS + 1))
     monkeypatch.setattr(build, "has_arch_specific", lambda: True)
     assert wants_staged(4, 1024, True) and wants_staged(16, 4096, True) and wants_staged(9, 12288, True)
     assert not wants_staged(3, 4096, True) and not wants_staged(33, 4096, True) and wants_staged(32, 4096, True)

@@ -90,13 +90,12 @@ def test_mma_wg_splits_fill_the_chip_without_a_second_wave():
 
 def test_bucket_table_covers_every_m():
     assert [bucket(m, QType.F16) for m in (1, 8, 9, 4096)] == ["gemv", "gemv", "dequant_cublas", "dequant_cublas"]
-    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 8, 9, 16, 17, 32, 33, 64)] == \
-        ["gemv_kq", "gemv_kq", "mma_st", "mma_st", "mma_st", "mma_st", "mma_kq", "mma_kq", "mma_wg", "mma_wg"]
-    assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 17, 32, 33, 40, 41)] == \
-        ["gemv_kq", "gemv_kq", "mma_st", "mma_st", "mma_kq", "mma_kq", "mma_kq", "mma_kq", "dequant_cublas"]
-    assert bucket(32, QType.Q4_K, graph_safe=True) == "mma_kq" and bucket(33, QType.Q4_K, graph_safe=True) == "mma_wg"
-    assert bucket(33, QType.Q6_K, graph_safe=True) == "mma_kq" and bucket(64, QType.Q6_K, graph_safe=True) == "mma_kq"
-    assert bucket(65, QType.Q6_K, graph_safe=True) == "mma"
+    assert [bucket(m, QType.Q4_K) for m in (1, 3, 4, 8, 9, 16, 17, 32, 33, 64, 65)] == \
+        ["gemv_kq"] * 2 + ["mma_st"] * 8 + ["mma_wg"]
+    assert [bucket(m, QType.Q6_K) for m in (1, 7, 8, 16, 17, 32, 33, 40, 41, 64, 65)] == \
+        ["gemv_kq"] * 2 + ["mma_st"] * 8 + ["dequant_cublas"]
+    assert bucket(64, QType.Q4_K, graph_safe=True) == "mma_st" and bucket(65, QType.Q4_K, graph_safe=True) == "mma_wg"
+    assert bucket(64, QType.Q6_K, graph_safe=True) == "mma_st" and bucket(65, QType.Q6_K, graph_safe=True) == "mma"
     assert bucket(16, QType.Q4_K, graph_safe=True) == "mma_st"
     assert [bucket(m, QType.Q8_0) for m in (1, 16, 17)] == ["gemv_dp4a", "gemv_dp4a", "dequant_cublas"]
     assert all(rows[-1][0] is None for rows in BUCKETS.values())
@@ -273,7 +272,7 @@ def test_mma_dq_matches_the_reference(n, k):
                                  (1000, 8448), (4096, 4096)])
 def test_mma_st_matches_the_reference(qtype, n, k):
     """The staged int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32,
-    rows of x past a tile's edge), K split over clusters of 1..8 blocks (the shapes pick them; 8448's
+    rows of x past a tile's edge; M 33..64 in launches of 32 rows), K split over clusters of 1..8 blocks (the shapes pick them; 8448's
     33 super-blocks in 8 splits of 5 leave the last with 3), rows of W past a block's 64, Q6_K blocks
     at every 2-byte offset of their windows (K of an odd number of super-blocks: rows of 210 * odd
     bytes); every output written (NaN first); the same bits on a second call (the cluster sums in
@@ -293,7 +292,7 @@ def test_mma_st_matches_the_reference(qtype, n, k):
                                                   r"ends inside it, got \d+ bytes past its end"):
             ops.quant_matmul(x, w_dev, force_bucket="mma_st")
         return
-    for m in (1, 3, 8, 9, 16, 17, 24, 25, 32):
+    for m in (1, 3, 8, 9, 16, 17, 24, 25, 32, 33, 57, 64):       # past 32: launches of 32 rows
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
         out = cupy.full((m, n), np.nan, np.float32)
         got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_st"))

@@ -79,11 +79,13 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     against 11,492.2-11,494.0 (ab_mma_st_model_b32_efce00f_h100.txt); alone at M = 24 / 32 on x's
 #     images 3-5x faster (4096x12288 12.9 / 15.1 µs against 57.6 / 83.3, ab_mma_st_edges_efce00f_h100.txt).
 #     Q6_K at 4..7 rows on mma_st did not move the step of 6 (2,611.6-2,614.6 against 2,613.9-2,625.5).
+#     33..64 rows: a launch (and its stage) a 32 rows, each reading W (quant_matmul), against mma_wg
+#     (Q4_K) and mma_kq / dequant_cublas (Q6_K): the step of 64 sequences (ab_mma_st_model_b64_*_h100.txt).
 #     On devices without sm_90, and for a Q6_K tensor that does not end at a 16-byte boundary, those
 #     rows keep mma_dq / mma_kq (mma_st_serves).
 BUCKETS = {
-    "q4k": ((3, "gemv_kq"), (32, "mma_st"), (None, "mma_wg")),
-    "q6k": ((7, "gemv_kq"), (32, "mma_st"), (40, "mma_kq"), (None, "dequant_cublas")),
+    "q4k": ((3, "gemv_kq"), (64, "mma_st"), (None, "mma_wg")),
+    "q6k": ((7, "gemv_kq"), (64, "mma_st"), (None, "dequant_cublas")),
     "dot": ((16, "gemv_dp4a"), (None, "dequant_cublas")),
     "float": ((8, "gemv"), (None, "dequant_cublas")),
 }
@@ -122,7 +124,8 @@ MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of bl
 # type -> (the kernel's lanes struct, bytes of a block: mst::St4K / St6K)
 MMA_ST_LANES = {QType.Q4_K: ("St4K", 144), QType.Q6_K: ("St6K", 210)}
 MMA_ST_TYPES = frozenset(MMA_ST_LANES)
-MMA_ST_ROWS = 32                    # the widest M (four n-tiles of 8 rows of x)
+MMA_ST_ROWS = 32                    # the widest M of a launch (four n-tiles of 8 rows of x)
+MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M in launches of MMA_ST_ROWS
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
@@ -284,7 +287,7 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     stages that fit."""
     if _mma_st_refusal(x, w) is not None:
         return False
-    m, k = x.shape
+    m, k = min(x.shape[0], MMA_ST_ROWS), x.shape[1]
     tma = _table_tma(w)
     rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype)[:2] if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
@@ -339,6 +342,8 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     refusal = _mma_st_refusal(x, w)
     if refusal is not None:
         raise refusal
+    if m > MMA_ST_ROWS:
+        raise fail("mma_st", "x", f"at most {MMA_ST_ROWS} rows (quant_matmul launches wider x in parts)", m)
     row_bytes = w.data.nbytes // n
     if tma is None:
         tma = _table_tma(w)
@@ -672,7 +677,7 @@ def serves(b: str, qtype: QType, m: int) -> bool:
     if b == "mma_wg":
         return qtype in MMA_WG_TYPES
     if b == "mma_st":
-        return qtype in MMA_ST_TYPES and m <= MMA_ST_ROWS
+        return qtype in MMA_ST_TYPES and m <= MMA_ST_WIDE_ROWS
     return b in BUCKET_NAMES
 
 
@@ -686,6 +691,17 @@ def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
                 return "mma_kq" if serves("mma_kq", qtype, m) else "mma"
             return name
     raise AssertionError("unreachable")
+
+
+def _beside_mma_st(m: int, qtype: QType, graph_safe: bool) -> str:
+    """The bucket for the table's mma_st rows where mma_st cannot run (no sm_90 device, x or W not
+    aligned as it needs): the table's before them, mma_dq / mma_kq to 32 rows, then mma_wg (Q4_K),
+    mma_kq to 40 and dequant_cublas (Q6_K; inside graphs mma_kq)."""
+    if m <= MMA_ST_ROWS:
+        return "mma_dq" if qtype == QType.Q4_K and m > 8 else "mma_kq"
+    if qtype == QType.Q4_K:
+        return "mma_wg"
+    return "mma_kq" if m <= 40 or graph_safe else "dequant_cublas"
 
 
 def quantize_x(x, trait: str):
@@ -739,10 +755,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     row_bytes = np.int64(w.data.nbytes // n)
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
+    if b == "mma_st" and not force_bucket and not mma_st_serves(x, w):
+        b = _beside_mma_st(m, w.qtype, _GRAPH_SAFE.get())
     if b == "mma_wg" and not force_bucket and not has_arch_specific():
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
-    if b == "mma_st" and not force_bucket and not mma_st_serves(x, w):
-        b = "mma_dq" if w.qtype == QType.Q4_K and m > 8 else "mma_kq"
     if not serves(b, w.qtype, m):
         raise fail("quant_matmul", "force_bucket", f"a bucket that serves {w.qtype.name} at M = {m}", b)
     if b in INT8_BUCKETS:
@@ -796,7 +812,11 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         xst = codes.st if codes is not None else None
         if xst is not None:
             check(xst, "quant_matmul", "x.st", dtypes=(np.uint8,), shape=(staged_bytes(m, k),), like=x)
-        mma_st(out, x, w, xst=xst)
+        if m <= MMA_ST_ROWS:
+            mma_st(out, x, w, xst=xst)
+            return out
+        for r0 in range(0, m, MMA_ST_ROWS):         # wider: a launch (and its own stage) a 32 rows
+            mma_st(out[r0:r0 + MMA_ST_ROWS], x[r0:r0 + MMA_ST_ROWS], w)
         return out
     if b == "mma_dq":
         check_aligned16(x, w, "mma_dq")
