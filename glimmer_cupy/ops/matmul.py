@@ -80,7 +80,9 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     images 3-5x faster (4096x12288 12.9 / 15.1 µs against 57.6 / 83.3, ab_mma_st_edges_efce00f_h100.txt).
 #     Q6_K at 4..7 rows on mma_st did not move the step of 6 (2,611.6-2,614.6 against 2,613.9-2,625.5).
 #     33..64 rows: a launch (and its stage) a 32 rows, each reading W (quant_matmul), against mma_wg
-#     (Q4_K) and mma_kq / dequant_cublas (Q6_K): the step of 64 sequences (ab_mma_st_model_b64_*_h100.txt).
+#     (Q4_K) and mma_kq / dequant_cublas (Q6_K): the step of 64 sequences took 7,900.4-7,901.1 µs against
+#     12,181.1-12,335.4, of 48 7,806.7-7,822.7 against 12,137.7-12,189.8 (ab_mma_st_model_b64_1769bfa_h100.txt,
+#     _b48_). Above 64 the table keeps mma_wg / dequant_cublas (not measured against more launches).
 #     On devices without sm_90, and for a Q6_K tensor that does not end at a 16-byte boundary, those
 #     rows keep mma_dq / mma_kq (mma_st_serves).
 BUCKETS = {
