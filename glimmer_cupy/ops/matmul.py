@@ -71,7 +71,7 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     over the k-steps (mma_wg.cu) M = 33 / 64 / 512 now take 21.1 / 22.2 / 40.1 us on 4096x4096 and
 #     282.5 / 306.4 / 1354.4 on the head (quant_matmul_q6k_chunks_49bb99d.md; 43.5 / 38.7 / 42.5 and
 #     572 / 453 / 1388 before, quant_matmul_mma_wg_tiled_d1fdbf8.md).
-#   mma_st at 4..32 rows of Q4_K and 8..32 of Q6_K: in synthetic Qwen3-8B's decode step of 16
+#   mma_st at 4..64 rows of Q4_K and 8..64 of Q6_K: in synthetic Qwen3-8B's decode step of 16
 #     sequences (bench/ab_mma_st_model.py, H100, bench/results/ab_mma_st_model_b16_c2ab0f0_h100.json) 3,998-4,001 µs
 #     a step against 5,986-5,988 with mma_dq / mma_kq there (4,608-4,611 with mma_st on Q4_K only);
 #     alone at M = 16 1.2-1.6x faster on every shape (ab_mma_st_*_h100.txt). With the tensor-map
@@ -116,8 +116,8 @@ MMA_DQ_STAGE = 2 * 4352             # kChunk * kStage in mma_dq.cu: shared bytes
 MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
-#   mma_st (the table's Q4_K 4..32 and Q6_K 8..32 rows, below): int8
-#     tensor cores on Q4_K and Q6_K for up to 32 rows of x (mma_st.cu), a block's whole share of W
+#   mma_st (the table's Q4_K 4..64 and Q6_K 8..64 rows, above): int8 tensor cores on Q4_K and Q6_K
+#     for up to 32 rows of x a launch (mma_st.cu), a block's whole share of W
 #     (64 rows by its K slice) asked for at its start by bulk copies into shared memory, so that the
 #     bytes in flight are bounded by shared memory and not by registers (mma_kq and mma_dq hold the
 #     next super-block in registers); x quantized per 256 values, so a super-block's sub-blocks add
