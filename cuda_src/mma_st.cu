@@ -1,5 +1,6 @@
-// mma_st.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K or Q6_K, on int8 tensor cores, every byte
-// of W a block needs asked for at the block's start by bulk copies into shared memory.
+// mma_st.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K or Q6_K, on int8 tensor cores, W streamed
+// into shared memory by bulk copies asked for at the block's start (or, past a ring's depth, as its
+// stages free).
 //
 // mma_st_stage_x_kernel<NT>  x (M, K) float32 -> xst: per super-block one XStage<NT> image
 //   (mma_st_lanes.cuh: int8 codes per 256 values, swizzled; the sub-blocks' sums as (hi, lo);
@@ -14,7 +15,7 @@
 // mma_st_tma_kernel<T, NT, KS, RG, WK>  the same, W copied by a tensor map (passed by value) in boxes
 //   of 16 RG rows by two super-blocks, each on its own barrier, through a ring of `stages` stages;
 //   grid = (ceil(N / 16 RG), KS), block = (32 RG WK,); dynamic shared memory ops/matmul.py
-//   mma_st_smem's. The table runs it for Q4_K (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES).
+//   mma_st_smem's. The table runs it (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES: Q4_K and Q6_K).
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
