@@ -155,6 +155,23 @@ def test_mma_st_config_takes_the_fewest_splits_that_fit():
     assert mma_st_config(16, 4096, 4096, QType.Q6_K) == (2, 2)
 
 
+def test_beside_mma_st_serves_every_mma_st_row():
+    """Where mma_st cannot run (no sm_90, x or W not aligned for it), each of the table's mma_st rows
+    gets the table's bucket from before mma_st took them, one that serves that M."""
+    from glimmer_cupy.ops.matmul import _beside_mma_st, serves
+    for q in (QType.Q4_K, QType.Q6_K):
+        for m in range(1, 65):
+            if bucket(m, q) != "mma_st":
+                continue
+            for graph_safe in (False, True):
+                b = _beside_mma_st(m, q, graph_safe)
+                assert b != "mma_st" and serves(b, q, m), (q.name, m, graph_safe, b)
+    assert [_beside_mma_st(m, QType.Q4_K, False) for m in (4, 9, 32, 33, 64)] == \
+        ["mma_kq", "mma_dq", "mma_dq", "mma_wg", "mma_wg"]
+    assert [_beside_mma_st(m, QType.Q6_K, False) for m in (8, 40, 41)] == ["mma_kq", "mma_kq", "dequant_cublas"]
+    assert _beside_mma_st(64, QType.Q6_K, True) == "mma_kq"
+
+
 def test_mma_st_tma_ring_holds_what_fits():
     """The tensor-map kernel's ring: a stage a chunk where every chunk of the slice fits, else the
     most stages that fit shared memory, a multiple of wk; so one split serves any K."""
