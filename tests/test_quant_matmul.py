@@ -289,11 +289,11 @@ def test_mma_dq_matches_the_reference(n, k):
                                  (1000, 8448), (4096, 4096)])
 def test_mma_st_matches_the_reference(qtype, n, k):
     """The staged int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32,
-    rows of x past a tile's edge; M 33..64 in launches of 32 rows), K split over clusters of 1..8 blocks (the shapes pick them; 8448's
-    33 super-blocks in 8 splits of 5 leave the last with 3), rows of W past a block's 64, Q6_K blocks
-    at every 2-byte offset of their windows (K of an odd number of super-blocks: rows of 210 * odd
-    bytes); every output written (NaN first); the same bits on a second call (the cluster sums in
-    rank order)."""
+    rows of x past a tile's edge; M 33..64 in launches of 32 rows), K split over clusters of 1..8
+    blocks (the shapes pick them; 8448's 33 super-blocks in 8 splits of 5 leave the last with 3), rows
+    of W past a block's 64, Q6_K blocks at every 2-byte offset of their windows (K of an odd number of
+    super-blocks: rows of 210 * odd bytes); every output written (NaN first); the same bits on a second
+    call (the cluster sums in rank order)."""
     import cupy
 
     from glimmer_cupy.ops.matmul import mma_st_config
@@ -460,7 +460,8 @@ def test_mma_st_tma_refuses_a_ring_it_cannot_run():
     from glimmer_cupy.ops import matmul as mm
     from glimmer_cupy.ops._check import OpArgumentError
     n, k = 64, 4096
-    w_dev = QuantTensor("w", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, np.random.default_rng(5), 0.05)).to_device()
+    blocks = random_blocks(QType.Q4_K, n, k, np.random.default_rng(5), 0.05)
+    w_dev = QuantTensor("w", QType.Q4_K, (n, k), blocks).to_device()
     x, out = cupy.zeros((16, k), np.float32), cupy.empty((16, n), np.float32)
     for kw, got in ((dict(tma=True, rg=2, wk=4, stages=2), "2"), (dict(tma=True, rg=4, wk=1, stages=17), "17"),
                     (dict(tma=False, stages=4), "4")):
