@@ -67,8 +67,8 @@ _config = matmul.mma_st_config
 def split_config(m, n, k, qtype=QType.Q4_K, tma=False, rg=4, wk=1):
     """mma_st_config as before the tensor-map kernel's ring: K split until every chunk has a stage."""
     nt, ks = _config(m, n, k, qtype, tma, rg, wk)
-    chunks = lambda ks: -(-(-(-(k // 256) // ks)) // matmul.MMA_ST_CHUNK_SB)  # noqa: E731
-    while tma and ks < matmul.MMA_ST_MAX_SPLITS and matmul.mma_st_stages(nt, k, ks, qtype, rg, wk) < chunks(ks):
+    while (tma and ks < matmul.MMA_ST_MAX_SPLITS
+           and matmul.mma_st_stages(nt, k, ks, qtype, rg, wk) < matmul.mma_st_chunks(k, ks)):
         ks *= 2
     return nt, ks
 
@@ -117,7 +117,7 @@ ARMS = {
     "table 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}},
     "tma 32": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (matmul, "MMA_ST_TMA"): True},
     "tma 32 images": {(matmul, "BUCKETS"): {"q4k": Q4K_32, "q6k": Q6K_32}, (q8, "ST_ROWS"): range(4, 33)},
-    "q6k st 4": {(matmul, "BUCKETS"): {**with_rows("q6k", Q6K_4)}},
+    "q6k st 4": {(matmul, "BUCKETS"): with_rows("q6k", Q6K_4)},
     "head st": {(Linear, "__call__"): head_on_mma_st},
 }
 

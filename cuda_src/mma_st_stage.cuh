@@ -41,8 +41,8 @@ __device__ __forceinline__ void stage_row(unsigned char* st, const float (&v)[8]
 
 // A producer's share of super-block sb of xst (images of st_rows = 8 n-tiles rows, `rows` of them
 // real): row `row`'s part from v, and, where row + rows is one of the padding rows past them, that
-// row's zeros (st_rows - rows <= rows for the 4..16 rows images are made at, so the first rows'
-// warps cover them).
+// row's zeros (st_rows - rows <= rows for the 4..32 rows images are made at, q8.ST_ROWS, so the first
+// rows' warps cover them).
 __device__ __forceinline__ void stage_row_padded(unsigned char* xst, int sb, const float (&v)[8], int row, int rows,
                                                  int st_rows) {
     const int nt = st_rows >> 3;

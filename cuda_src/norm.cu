@@ -6,7 +6,7 @@
 //   input of the next dp4a GEMV, in the same pass.
 //   ST (VEC = 4, float, d a multiple of 256 and at least 1024, so one row a block): also out's images
 //   for mma_st (mma_st_stage.cuh) at xst, st_rows = 8 n-tiles rows of them, the rows past `rows` zeros:
-//   the stage launch of a matmul of 4..16 rows made here instead.
+//   the stage launch of a matmul of 4..32 rows (q8.ST_ROWS) made here instead.
 //
 // Launch (both): a row is handled by blockDim.x threads (a multiple of 32: one warp up to the
 // whole block), blockDim.y rows per block, blockDim.x * blockDim.y <= 1024.

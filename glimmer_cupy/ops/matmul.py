@@ -210,10 +210,15 @@ def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool, rg: int = 4, 
     return mma_st_smem(nt, k, ks, qtype, tma, rg, wk) <= MMA_ST_SMEM_CAP
 
 
+def mma_st_chunks(k: int, ks: int) -> int:
+    """Chunks of MMA_ST_CHUNK_SB super-blocks in a block's slice of K (ks splits)."""
+    return -(-(-(-(k // 256) // ks)) // MMA_ST_CHUNK_SB)
+
+
 def mma_st_stages(nt: int, k: int, ks: int, qtype: QType, rg: int = 4, wk: int = 1, cap: int | None = None) -> int:
     """Stages of mma_st_tma_kernel's ring: one a chunk of the block's slice where they all fit, else
     the most that fit (at most `cap`), a multiple of wk (0: not even wk fit)."""
-    chunks = -(-(-(-(k // 256) // ks)) // MMA_ST_CHUNK_SB)
+    chunks = mma_st_chunks(k, ks)
     stage = 16 * rg * MMA_ST_TMA_BOX[qtype] + MMA_ST_CHUNK_SB * MMA_ST_X_BYTES * nt
     fit = min(MMA_ST_MAX_STAGES, cap or MMA_ST_MAX_STAGES, MMA_ST_SMEM_CAP // stage)
     return chunks if chunks <= fit else fit // wk * wk
