@@ -15,6 +15,8 @@ Arms:
   wide before   where 64-row blocks outnumber the SMs, (4, 2) with every chunk a stage (the rule
                 before MMA_ST_TMA_MANY's short rings)
   old rule      mma_st_tma_shape as before its middle regime (6144 rows: every chunk a stage)
+  rule by nt    the shapes and rings of mma_st_tma_shape by x's n-tiles (the table's); "rule at 16" is the
+                rule before it, the shapes that M = 16 measured taken at every M
   tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
                 fit: 4096x12288 in two), for the A/B of the ring
   table 32      the table with mma_st up to 32 rows (to 64 now, in launches of 32), bulk or (tma 32) tensor-map
@@ -76,11 +78,16 @@ def split_config(m, n, k, qtype=QType.Q4_K, tma=False, rg=4, wk=1):
 _shape = matmul.mma_st_tma_shape
 
 
-def old_rule(n, rg=None, wk=None, qtype=QType.Q4_K):
+def old_rule(n, rg=None, wk=None, qtype=QType.Q4_K, nt=2):
     """mma_st_tma_shape before its middle regime: (2, 4) with every chunk a stage below 64 SMs' rows."""
     if -(-n // matmul.MMA_ST_BLOCK_ROWS) < matmul.sm_count():
         return rg or 2, wk or 4, None
-    return _shape(n, rg, wk, qtype)
+    return rule_at_16(n, rg, wk, qtype)
+
+
+def rule_at_16(n, rg=None, wk=None, qtype=QType.Q4_K, nt=2):
+    """mma_st_tma_shape before its rule by n-tiles: the shapes M = 16 (2 n-tiles) measured, at every M."""
+    return _shape(n, rg, wk, qtype, 2)
 
 
 def with_rows(kind: str, rows: tuple) -> dict:
@@ -107,6 +114,8 @@ ARMS = {
     "bulk q6k": {(matmul, "MMA_ST_TMA_TYPES"): frozenset({QType.Q4_K})},
     "wide before": {(matmul, "MMA_ST_TMA_MANY"): {QType.Q4_K: (4, 2, None), QType.Q6_K: (4, 2, None)}},
     "old rule": {(matmul, "mma_st_tma_shape"): old_rule},
+    "rule by nt": {},
+    "rule at 16": {(matmul, "mma_st_tma_shape"): rule_at_16},
     "tma split": {(matmul, "mma_st_config"): split_config},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},
     "tma 2x2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 2, (matmul, "MMA_ST_WK"): 2},

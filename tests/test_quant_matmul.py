@@ -196,6 +196,39 @@ def test_mma_st_tma_ring_holds_what_fits():
     assert mma_st_smem(2, 4096, 1, QType.Q4_K, True, 2, 4) == 8 * 32 * 288 + 16 * 2 * 2208
 
 
+@pytest.mark.parametrize("sms", [132, 114, 78])
+def test_mma_st_tma_shape_keeps_blocks_resident_and_rings_deep(monkeypatch, sms):
+    """mma_st_tma_shape's rule, on devices of several SM counts: a compiled block shape; where 32-row
+    blocks fit the SMs, one wave with a ring of every chunk or two chunks a warp; where they fit twice
+    over, every block resident at once; and from MMA_ST_TMA_WIDE_NT n-tiles on many blocks, 64-row
+    blocks (x's images read once for twice the W)."""
+    from glimmer_cupy.ops import matmul as mm
+    monkeypatch.setattr(mm, "sm_count", lambda: sms)
+    for q in (QType.Q4_K, QType.Q6_K):
+        for nt in (1, 2, 3, 4):
+            for n in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 24576, 151936):
+                for k in (1024, 4096, 12288):
+                    rg, wk, cap = mm.mma_st_tma_shape(n, qtype=q, nt=nt)
+                    what = (q.name, nt, n, k, rg, wk, cap)
+                    assert (rg, wk) in mm.MMA_ST_TMA_SHAPES, what
+                    chunks = mm.mma_st_chunks(k, 1)
+                    s = mm.mma_st_stages(nt, k, 1, q, rg, wk, cap)
+                    blocks = -(-n // (16 * rg))
+                    per_sm = mm.MMA_ST_SM_SMEM // (mm.mma_st_smem(nt, k, 1, q, True, rg, wk, s) + 256 + 1024)
+                    if -(-n // 32) <= sms:
+                        assert blocks <= sms and (s == chunks or s >= 2 * wk), what
+                    elif -(-n // 32) <= 2 * sms:
+                        assert blocks <= per_sm * sms, what
+                    elif nt >= mm.MMA_ST_TMA_WIDE_NT:
+                        assert rg == 4, what
+    # the measured cases: Q6_K at 32 rows of x on 4096 rows (a ring of 4 at (2, 4)) and on 6144
+    monkeypatch.setattr(mm, "sm_count", lambda: 132)
+    assert mm.mma_st_tma_shape(4096, qtype=QType.Q6_K, nt=4) == (2, 2, None)
+    assert mm.mma_st_tma_shape(6144, qtype=QType.Q6_K, nt=4) == (4, 2, None)
+    assert mm.mma_st_tma_shape(24576, qtype=QType.Q4_K, nt=4) == mm.MMA_ST_TMA_WIDE
+    assert mm.mma_st_tma_shape(24576, qtype=QType.Q4_K, nt=2) == mm.MMA_ST_TMA_MANY[QType.Q4_K]
+
+
 def test_kq_occupancy_serves_small_layers_at_m1_only():
     from glimmer_cupy.ops.matmul import kq_occupancy
     assert kq_occupancy(QType.Q4_K, 1, 6144, 1024, 2) == 5 and kq_occupancy(QType.Q4_K, 1, 1024, 3072, 2) == 5

@@ -161,6 +161,16 @@ MMA_ST_TMA_SHAPES = frozenset({(4, 1), (4, 2), (2, 2), (2, 4)})    # (RG, WK) co
 # of 16 (the fused q|k|v) 3,088.5-3,091.2 µs against 3,172.3-3,192.1 with every chunk a stage
 # (ab_mma_st_model_b16_mid_47acb1f_h100.txt).
 MMA_ST_TMA_MANY = {QType.Q4_K: (2, 2, 4), QType.Q6_K: (2, 4, 4)}
+# From 4 n-tiles of x (25..32 rows) a chunk's images (17.7 KB) outweigh a 32-row block's W (9.2 KB
+# Q4_K, 14.8 KB Q6_K), and the short rings above leave one or two blocks an SM; blocks of 64 rows
+# with one warp a 16 rows and 2 stages read x's images once for twice the W, three (Q4_K) or two
+# (Q6_K) an SM. Measured on an H100 at M = 32 on x's images (bench/results/ab_mma_st_rings_nt_
+# 78cf106_h100.txt, µs, MMA_ST_TMA_MANY's against (4, 1, 2)): Q4_K 24576x4096 29.1 / 23.7, the head
+# 160.7 / 150.5, 12288x4096 16.6 / 16.3; Q6_K 58.0 / 40.3, 320.3 / 224.8, 29.5 / 23.0. At 3 n-tiles
+# it is mixed (Q6_K 24576x4096 38.2 / 39.7, the head 226.0 / 207.4), so MMA_ST_TMA_MANY stays there.
+MMA_ST_TMA_WIDE = (4, 1, 2)
+MMA_ST_TMA_WIDE_NT = 4              # n-tiles of x from which the many-block regime takes MMA_ST_TMA_WIDE
+MMA_ST_SM_SMEM = 233472             # shared memory of an sm_90 SM, of which each block reserves 1 KB
 MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's ring (None: the rule)
 # Below the table's mma_st rows mma_st on x's images made by the op before is faster alone on large
 # matrices (H100, M = 1, bench/results/ab_mma_st_m1_c4e5b31_h100.txt, µs, the GEMV / mma_st: Q4_K
@@ -173,16 +183,28 @@ MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's
 
 
 def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
-                     qtype: QType = QType.Q4_K) -> tuple[int, int, int | None]:
+                     qtype: QType = QType.Q4_K, nt: int = 2) -> tuple[int, int, int | None]:
     """(RG, WK, the most stages in its ring or None for all that fit) of the tensor-map kernel for N
-    rows of W: those given, else MMA_ST_RG / MMA_ST_WK / MMA_ST_STAGES, else the rule: blocks of 32
-    rows with four warps a 16 rows, every chunk a stage where the blocks fit the SMs (measured on an
-    H100 at M = 16, bench/results/ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x / on x's images
-    made before: 4096x4096 6.8 / 5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at (4, 1)) and 4
-    stages where they fit twice over; else MMA_ST_TMA_MANY's."""
+    rows of W and nt n-tiles of x (8 rows each): those given, else MMA_ST_RG / MMA_ST_WK /
+    MMA_ST_STAGES, else the rule, by 32-row blocks against the SMs:
+      - at most one a SM: (2, 4) with every chunk a stage (measured on an H100 at M = 16, bench/results/
+        ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x / on x's images made before: 4096x4096
+        6.8 / 5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at (4, 1)), where its ring holds two
+        chunks a warp; else (2, 2) (Q6_K at 4 n-tiles, 7 stages fit, (2, 4) would round them to 4:
+        4096x12288 26.5 against 23.8, ab_mma_st_rings_nt_78cf106_h100.txt);
+      - at most two a SM: (2, 4) and 4 stages, where two such blocks fit an SM's shared memory, so
+        that all are resident at once; else (4, 2) with every chunk a stage, one wave of 64-row
+        blocks (Q6_K 6144x4096 at M = 32 13.6 against 18.2);
+      - more: MMA_ST_TMA_MANY's, or from MMA_ST_TMA_WIDE_NT n-tiles MMA_ST_TMA_WIDE."""
     blocks = -(-n // 32)
-    rule = ((2, 4, None) if blocks <= sm_count() else (2, 4, 4) if blocks <= 2 * sm_count()
-            else MMA_ST_TMA_MANY[qtype])
+    if blocks <= sm_count():
+        two_a_warp = MMA_ST_SMEM_CAP // _mma_st_stage_bytes(qtype, 2, nt) >= 2 * 4
+        rule = (2, 4, None) if two_a_warp else (2, 2, None)
+    elif blocks <= 2 * sm_count():
+        pair = 2 * (4 * _mma_st_stage_bytes(qtype, 2, nt) + 256 + 1024) <= MMA_ST_SM_SMEM
+        rule = (2, 4, 4) if pair else (4, 2, None)
+    else:
+        rule = MMA_ST_TMA_WIDE if nt >= MMA_ST_TMA_WIDE_NT else MMA_ST_TMA_MANY[qtype]
     return rg or MMA_ST_RG or rule[0], wk or MMA_ST_WK or rule[1], MMA_ST_STAGES or rule[2]
 
 
@@ -215,11 +237,16 @@ def mma_st_chunks(k: int, ks: int) -> int:
     return -(-(-(-(k // 256) // ks)) // MMA_ST_CHUNK_SB)
 
 
+def _mma_st_stage_bytes(qtype: QType, rg: int, nt: int) -> int:
+    """Bytes of a stage of mma_st_tma_kernel's ring: a chunk's box of W's rows and its x images."""
+    return 16 * rg * MMA_ST_TMA_BOX[qtype] + MMA_ST_CHUNK_SB * MMA_ST_X_BYTES * nt
+
+
 def mma_st_stages(nt: int, k: int, ks: int, qtype: QType, rg: int = 4, wk: int = 1, cap: int | None = None) -> int:
     """Stages of mma_st_tma_kernel's ring: one a chunk of the block's slice where they all fit, else
     the most that fit (at most `cap`), a multiple of wk (0: not even wk fit)."""
     chunks = mma_st_chunks(k, ks)
-    stage = 16 * rg * MMA_ST_TMA_BOX[qtype] + MMA_ST_CHUNK_SB * MMA_ST_X_BYTES * nt
+    stage = _mma_st_stage_bytes(qtype, rg, nt)
     fit = min(MMA_ST_MAX_STAGES, cap or MMA_ST_MAX_STAGES, MMA_ST_SMEM_CAP // stage)
     return chunks if chunks <= fit else fit // wk * wk
 
@@ -296,7 +323,7 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
         return False
     m, k = min(x.shape[0], MMA_ST_ROWS), x.shape[1]
     tma = _table_tma(w)
-    rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype)[:2] if tma else (4, 1)
+    rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype, nt=-(-m // 8))[:2] if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
@@ -358,7 +385,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
                    "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
                    f"{w.data.nbytes // max(n, 1)} bytes a row")
-    rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype)
+    rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype, -(-m // 8))
     if tma and stages is None:
         stages = cap
     if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
