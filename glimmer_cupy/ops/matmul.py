@@ -164,10 +164,14 @@ MMA_ST_TMA_MANY = {QType.Q4_K: (2, 2, 4), QType.Q6_K: (2, 4, 4)}
 # From 4 n-tiles of x (25..32 rows) a chunk's images (17.7 KB) outweigh a 32-row block's W (9.2 KB
 # Q4_K, 14.8 KB Q6_K), and the short rings above leave one or two blocks an SM; blocks of 64 rows
 # with one warp a 16 rows and 2 stages read x's images once for twice the W, three (Q4_K) or two
-# (Q6_K) an SM. Measured on an H100 at M = 32 on x's images (bench/results/ab_mma_st_rings_nt_
+# (Q6_K) an SM. Measured on an H100 at M = 32 on x's images (bench/results/ab_mma_st_rings_nt_{q4k,q6k}_
 # 78cf106_h100.txt, µs, MMA_ST_TMA_MANY's against (4, 1, 2)): Q4_K 24576x4096 29.1 / 23.7, the head
 # 160.7 / 150.5, 12288x4096 16.6 / 16.3; Q6_K 58.0 / 40.3, 320.3 / 224.8, 29.5 / 23.0. At 3 n-tiles
 # it is mixed (Q6_K 24576x4096 38.2 / 39.7, the head 226.0 / 207.4), so MMA_ST_TMA_MANY stays there.
+# The 8B step (bench/results/ab_mma_st_model_nt_b*_017e98d_h100.json, µs, the rule by n-tiles against
+# the M = 16 shapes at every M): 32 sequences 3,817.7-3,824.1 against 4,074.9-4,081.2, 64 (launches
+# of 32 rows) 7,536.1-7,548.4 against 7,897.5-7,899.4; 0.6B's step of 32 unchanged (1,573.9-1,586.3
+# against 1,574.1-1,577.9).
 MMA_ST_TMA_WIDE = (4, 1, 2)
 MMA_ST_TMA_WIDE_NT = 4              # n-tiles of x from which the many-block regime takes MMA_ST_TMA_WIDE
 MMA_ST_SM_SMEM = 233472             # shared memory of an sm_90 SM, of which each block reserves 1 KB
@@ -191,7 +195,7 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
         ab_mma_st_tma_rg_8c36f29_h100.txt, µs from float x / on x's images made before: 4096x4096
         6.8 / 5.7 at (2, 4) against 8.0 / 5.7 at (4, 2) and 8.4 at (4, 1)), where its ring holds two
         chunks a warp; else (2, 2) (Q6_K at 4 n-tiles, 7 stages fit, (2, 4) would round them to 4:
-        4096x12288 26.5 against 23.8, ab_mma_st_rings_nt_78cf106_h100.txt);
+        4096x12288 26.5 against 23.8, ab_mma_st_rings_nt_q6k_78cf106_h100.txt);
       - at most two a SM: (2, 4) and 4 stages, where two such blocks fit an SM's shared memory, so
         that all are resident at once; else (4, 2) with every chunk a stage, one wave of 64-row
         blocks (Q6_K 6144x4096 at M = 32 13.6 against 18.2);
