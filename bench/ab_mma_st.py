@@ -8,6 +8,10 @@ each row, so that drift shows. Prints the ratio to M = 1 that the bar (<= 1.3x) 
     PYTHONPATH=$PWD python3 bench/ab_mma_st.py [--types Q4_K,Q6_K] [--ms 8,16,32] [--splits 1,2,4,8]
         [--shapes NxK,...] [--tma] [--out FILE.json]
 
+Past 32 rows of x (--ms 33..64) the "mma_st rule" columns are the tensor-map kernel in two launches of
+at most 32 rows each (from float x / on each part's images made before), which the table ran before its
+one wide launch; the table's column is that wide launch, and the tensor-map shapes are wide launches.
+
 --tma adds mma_st_tma_kernel (W by tensor-map boxes, a barrier a chunk) at its rule's splits
 and at each forced split, in each block shape "RGxWK" it is compiled for (matmul.MMA_ST_TMA_SHAPES:
 16 RG rows of W a block, WK warps a 16 rows), and each shape on x's images made before; --stages
@@ -79,18 +83,30 @@ def main(argv=None) -> int:
             def bucket(b):
                 return timed(lambda i: ops.quant_matmul(xs[i], ws[i], out=outs[i], force_bucket=b))
 
+            wide = m > matmul.MMA_ST_ROWS
+
             def st(ks, tma=False, wk=1, rg=4, xst=None, stages=None):
                 return timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], splits=ks, tma=tma, wk=wk, rg=rg,
                                                      xst=None if xst is None else xst[i], stages=stages))
 
+            def parts(i, xst=None):             # the tensor-map kernel a 32 rows (the table before its wide launch)
+                for j, r0 in enumerate(range(0, m, matmul.MMA_ST_ROWS)):
+                    r = slice(r0, r0 + matmul.MMA_ST_ROWS)
+                    matmul.mma_st(outs[i][r], xs[i][r], ws[i], tma=True, xst=None if xst is None else xst[i][j])
+
             staged = [matmul.mma_st_stage(x) for x in xs]       # x's images made before, as codes are at M = 1
+            if wide:
+                staged_parts = [[matmul.mma_st_stage(x[r0:r0 + matmul.MMA_ST_ROWS])
+                                 for r0 in range(0, m, matmul.MMA_ST_ROWS)] for x in xs]
 
             want = ops.quant_matmul(xs[0], ws[0], force_bucket="mma_kq")
             table = matmul.bucket(m, qtype, graph_safe=True)
+            rule = (lambda: timed(parts)) if wide else (lambda: st(None))
             row = dict(type=qtype.name, n=n, k=k, m=m, m1_us=m1, rule_splits=matmul.mma_st_config(m, n, k, qtype)[1],
-                       rule_us=[st(None)], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
-                       mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K else None, split_us={},
-                       prestaged_us=timed(lambda i: matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])),
+                       rule_us=[rule()], table=table, table_us=bucket(table), mma_kq_us=bucket("mma_kq"),
+                       mma_dq_us=bucket("mma_dq") if qtype == QType.Q4_K and not wide else None, split_us={},
+                       prestaged_us=timed(lambda i: parts(i, staged_parts) if wide else
+                                          matmul.mma_st(outs[i], xs[i], ws[i], xst=staged[i])),
                        tma_splits=None, tma_us=None, tma_split_us={}, tma_staged_us={})
             if a.tma and matmul.mma_st_tma_serves(ws[0]):
                 row["tma_splits"] = matmul.mma_st_config(m, n, k, qtype, True)[1]
@@ -104,10 +120,10 @@ def main(argv=None) -> int:
                     for cap in caps:
                         if cap >= wk:
                             row["tma_staged_us"][f"{shape} s{cap}"] = st(None, True, wk, rg, staged, cap)
-                    for ks in splits:
+                    for ks in splits if not wide else ():
                         if ks <= k // 256 and matmul.mma_st_fits(-(-m // 8), k, ks, qtype, True, rg, wk):
                             row["tma_split_us"][f"{ks} {shape}"] = st(ks, True, wk, rg)
-            for ks in splits:
+            for ks in splits if not wide else ():
                 if ks > k // 256:
                     continue
                 try:
@@ -118,7 +134,7 @@ def main(argv=None) -> int:
                 got = cupy.empty((m, n), np.float32)
                 matmul.mma_st(got, xs[0], ws[0], splits=ks)
                 row["split_us"][ks] = (t, float(cupy.abs(got - want).max() / cupy.abs(want).max()))
-            row["rule_us"].append(st(None))
+            row["rule_us"].append(rule())
             rows.append(row)
             rule = min(row["rule_us"])
             print(f"{qtype.name} {n:>6}x{k:<6} M={m:<3} M=1 {m1:6.1f} us | table ({table}) {row['table_us']:6.1f} "

@@ -15,6 +15,7 @@ Arms:
   wide before   where 64-row blocks outnumber the SMs, (4, 2) with every chunk a stage (the rule
                 before MMA_ST_TMA_MANY's short rings)
   old rule      mma_st_tma_shape as before its middle regime (6144 rows: every chunk a stage)
+  parts of 32   33..64 rows of x as tensor-map launches of 32 rows (the table before its wide launch)
   rule by nt    the shapes and rings of mma_st_tma_shape by x's n-tiles (the table's); "rule at 16" is the
                 rule before it, the shapes that M = 16 measured taken at every M
   tma split     the tensor-map kernel's K split as before its ring (the fewest splits whose chunks all
@@ -115,6 +116,7 @@ ARMS = {
     "wide before": {(matmul, "MMA_ST_TMA_MANY"): {QType.Q4_K: (4, 2, None), QType.Q6_K: (4, 2, None)}},
     "old rule": {(matmul, "mma_st_tma_shape"): old_rule},
     "rule by nt": {},
+    "parts of 32": {(matmul, "MMA_ST_TMA_ROWS"): matmul.MMA_ST_ROWS},
     "rule at 16": {(matmul, "mma_st_tma_shape"): rule_at_16},
     "tma split": {(matmul, "mma_st_config"): split_config},
     "tma wk2": {(matmul, "MMA_ST_TMA"): True, (matmul, "MMA_ST_RG"): 4, (matmul, "MMA_ST_WK"): 2},

@@ -1,4 +1,4 @@
-// mma_st.cu — y = x · Wᵀ for 1..32 rows of x and W in Q4_K or Q6_K, on int8 tensor cores, W streamed
+// mma_st.cu — y = x · Wᵀ for 1..64 rows of x and W in Q4_K or Q6_K, on int8 tensor cores, W streamed
 // into shared memory by bulk copies asked for at the block's start (or, past a ring's depth, as its
 // stages free).
 //
@@ -15,7 +15,8 @@
 // mma_st_tma_kernel<T, NT, KS, RG, WK>  the same, W copied by a tensor map (passed by value) in boxes
 //   of 16 RG rows by two super-blocks, each on its own barrier, through a ring of `stages` stages;
 //   grid = (ceil(N / 16 RG), KS), block = (32 RG WK,); dynamic shared memory ops/matmul.py
-//   mma_st_smem's. The table runs it (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES: Q4_K and Q6_K).
+//   mma_st_smem's. The table runs it (ops/matmul.py MMA_ST_TMA, MMA_ST_TMA_TYPES: Q4_K and Q6_K), and
+//   at 33..64 rows of x as NT = 8 in one split (mma_st_kernel takes at most NT = 4).
 //
 // Why: at 9..32 rows the tensor-core kernels before (mma_kq.cu, mma_dq.cu) streamed W at half the
 // GEMV's rate or less (M = 16 at 2.0-2.7x the M = 1 time, bench/results/NOTES.md): each warp held
@@ -409,4 +410,7 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     MMA_ST_TMA(NT, 1) MMA_ST_TMA(NT, 2) MMA_ST_TMA(NT, 4) MMA_ST_TMA(NT, 8) \
     template __global__ void mma_st_stage_x_kernel<NT>(unsigned char*, const float*, int, int);
 MMA_ST_KS(1) MMA_ST_KS(2) MMA_ST_KS(3) MMA_ST_KS(4)
+// 33..64 rows of x in one launch (ops/matmul.py: MMA_ST_TMA_ROWS), the tensor-map kernel's ring in one split
+MMA_ST_TMA(8, 1)
+template __global__ void mma_st_stage_x_kernel<8>(unsigned char*, const float*, int, int);
 #endif

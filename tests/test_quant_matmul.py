@@ -205,7 +205,7 @@ def test_mma_st_tma_shape_keeps_blocks_resident_and_rings_deep(monkeypatch, sms)
     from glimmer_cupy.ops import matmul as mm
     monkeypatch.setattr(mm, "sm_count", lambda: sms)
     for q in (QType.Q4_K, QType.Q6_K):
-        for nt in (1, 2, 3, 4):
+        for nt in (1, 2, 3, 4, 8):
             for n in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 24576, 151936):
                 for k in (1024, 4096, 12288):
                     rg, wk, cap = mm.mma_st_tma_shape(n, qtype=q, nt=nt)
@@ -322,7 +322,8 @@ def test_mma_dq_matches_the_reference(n, k):
                                  (1000, 8448), (4096, 4096)])
 def test_mma_st_matches_the_reference(qtype, n, k):
     """The staged int8 tensor-core bucket (forced) on Q4_K and Q6_K: every n-tile count of x (M 1..32,
-    rows of x past a tile's edge; M 33..64 in launches of 32 rows), K split over clusters of 1..8
+    rows of x past a tile's edge; M 33..64 in one tensor-map launch, or launches of 32 rows where the
+    tensor-map kernel cannot copy W), K split over clusters of 1..8
     blocks (the shapes pick them; 8448's 33 super-blocks in 8 splits of 5 leave the last with 3), rows
     of W past a block's 64, Q6_K blocks at every 2-byte offset of their windows (K of an odd number of
     super-blocks: rows of 210 * odd bytes); every output written (NaN first); the same bits on a second
@@ -342,7 +343,7 @@ def test_mma_st_matches_the_reference(qtype, n, k):
                                                   r"ends inside it, got \d+ bytes past its end"):
             ops.quant_matmul(x, w_dev, force_bucket="mma_st")
         return
-    for m in (1, 3, 8, 9, 16, 17, 24, 25, 32, 33, 57, 64):       # past 32: launches of 32 rows
+    for m in (1, 3, 8, 9, 16, 17, 24, 25, 32, 33, 57, 64):       # past 32: one wide launch or 32-row parts
         x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
         out = cupy.full((m, n), np.nan, np.float32)
         got = cupy.asnumpy(ops.quant_matmul(x, w_dev, out=out, force_bucket="mma_st"))
@@ -380,6 +381,47 @@ def test_mma_st_every_split_gives_the_same_products(splits, qtype):
         what = (splits, n, k, m)
         assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max(), what
         assert nmse(got, x.astype(np.float64) @ ref_w.T) < NMSE_BUDGET["mma_st"], what
+
+
+@gpu
+@pytest.mark.parametrize("qtype", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("n,k", [(300, 4096), (4096, 12288), (1000, 8448), (77, 2048)])
+def test_mma_st_tma_wide_launch_gives_the_bits_of_32_row_parts(qtype, n, k):
+    """33..64 rows of x in one tensor-map launch (8 n-tiles, the rows past M zero) give the bits of
+    two launches of at most 32 rows each, at every block shape, with the rule's ring and with the
+    shortest (wk stages); rows past M are not written; near float64. Splits other than one, and
+    the bulk kernel past 32 rows, are refused by name."""
+    import cupy
+
+    from glimmer_cupy.ops import matmul as mm
+    from glimmer_cupy.ops._check import OpArgumentError
+    if qtype == QType.Q6_K and (k // 256) % 8:
+        return                      # rows of a multiple of 16 bytes only
+    rng = np.random.default_rng(n + k + 11)
+    w = QuantTensor("w", qtype, (n, k), random_blocks(qtype, n, k, rng, 0.05))
+    w_dev = w.to_device()
+    ref_w = w.dequantize(np.float64)
+    for m in (33, 40, 57, 64):
+        x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+        ref = cupy.asnumpy(x).astype(np.float64) @ ref_w.T
+        for rg, wk in sorted(mm.MMA_ST_TMA_SHAPES):
+            for stages in (None, wk):
+                if stages is None and not mm.mma_st_fits(8, k, 1, qtype, True, rg, wk):
+                    continue
+                parts = cupy.full((m, n), np.nan, np.float32)
+                for r0 in (0, 32):
+                    mm.mma_st(parts[r0:r0 + 32], x[r0:r0 + 32], w_dev, tma=True, rg=rg, wk=wk, stages=stages)
+                wide = cupy.full((m + 3, n), np.nan, np.float32)
+                mm.mma_st(wide[:m], x, w_dev, tma=True, rg=rg, wk=wk, stages=stages)
+                what = (qtype.name, m, n, k, rg, wk, stages)
+                assert np.array_equal(cupy.asnumpy(wide[:m]), cupy.asnumpy(parts)), what
+                assert np.isnan(cupy.asnumpy(wide[m:])).all(), what
+                assert nmse(cupy.asnumpy(wide[:m]), ref) < NMSE_BUDGET["mma_st"], what
+    x = cupy.zeros((40, k), np.float32)
+    with pytest.raises(OpArgumentError, match=r"mma_st: splits must be 1, 2, 4 or 8 \(1 above 32 rows of x\), got 2"):
+        mm.mma_st(cupy.empty((40, n), np.float32), x, w_dev, tma=True, splits=2)
+    with pytest.raises(OpArgumentError, match=r"mma_st: x must be at most 32 rows, 64 on the tensor-map kernel"):
+        mm.mma_st(cupy.empty((40, n), np.float32), x, w_dev, tma=False)
 
 
 @gpu

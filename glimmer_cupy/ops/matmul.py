@@ -126,8 +126,12 @@ MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of bl
 # type -> (the kernel's lanes struct, bytes of a block: mst::St4K / St6K)
 MMA_ST_LANES = {QType.Q4_K: ("St4K", 144), QType.Q6_K: ("St6K", 210)}
 MMA_ST_TYPES = frozenset(MMA_ST_LANES)
-MMA_ST_ROWS = 32                    # the widest M of a launch (four n-tiles of 8 rows of x)
-MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M in launches of MMA_ST_ROWS
+MMA_ST_ROWS = 32                    # the widest M of mma_st_kernel's launch (four n-tiles of 8 rows of x)
+MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M (MMA_ST_TMA_ROWS a launch, or MMA_ST_ROWS)
+# mma_st_tma_kernel also takes 33..64 rows of x in one launch, as 8 n-tiles (the rows past M zero), so
+# that W is read once for all of them, not once a 32 rows
+MMA_ST_TMA_ROWS = 64
+MMA_ST_WIDE_NT = 8                  # its n-tiles there: the instance compiled for them (mma_st.cu)
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
@@ -220,7 +224,7 @@ def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool =
     8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6, 12288x4096 19.2 / 18.8 / 21.0;
     Q6_K 4096x4096 11.8 / 12.0 at 2 / 4 (1 does not fit). One shape disagrees: 4096x12288, where 4
     splits fit (one 166 KB block an SM), took 23.3 against 21.9 at 8."""
-    nt = -(-m // 8)
+    nt = mma_st_ntiles(m)
     nsb = k // 256
     ks = 1
     while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and not mma_st_fits(nt, k, ks, qtype, tma, rg, wk):
@@ -282,11 +286,19 @@ def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool =
 def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
     """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
     lanes = MMA_ST_LANES[qtype][0]
-    nts = range(1, MMA_ST_ROWS // 8 + 1)
+    nts, wide = range(1, MMA_ST_ROWS // 8 + 1), MMA_ST_WIDE_NT
     tma = tuple(f"mma_st_tma_kernel<mst::{lanes}, {i}, {j}, {rg}, {wk}>" for i in nts for j in (1, 2, 4, 8)
                 for rg, wk in sorted(MMA_ST_TMA_SHAPES))
-    return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8)) + tma
-            + tuple(f"mma_st_stage_x_kernel<{i}>" for i in nts))
+    tma_wide = tuple(f"mma_st_tma_kernel<mst::{lanes}, {wide}, 1, {rg}, {wk}>" for rg, wk in sorted(MMA_ST_TMA_SHAPES))
+    return (tuple(f"mma_st_kernel<mst::{lanes}, {i}, {j}>" for i in nts for j in (1, 2, 4, 8)) + tma + tma_wide
+            + tuple(f"mma_st_stage_x_kernel<{i}>" for i in (*nts, wide)))
+
+
+def mma_st_ntiles(m: int) -> int:
+    """n-tiles of 8 rows of x in an mma_st launch of M rows: ceil(M / 8) to MMA_ST_ROWS, then the
+    tensor-map kernel's wide instance (MMA_ST_WIDE_NT), the rows past M zero."""
+    nt = -(-m // 8)
+    return nt if nt <= MMA_ST_ROWS // 8 else MMA_ST_WIDE_NT
 
 
 @cache
@@ -295,7 +307,7 @@ def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, rg: int = 
     from cupy_backends.cuda.api import driver
     lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
     name = (f"mma_st_tma_kernel<mst::{lanes}, {nt}, {ks}, {rg}, {wk}>" if tma
-            else f"mma_st_kernel<mst::{lanes}, {nt}, {ks}>")
+            else f"mma_st_kernel<mst::{lanes}, {min(nt, MMA_ST_ROWS // 8)}, {ks}>")   # the stage kernel's, past 4
     kern = get_kernel("mma_st", name, name_expressions=exprs)
     driver.funcSetAttribute(kern.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, MMA_ST_SMEM_CAP)
     return kern, get_kernel("mma_st", f"mma_st_stage_x_kernel<{nt}>", name_expressions=exprs)
@@ -325,9 +337,9 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     stages that fit."""
     if _mma_st_refusal(x, w) is not None:
         return False
-    m, k = min(x.shape[0], MMA_ST_ROWS), x.shape[1]
     tma = _table_tma(w)
-    rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype, nt=-(-m // 8))[:2] if tma else (4, 1)
+    m, k = min(x.shape[0], MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS), x.shape[1]
+    rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype, nt=mma_st_ntiles(m))[:2] if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
@@ -356,7 +368,7 @@ def mma_st_stage(x):
     """x (M, K) float32 as mma_st_stage_x_kernel's images, one a super-block (uint8)."""
     import cupy
     m, k = x.shape
-    nt, nsb = -(-m // 8), k // 256
+    nt, nsb = mma_st_ntiles(m), k // 256
     xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
     _mma_st_module(QType.Q4_K, nt, 1)[1]((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     return xst
@@ -380,25 +392,28 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     refusal = _mma_st_refusal(x, w)
     if refusal is not None:
         raise refusal
-    if m > MMA_ST_ROWS:
-        raise fail("mma_st", "x", f"at most {MMA_ST_ROWS} rows (quant_matmul launches wider x in parts)", m)
     row_bytes = w.data.nbytes // n
     if tma is None:
         tma = _table_tma(w)
+    if m > (MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS):
+        raise fail("mma_st", "x", f"at most {MMA_ST_ROWS} rows, {MMA_ST_TMA_ROWS} on the tensor-map kernel "
+                   "(quant_matmul launches wider x in parts)", m)
     elif tma and not mma_st_tma_serves(w):
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
                    "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
                    f"{w.data.nbytes // max(n, 1)} bytes a row")
-    rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype, -(-m // 8))
+    rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype, mma_st_ntiles(m))
     if tma and stages is None:
         stages = cap
     if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
         raise fail("mma_st", "(rg, wk)", f"one of {sorted(MMA_ST_TMA_SHAPES)}", (rg, wk))
     rg, wk = (rg, wk) if tma else (4, 1)
     nt, ks = mma_st_config(m, n, k, w.qtype, tma, rg, wk)
+    if nt > MMA_ST_ROWS // 8 and ks != 1:
+        raise fail("mma_st", "(rg, wk)", f"a block shape whose ring fits one split at {m} rows of x", (rg, wk))
     if splits is not None:
-        if splits not in (1, 2, 4, 8):
-            raise fail("mma_st", "splits", "1, 2, 4 or 8", splits)
+        if splits not in ((1, 2, 4, 8) if m <= MMA_ST_ROWS else (1,)):
+            raise fail("mma_st", "splits", f"1, 2, 4 or 8 (1 above {MMA_ST_ROWS} rows of x)", splits)
         ks = splits
     if stages is not None and not (tma and wk <= stages <= MMA_ST_MAX_STAGES):
         raise fail("mma_st", "stages", f"the tensor-map kernel's, {wk}..{MMA_ST_MAX_STAGES}", stages)
@@ -850,7 +865,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         xst = codes.st if codes is not None else None
         if xst is not None:
             check(xst, "quant_matmul", "x.st", dtypes=(np.uint8,), shape=(staged_bytes(m, k),), like=x)
-        if m <= MMA_ST_ROWS:
+        if m <= (MMA_ST_TMA_ROWS if _table_tma(w) else MMA_ST_ROWS):
             mma_st(out, x, w, xst=xst)
             return out
         for r0 in range(0, m, MMA_ST_ROWS):         # wider: a launch (and its own stage) a 32 rows
