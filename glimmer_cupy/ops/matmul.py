@@ -213,7 +213,9 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
         rule = (2, 4, 4) if pair else (4, 2, None)
     else:
         rule = MMA_ST_TMA_WIDE if nt >= MMA_ST_TMA_WIDE_NT else MMA_ST_TMA_MANY[qtype]
-    return rg or MMA_ST_RG or rule[0], wk or MMA_ST_WK or rule[1], MMA_ST_STAGES or rule[2]
+    wk = wk or MMA_ST_WK or rule[1]
+    cap = MMA_ST_STAGES or rule[2]
+    return rg or MMA_ST_RG or rule[0], wk, cap if cap is None else max(cap, wk)   # a stage a warp, at least
 
 
 def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
