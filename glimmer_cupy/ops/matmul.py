@@ -176,8 +176,23 @@ MMA_ST_TMA_MANY = {QType.Q4_K: (2, 2, 4), QType.Q6_K: (2, 4, 4)}
 # the M = 16 shapes at every M): 32 sequences 3,817.7-3,824.1 against 4,074.9-4,081.2, 64 (launches
 # of 32 rows) 7,536.1-7,548.4 against 7,897.5-7,899.4; 0.6B's step of 32 unchanged (1,573.9-1,586.3
 # against 1,574.1-1,577.9).
+# Where two such blocks do not fit an SM (Q6_K at 8 n-tiles, 130 KB), 32-row blocks of two warps a 16
+# rows and 2 stages (100 KB, two an SM) instead: on an H200 at M = 64 (ab_mma_st_wide_m64_91d9f88_h200.txt,
+# µs, (4, 1, 2) against (2, 2, 2)): Q6_K 12288x4096 50.4 / 38.7, 24576x4096 88.5 / 67.0, the head 475.1
+# / 386.2; Q4_K at (4, 1, 2) 26.4, 40.9, 230.6 (best or within 1.5%).
 MMA_ST_TMA_WIDE = (4, 1, 2)
+MMA_ST_TMA_WIDE_PAIRED = (2, 2, 2)
 MMA_ST_TMA_WIDE_NT = 4              # n-tiles of x from which the many-block regime takes MMA_ST_TMA_WIDE
+# Head-sized matrices (more than MMA_ST_TMA_HEAD_WAVES times the SMs' 32-row blocks: many waves, where
+# a block's steady rate is all that counts) at up to 2 n-tiles. Measured on the H200 at M = 16 on x's
+# images, three runs (ab_mma_st_m16_heads_x3_91d9f88_h200.txt, µs, M = 1 85.2-85.3 / 132.9-133.5): the
+# 151936x4096 Q4_K head 107.9-109.6 at MMA_ST_TMA_MANY's (2, 2, 4), 94.9-98.0 at (4, 1, 2); Q6_K
+# 189.4-195.0 at (2, 4, 4), 169.3-172.5 at (2, 2, 2), issue 3's 1.3x of M = 1. On an H100 those were
+# even for Q6_K (190.4 against 188.0) and 7% slower for Q4_K (126.8 against 118.5,
+# ab_mma_st_stages_318a3d2_h100.txt); the H200 is the machine the bar is set on. Up to 24576 rows
+# (5.8 waves) MMA_ST_TMA_MANY stays best on both (ab_mma_st_m16_rings_91d9f88_h200.txt).
+MMA_ST_TMA_HEAD = {QType.Q4_K: (4, 1, 2), QType.Q6_K: (2, 2, 2)}
+MMA_ST_TMA_HEAD_WAVES = 16
 MMA_ST_SM_SMEM = 233472             # shared memory of an sm_90 SM, of which each block reserves 1 KB
 MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's ring (None: the rule)
 # Below the table's mma_st rows mma_st on x's images made by the op before is faster alone on large
@@ -203,16 +218,21 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
       - at most two a SM: (2, 4) and 4 stages, where two such blocks fit an SM's shared memory, so
         that all are resident at once; else (4, 2) with every chunk a stage, one wave of 64-row
         blocks (Q6_K 6144x4096 at M = 32 13.6 against 18.2);
-      - more: MMA_ST_TMA_MANY's, or from MMA_ST_TMA_WIDE_NT n-tiles MMA_ST_TMA_WIDE."""
+      - more: MMA_ST_TMA_MANY's (head-sized, to 2 n-tiles: MMA_ST_TMA_HEAD's), or from
+        MMA_ST_TMA_WIDE_NT n-tiles MMA_ST_TMA_WIDE where two of its blocks fit an SM, else
+        MMA_ST_TMA_WIDE_PAIRED."""
     blocks = -(-n // 32)
     if blocks <= sm_count():
         two_a_warp = MMA_ST_SMEM_CAP // _mma_st_stage_bytes(qtype, 2, nt) >= 2 * 4
         rule = (2, 4, None) if two_a_warp else (2, 2, None)
     elif blocks <= 2 * sm_count():
-        pair = 2 * (4 * _mma_st_stage_bytes(qtype, 2, nt) + 256 + 1024) <= MMA_ST_SM_SMEM
-        rule = (2, 4, 4) if pair else (4, 2, None)
+        rule = (2, 4, 4) if _two_an_sm(qtype, nt, (2, 4, 4)) else (4, 2, None)
+    elif nt >= MMA_ST_TMA_WIDE_NT:
+        rule = MMA_ST_TMA_WIDE if _two_an_sm(qtype, nt, MMA_ST_TMA_WIDE) else MMA_ST_TMA_WIDE_PAIRED
+    elif nt <= 2 and blocks > MMA_ST_TMA_HEAD_WAVES * sm_count():
+        rule = MMA_ST_TMA_HEAD[qtype]
     else:
-        rule = MMA_ST_TMA_WIDE if nt >= MMA_ST_TMA_WIDE_NT else MMA_ST_TMA_MANY[qtype]
+        rule = MMA_ST_TMA_MANY[qtype]
     wk = wk or MMA_ST_WK or rule[1]
     cap = MMA_ST_STAGES or rule[2]
     return rg or MMA_ST_RG or rule[0], wk, cap if cap is None else max(cap, wk)   # a stage a warp, at least
@@ -245,6 +265,13 @@ def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool, rg: int = 4, 
 def mma_st_chunks(k: int, ks: int) -> int:
     """Chunks of MMA_ST_CHUNK_SB super-blocks in a block's slice of K (ks splits)."""
     return -(-(-(-(k // 256) // ks)) // MMA_ST_CHUNK_SB)
+
+
+def _two_an_sm(qtype: QType, nt: int, shape: tuple[int, int, int]) -> bool:
+    """Whether two blocks of shape (RG, WK, stages) fit an SM's shared memory (each with its static
+    256 bytes and the 1 KB a block reserves)."""
+    rg, _, stages = shape
+    return 2 * (stages * _mma_st_stage_bytes(qtype, rg, nt) + 256 + 1024) <= MMA_ST_SM_SMEM
 
 
 def _mma_st_stage_bytes(qtype: QType, rg: int, nt: int) -> int:
