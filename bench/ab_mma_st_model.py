@@ -15,7 +15,8 @@ Arms:
   wide before   where 64-row blocks outnumber the SMs, (4, 2) with every chunk a stage (the rule
                 before MMA_ST_TMA_MANY's short rings)
   old rule      mma_st_tma_shape as before its middle regime (6144 rows: every chunk a stage)
-  head many     the LM head at up to 16 rows on MMA_ST_TMA_MANY's shapes (not MMA_ST_TMA_HEAD's)
+  head many     the LM head at up to 16 rows on MMA_ST_TMA_MANY's shapes, on any device
+  head own      the LM head at up to 16 rows on MMA_ST_TMA_HEAD's shapes, on any device
   wide 4x1      33..64 rows of Q6_K on (4, 1, 2) blocks as Q4_K's, not MMA_ST_TMA_WIDE_PAIRED's
   parts of 32   33..64 rows of x as tensor-map launches of 32 rows (the table before its wide launch)
   rule by nt    the shapes and rings of mma_st_tma_shape by x's n-tiles (the table's); "rule at 16" is the
@@ -119,6 +120,7 @@ ARMS = {
     "old rule": {(matmul, "mma_st_tma_shape"): old_rule},
     "rule by nt": {},
     "head many": {(matmul, "MMA_ST_TMA_HEAD_WAVES"): 1 << 30},
+    "head own": {(matmul, "MMA_ST_TMA_HEAD_BW"): 0.0},
     "wide 4x1": {(matmul, "MMA_ST_TMA_WIDE_PAIRED"): matmul.MMA_ST_TMA_WIDE},
     "parts of 32": {(matmul, "MMA_ST_TMA_ROWS"): matmul.MMA_ST_ROWS},
     "rule at 16": {(matmul, "mma_st_tma_shape"): rule_at_16},

@@ -204,6 +204,7 @@ def test_mma_st_tma_shape_keeps_blocks_resident_and_rings_deep(monkeypatch, sms)
     blocks an SM (of 64 rows where two fit: x's images read once for twice the W)."""
     from glimmer_cupy.ops import matmul as mm
     monkeypatch.setattr(mm, "sm_count", lambda: sms)
+    monkeypatch.setattr(mm, "dram_bytes_per_s", lambda: 4.1e12)
     for q in (QType.Q4_K, QType.Q6_K):
         for nt in (1, 2, 3, 4, 8):
             for n in (1024, 2048, 3072, 4096, 6144, 8192, 12288, 24576, 151936):
@@ -232,6 +233,9 @@ def test_mma_st_tma_shape_keeps_blocks_resident_and_rings_deep(monkeypatch, sms)
     for q in (QType.Q4_K, QType.Q6_K):       # a head: its own shapes to 2 n-tiles, the many-block ones at 3
         assert mm.mma_st_tma_shape(151936, qtype=q, nt=2) == mm.MMA_ST_TMA_HEAD[q]
         assert mm.mma_st_tma_shape(151936, qtype=q, nt=3) == mm.MMA_ST_TMA_MANY[q]
+    monkeypatch.setattr(mm, "dram_bytes_per_s", lambda: 3.35e12)   # an H100's DRAM: the many-block ones
+    for q in (QType.Q4_K, QType.Q6_K):
+        assert mm.mma_st_tma_shape(151936, qtype=q, nt=2) == mm.MMA_ST_TMA_MANY[q]
 
 
 def test_kq_occupancy_serves_small_layers_at_m1_only():

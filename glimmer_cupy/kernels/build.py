@@ -50,6 +50,16 @@ def sm_count() -> int:
     return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
+@cache
+def dram_bytes_per_s() -> float:
+    """The current device's peak DRAM bandwidth in bytes a second, from the memory clock and bus width
+    its driver reports (two transfers a clock)."""
+    import cupy
+    device_arch()
+    a = cupy.cuda.Device().attributes
+    return 2.0 * a["MemoryClockRate"] * 1e3 * a["GlobalMemoryBusWidth"] / 8
+
+
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
 

@@ -9,7 +9,7 @@ from functools import cache
 
 import numpy as np
 
-from ..kernels.build import get_kernel, has_arch_specific, sm_count
+from ..kernels.build import dram_bytes_per_s, get_kernel, has_arch_specific, sm_count
 from ..kernels.launch import launch_driver, tensor_map_2d
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
@@ -187,12 +187,15 @@ MMA_ST_TMA_WIDE_NT = 4              # n-tiles of x from which the many-block reg
 # a block's steady rate is all that counts) at up to 2 n-tiles. Measured on the H200 at M = 16 on x's
 # images, three runs (ab_mma_st_m16_heads_x3_91d9f88_h200.txt, µs, M = 1 85.2-85.3 / 132.9-133.5): the
 # 151936x4096 Q4_K head 107.9-109.6 at MMA_ST_TMA_MANY's (2, 2, 4), 94.9-98.0 at (4, 1, 2); Q6_K
-# 189.4-195.0 at (2, 4, 4), 169.3-172.5 at (2, 2, 2), issue 3's 1.3x of M = 1. On an H100 those were
-# even for Q6_K (190.4 against 188.0) and 7% slower for Q4_K (126.8 against 118.5,
-# ab_mma_st_stages_318a3d2_h100.txt); the H200 is the machine the bar is set on. Up to 24576 rows
-# (5.8 waves) MMA_ST_TMA_MANY stays best on both (ab_mma_st_m16_rings_91d9f88_h200.txt).
+# 189.4-195.0 at (2, 4, 4), 169.3-172.5 at (2, 2, 2), issue 3's 1.3x of M = 1. On an H100 they lose:
+# alone Q6_K even (190.4 against 188.0) and Q4_K 7% slower (126.8 against 118.5, ab_mma_st_stages_
+# 318a3d2_h100.txt), and the 8B step of 16 took 3,119.9-3,132.3 µs with them against 3,088.1-3,089.0
+# (ab_mma_st_model_head_b16_6f3af6a_h100.json). So they serve devices whose DRAM feeds an SM at least
+# MMA_ST_TMA_HEAD_BW bytes a second (the driver's figures: H100 SXM ~25e9, H200 ~31e9). Up to 24576
+# rows (5.8 waves) MMA_ST_TMA_MANY stays best on both (ab_mma_st_m16_rings_91d9f88_h200.txt).
 MMA_ST_TMA_HEAD = {QType.Q4_K: (4, 1, 2), QType.Q6_K: (2, 2, 2)}
 MMA_ST_TMA_HEAD_WAVES = 16
+MMA_ST_TMA_HEAD_BW = 28e9
 MMA_ST_SM_SMEM = 233472             # shared memory of an sm_90 SM, of which each block reserves 1 KB
 MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's ring (None: the rule)
 # Below the table's mma_st rows mma_st on x's images made by the op before is faster alone on large
@@ -218,7 +221,8 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
       - at most two a SM: (2, 4) and 4 stages, where two such blocks fit an SM's shared memory, so
         that all are resident at once; else (4, 2) with every chunk a stage, one wave of 64-row
         blocks (Q6_K 6144x4096 at M = 32 13.6 against 18.2);
-      - more: MMA_ST_TMA_MANY's (head-sized, to 2 n-tiles: MMA_ST_TMA_HEAD's), or from
+      - more: MMA_ST_TMA_MANY's (head-sized, to 2 n-tiles, on a device of MMA_ST_TMA_HEAD_BW:
+        MMA_ST_TMA_HEAD's), or from
         MMA_ST_TMA_WIDE_NT n-tiles MMA_ST_TMA_WIDE where two of its blocks fit an SM, else
         MMA_ST_TMA_WIDE_PAIRED."""
     blocks = -(-n // 32)
@@ -229,7 +233,8 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
         rule = (2, 4, 4) if _two_an_sm(qtype, nt, (2, 4, 4)) else (4, 2, None)
     elif nt >= MMA_ST_TMA_WIDE_NT:
         rule = MMA_ST_TMA_WIDE if _two_an_sm(qtype, nt, MMA_ST_TMA_WIDE) else MMA_ST_TMA_WIDE_PAIRED
-    elif nt <= 2 and blocks > MMA_ST_TMA_HEAD_WAVES * sm_count():
+    elif (nt <= 2 and blocks > MMA_ST_TMA_HEAD_WAVES * sm_count()
+          and dram_bytes_per_s() / sm_count() >= MMA_ST_TMA_HEAD_BW):
         rule = MMA_ST_TMA_HEAD[qtype]
     else:
         rule = MMA_ST_TMA_MANY[qtype]
