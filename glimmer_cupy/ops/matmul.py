@@ -129,7 +129,10 @@ MMA_ST_TYPES = frozenset(MMA_ST_LANES)
 MMA_ST_ROWS = 32                    # the widest M of mma_st_kernel's launch (four n-tiles of 8 rows of x)
 MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M (MMA_ST_TMA_ROWS a launch, or MMA_ST_ROWS)
 # mma_st_tma_kernel also takes 33..64 rows of x in one launch, as 8 n-tiles (the rows past M zero), so
-# that W is read once for all of them, not once a 32 rows
+# that W is read once for all of them, not once a 32 rows. The step of 64 sequences, µs, one launch
+# against launches of 32 (bench/results/ab_mma_st_model_wide_*): 8B on an H200 6,403.5-6,429.6
+# against 6,895.5-6,914.6; on an H100 6,553.9-6,657.5 against 7,599.1-7,647.7; 0.6B on an H100
+# 2,466.7-2,475.9 against 2,744.7-2,744.8.
 MMA_ST_TMA_ROWS = 64
 MMA_ST_WIDE_NT = 8                  # its n-tiles there: the instance compiled for them (mma_st.cu)
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
