@@ -224,10 +224,9 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
       - at most two a SM: (2, 4) and 4 stages, where two such blocks fit an SM's shared memory, so
         that all are resident at once; else (4, 2) with every chunk a stage, one wave of 64-row
         blocks (Q6_K 6144x4096 at M = 32 13.6 against 18.2);
-      - more: MMA_ST_TMA_MANY's (head-sized, to 2 n-tiles, on a device of MMA_ST_TMA_HEAD_BW:
-        MMA_ST_TMA_HEAD's), or from
-        MMA_ST_TMA_WIDE_NT n-tiles MMA_ST_TMA_WIDE where two of its blocks fit an SM, else
-        MMA_ST_TMA_WIDE_PAIRED."""
+      - more: MMA_ST_TMA_MANY's; head-sized at up to 2 n-tiles on a device of MMA_ST_TMA_HEAD_BW,
+        MMA_ST_TMA_HEAD's; from MMA_ST_TMA_WIDE_NT n-tiles MMA_ST_TMA_WIDE where two of its blocks
+        fit an SM, else MMA_ST_TMA_WIDE_PAIRED."""
     blocks = -(-n // 32)
     if blocks <= sm_count():
         two_a_warp = MMA_ST_SMEM_CAP // _mma_st_stage_bytes(qtype, 2, nt) >= 2 * 4
@@ -413,7 +412,8 @@ def mma_st_stage(x):
 
 def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: bool | None = None,
            wk: int | None = None, rg: int | None = None, stages: int | None = None) -> None:
-    """out (M, N) = x (M, K) @ W^T on mma_st.cu: x staged per super-block (int8 codes per 256
+    """out (M, N) = x (M, K) @ W^T on mma_st.cu for M up to MMA_ST_ROWS (MMA_ST_TMA_ROWS on the
+    tensor-map kernel, in one split): x staged per super-block (int8 codes per 256
     values; or `xst`, x's images made before, mma_st_stage), then the matmul, its K split over a
     cluster of `splits` blocks (mma_st_config's by default). Needs an sm_90 device; x 16-byte
     aligned, Q4_K rows 16-byte aligned, and a Q6_K tensor that ends at a 16-byte boundary
@@ -432,13 +432,13 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     row_bytes = w.data.nbytes // n
     if tma is None:
         tma = _table_tma(w)
-    if m > (MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS):
-        raise fail("mma_st", "x", f"at most {MMA_ST_ROWS} rows, {MMA_ST_TMA_ROWS} on the tensor-map kernel "
-                   "(quant_matmul launches wider x in parts)", m)
     elif tma and not mma_st_tma_serves(w):
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
                    "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
                    f"{w.data.nbytes // max(n, 1)} bytes a row")
+    if m > (MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS):
+        raise fail("mma_st", "x", f"at most {MMA_ST_ROWS} rows, {MMA_ST_TMA_ROWS} on the tensor-map kernel "
+                   "(quant_matmul launches wider x in parts)", m)
     rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype, mma_st_ntiles(m))
     if tma and stages is None:
         stages = cap
