@@ -215,7 +215,7 @@ def test_mma_st_tma_shape_keeps_blocks_resident_and_rings_deep(monkeypatch, sms)
                     chunks = mm.mma_st_chunks(k, 1)
                     s = mm.mma_st_stages(nt, k, 1, q, rg, wk, cap)
                     blocks = -(-n // (16 * rg))
-                    per_sm = mm.MMA_ST_SM_SMEM // (mm.mma_st_smem(nt, k, 1, q, True, rg, wk, s) + 256 + 1024)
+                    per_sm = mm.MMA_ST_SM_SMEM // (mm.mma_st_smem(nt, k, 1, q, True, rg, wk, s) + mm.MMA_ST_STATIC_SMEM + 1024)
                     if -(-n // 32) <= sms:
                         assert blocks <= sms and (s == chunks or s >= 2 * wk), what
                     elif -(-n // 32) <= 2 * sms:

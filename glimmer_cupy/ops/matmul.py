@@ -79,10 +79,11 @@ ROWS_PER_BLOCK = 4                  # kRowsPerBlock in quant_matmul.cu
 #     against 11,492.2-11,494.0 (ab_mma_st_model_b32_efce00f_h100.txt); alone at M = 24 / 32 on x's
 #     images 3-5x faster (4096x12288 12.9 / 15.1 µs against 57.6 / 83.3, ab_mma_st_edges_efce00f_h100.txt).
 #     Q6_K at 4..7 rows on mma_st did not move the step of 6 (2,611.6-2,614.6 against 2,613.9-2,625.5).
-#     33..64 rows: a launch (and its stage) a 32 rows, each reading W (quant_matmul), against mma_wg
-#     (Q4_K) and mma_kq / dequant_cublas (Q6_K): the step of 64 sequences took 7,900.4-7,901.1 µs against
+#     33..64 rows, first as a launch (and its stage) a 32 rows, each reading W, against mma_wg (Q4_K)
+#     and mma_kq / dequant_cublas (Q6_K): the step of 64 sequences took 7,900.4-7,901.1 µs against
 #     12,181.1-12,335.4, of 48 7,806.7-7,822.7 against 12,137.7-12,189.8 (ab_mma_st_model_b64_1769bfa_h100.txt,
-#     _b48_). Above 64 the table keeps mma_wg / dequant_cublas (not measured against more launches).
+#     _b48_); now one launch where the tensor-map kernel serves W (MMA_ST_TMA_ROWS, below). Above 64
+#     the table keeps mma_wg / dequant_cublas (not measured against more launches).
 #     On devices without sm_90, and for a Q6_K tensor that does not end at a 16-byte boundary, those
 #     rows keep mma_dq / mma_kq (mma_st_serves).
 BUCKETS = {
@@ -117,7 +118,7 @@ MMA_DQ_MAX_SPLITS = 8               # cluster size along K (portable limit)
 MMA_DQ_SB_PER_BLOCK = 4             # split K until a block has at most this many super-blocks...
 MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of blocks are launched
 #   mma_st (the table's Q4_K 4..64 and Q6_K 8..64 rows, above): int8 tensor cores on Q4_K and Q6_K
-#     for up to 32 rows of x a launch (mma_st.cu), a block's whole share of W
+#     for up to 32 rows of x a launch (64 on the tensor-map kernel; mma_st.cu), a block's whole share of W
 #     (64 rows by its K slice) asked for at its start by bulk copies into shared memory, so that the
 #     bytes in flight are bounded by shared memory and not by registers (mma_kq and mma_dq hold the
 #     next super-block in registers); x quantized per 256 values, so a super-block's sub-blocks add
@@ -138,7 +139,8 @@ MMA_ST_WIDE_NT = 8                  # its n-tiles there: the instance compiled f
 MMA_ST_BLOCK_ROWS = 64              # kRows in mma_st_lanes.cuh
 MMA_ST_X_BYTES = 2208               # XStage<1>::kBytes: a super-block of one n-tile of x
 MMA_ST_MAX_SPLITS = 8               # cluster size along K (portable limit)
-MMA_ST_SMEM_CAP = 232448 - 256      # an sm_90 block's opt-in shared memory, less the kernels' static (barriers, counts)
+MMA_ST_STATIC_SMEM = 256            # the kernels' static shared memory (barriers, counts)
+MMA_ST_SMEM_CAP = 232448 - MMA_ST_STATIC_SMEM   # an sm_90 block's opt-in shared memory, less the static
 # mma_st_tma_kernel: W by tensor-map boxes, a box of a block's rows by MMA_ST_TMA_BOX[type] bytes per
 # chunk of MMA_ST_CHUNK_SB super-blocks, each chunk on its own barrier, through a ring of stages (a
 # stage refilled as soon as its chunk's warps are done), so the multiplies start on the first chunk
@@ -229,8 +231,7 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
         fit an SM, else MMA_ST_TMA_WIDE_PAIRED."""
     blocks = -(-n // 32)
     if blocks <= sm_count():
-        two_a_warp = MMA_ST_SMEM_CAP // _mma_st_stage_bytes(qtype, 2, nt) >= 2 * 4
-        rule = (2, 4, None) if two_a_warp else (2, 2, None)
+        rule = (2, 4, None) if _stages_that_fit(qtype, 2, nt) >= 2 * 4 else (2, 2, None)   # two chunks a warp
     elif blocks <= 2 * sm_count():
         rule = (2, 4, 4) if _two_an_sm(qtype, nt, (2, 4, 4)) else (4, 2, None)
     elif nt >= MMA_ST_TMA_WIDE_NT:
@@ -278,7 +279,7 @@ def _two_an_sm(qtype: QType, nt: int, shape: tuple[int, int, int]) -> bool:
     """Whether two blocks of shape (RG, WK, stages) fit an SM's shared memory (each with its static
     256 bytes and the 1 KB a block reserves)."""
     rg, _, stages = shape
-    return 2 * (stages * _mma_st_stage_bytes(qtype, rg, nt) + 256 + 1024) <= MMA_ST_SM_SMEM
+    return 2 * (stages * _mma_st_stage_bytes(qtype, rg, nt) + MMA_ST_STATIC_SMEM + 1024) <= MMA_ST_SM_SMEM
 
 
 def _mma_st_stage_bytes(qtype: QType, rg: int, nt: int) -> int:
@@ -286,12 +287,21 @@ def _mma_st_stage_bytes(qtype: QType, rg: int, nt: int) -> int:
     return 16 * rg * MMA_ST_TMA_BOX[qtype] + MMA_ST_CHUNK_SB * MMA_ST_X_BYTES * nt
 
 
+def _stages_that_fit(qtype: QType, rg: int, nt: int) -> int:
+    """The most stages of mma_st_tma_kernel's ring that a block's shared memory holds (at most kMaxStages)."""
+    return min(MMA_ST_MAX_STAGES, MMA_ST_SMEM_CAP // _mma_st_stage_bytes(qtype, rg, nt))
+
+
+def mma_st_launch_rows(tma: bool) -> int:
+    """The most rows of x an mma_st launch takes: MMA_ST_TMA_ROWS on the tensor-map kernel, else MMA_ST_ROWS."""
+    return MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS
+
+
 def mma_st_stages(nt: int, k: int, ks: int, qtype: QType, rg: int = 4, wk: int = 1, cap: int | None = None) -> int:
     """Stages of mma_st_tma_kernel's ring: one a chunk of the block's slice where they all fit, else
     the most that fit (at most `cap`), a multiple of wk (0: not even wk fit)."""
     chunks = mma_st_chunks(k, ks)
-    stage = _mma_st_stage_bytes(qtype, rg, nt)
-    fit = min(MMA_ST_MAX_STAGES, cap or MMA_ST_MAX_STAGES, MMA_ST_SMEM_CAP // stage)
+    fit = min(cap or MMA_ST_MAX_STAGES, _stages_that_fit(qtype, rg, nt))
     return chunks if chunks <= fit else fit // wk * wk
 
 
@@ -374,7 +384,7 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     if _mma_st_refusal(x, w) is not None:
         return False
     tma = _table_tma(w)
-    m, k = min(x.shape[0], MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS), x.shape[1]
+    m, k = min(x.shape[0], mma_st_launch_rows(tma)), x.shape[1]
     rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype, nt=mma_st_ntiles(m))[:2] if tma else (4, 1)
     nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
@@ -436,7 +446,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
         raise fail("mma_st", "w", "a 16-byte aligned Q4_K or Q6_K tensor with rows of a multiple of 16 bytes "
                    "for the tensor-map kernel", f"{w.qtype.name} at {w.data.data.ptr:#x}, "
                    f"{w.data.nbytes // max(n, 1)} bytes a row")
-    if m > (MMA_ST_TMA_ROWS if tma else MMA_ST_ROWS):
+    if m > mma_st_launch_rows(tma):
         raise fail("mma_st", "x", f"at most {MMA_ST_ROWS} rows, {MMA_ST_TMA_ROWS} on the tensor-map kernel "
                    "(quant_matmul launches wider x in parts)", m)
     rg, wk, cap = mma_st_tma_shape(n, rg, wk, w.qtype, mma_st_ntiles(m))
@@ -902,7 +912,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         xst = codes.st if codes is not None else None
         if xst is not None:
             check(xst, "quant_matmul", "x.st", dtypes=(np.uint8,), shape=(staged_bytes(m, k),), like=x)
-        if m <= (MMA_ST_TMA_ROWS if _table_tma(w) else MMA_ST_ROWS):
+        if m <= mma_st_launch_rows(_table_tma(w)):
             mma_st(out, x, w, xst=xst)
             return out
         for r0 in range(0, m, MMA_ST_ROWS):         # wider: a launch (and its own stage) a 32 rows
