@@ -38,7 +38,7 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
         int sb = (lane >> 3) + 4 * (wib % WS);
         typename L::Row rows[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part);
+        for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part, nsb);
         typename L::Regs cur[R];
         if (sb < nsb) {
 #pragma unroll
@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(32 * kWarps) gemv_kq_pair_kernel(
 #define KQ_WS(QT, M, R) KQ(QT, M, R, 1) KQ(QT, M, R, 2) KQ(QT, M, R, 4)
 #define KQ_R(QT, R) KQ_WS(QT, 1, R) KQ_WS(QT, 2, R) KQ_WS(QT, 4, R) KQ_WS(QT, 8, R)
 KQ_R(Q4_K, 1) KQ_R(Q4_K, 2) KQ_R(Q4_K, 4) KQ_R(Q6_K, 1) KQ_R(Q6_K, 2) KQ_R(Q6_K, 4)
+KQ_R(Q6_KP, 1) KQ_R(Q6_KP, 2) KQ_R(Q6_KP, 4)
 KQ_WS(Q4_K, 16, 1) KQ_WS(Q4_K, 16, 2) KQ_WS(Q6_K, 16, 1) KQ_WS(Q6_K, 16, 2)
 #define KQ_OCC(QT, M, B) KQ_OCC1(QT, M, 1, B) KQ_OCC1(QT, M, 2, B) KQ_OCC1(QT, M, 4, B)
 #define KQ_OCC1(QT, M, WS, B) template __global__ void gemv_kq_occ_kernel<gguf::QT, M, 2, WS, B>( \

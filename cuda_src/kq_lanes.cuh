@@ -3,7 +3,8 @@
 // gemv_kq.cu gives each 256-value super-block of a weight row to eight consecutive lanes; lane
 // `part` (0..7) owns 32 of its values, and walks a row 4 * WS super-blocks at a time. Lanes<QT>
 // says, for Q4_K and Q6_K:
-//   Row, row(w, sb, part)    where the lane stands in the row that starts at w: at super-block sb
+//   Row, row(w, sb, part, nsb)  where the lane stands in the row of nsb super-blocks that starts at w:
+//                            at super-block sb
 //   next(row, n)             n super-blocks on (a multiple of 4)
 //   Regs, load(row, sb, part, r, on)  the lane's raw bytes of super-block sb (where row stands), in
 //                            the widest loads the layout allows; nothing is loaded when !on
@@ -25,6 +26,10 @@
 //   signed byte each, built from the bits with no subtraction (codes()); each group's integer dot
 //   product times its int8 scale is exact in int and in float, so a lane converts one integer per
 //   group and multiplies by d once per super-block.
+// Q6_KP: Q6_K rows repacked into four planes a row (weights/q6k_planes.py), so that each piece a
+//   lane reads is aligned to its size: one 16-, one 8-, one 4- and one 2-byte load a super-block
+//   where the GGUF layout takes six 8-byte window loads, four byte loads and a 2-byte load. The
+//   arithmetic is Lanes<Q6_K>'s, so the same bits.
 // Everything is __host__ __device__ with host stand-ins for the intrinsics, so the CPU tests run
 // this code against gguf's dequantizer (tests/test_gemv_kq_lanes.py).
 #pragma once
@@ -62,8 +67,8 @@ GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
 // Global loads through a pointer the compiler cannot trace to a kernel argument (opaque() below),
 // which would otherwise be generic ones, skipped when `on` is false (the result is then
 // unspecified). A predicate rather than a branch: ptxas may move a branch's block of loads past
-// the arithmetic that follows it, and then they have no time to land. 8 bytes (8-byte aligned),
-// a signed byte, 16 bits (2-byte aligned).
+// the arithmetic that follows it, and then they have no time to land. 16, 8 or 4 bytes (aligned
+// to their size), a signed byte, 16 bits (2-byte aligned).
 GQ_HD u32x2 global8(const u8* p, bool on) {
 #ifdef __CUDA_ARCH__
     u32x2 v;
@@ -72,6 +77,25 @@ GQ_HD u32x2 global8(const u8* p, bool on) {
     return v;
 #else
     return on ? load8(p) : u32x2{0, 0};
+#endif
+}
+GQ_HD u32x4 global16(const u8* p, bool on) {    // 16-byte aligned
+#ifdef __CUDA_ARCH__
+    u32x4 v;
+    asm("{ .reg .pred q; setp.ne.u32 q, %5, 0; @q ld.global.v4.u32 {%0, %1, %2, %3}, [%4]; }"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "r"((int)on));
+    return v;
+#else
+    return on ? load16(p) : u32x4{0, 0, 0, 0};
+#endif
+}
+GQ_HD u32 global32(const u8* p, bool on) {       // 4-byte aligned
+#ifdef __CUDA_ARCH__
+    u32 v;
+    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u32 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
+    return v;
+#else
+    return on ? load_vec<u32>(p) : 0;
 #endif
 }
 GQ_HD int global_s8(const u8* p, bool on) {
@@ -166,7 +190,7 @@ template <> struct Lanes<Q4_K> {
     struct X { u32x4 a, b; float da, db, sa, sb; };
     static constexpr float kScale = 1.f;
 
-    GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
+    GQ_HD static Row row(const u8* w, int, int, int) { return Row{w}; }
     GQ_HD static void next(Row&, int) {}
     GQ_HD static void settle(const Row&, int, Regs&) {}
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
@@ -222,7 +246,7 @@ template <> struct Lanes<Q6_K> {
     struct X { u32x2 q[4]; float d[4]; };
     static constexpr float kScale = 0.25f;        // accumulate() adds 4 times the lane's share
 
-    GQ_HD static Row row(const u8* w, int sb, int) {
+    GQ_HD static Row row(const u8* w, int sb, int, int) {
         const u8* b = w + sb * kBytes;
         return Row{b, opaque((int)(reinterpret_cast<unsigned long long>(b) & 7))};
     }
@@ -283,8 +307,8 @@ template <> struct Lanes<Q6_K> {
     }
     // acc + 4 * d * sum_t xd_t * (sc_t * s_t), s_t the integer dot of group t's weights with x.
     // Exact in int and as a float: |s_t| <= 8 * 128 * 127, |sc_t * s_t| <= 128 * 130048 < 2^24.
-    GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
-        const u32x2 qa = r.win[0][0], qb = r.win[1][0], qh = r.win[2][0];
+    // qa, qb, qh: the lane's pieces of ql (groups 0/2), ql (groups 1/3) and qh; sc[t] group t's scale
+    GQ_HD static float dot(float acc, u32x2 qa, u32x2 qb, u32x2 qh, const int (&sc)[4], u16 d, const X& x) {
         u32 q0[4], q1[4];
         codes(qa.x, qb.x, qh.x, q0);
         codes(qa.y, qb.y, qh.y, q1);
@@ -292,9 +316,50 @@ template <> struct Lanes<Q6_K> {
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const int s = dp4a(q1[t], x.q[t].y, dp4a(q0[t], x.q[t].x, 0));
-            sum += x.d[t] * (float)(r.sc[t] * s);
+            sum += x.d[t] * (float)(sc[t] * s);
         }
-        return acc + half_to_float(r.d) * sum;
+        return acc + half_to_float(d) * sum;
+    }
+    GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
+        return dot(acc, r.win[0][0], r.win[1][0], r.win[2][0], r.sc, r.d, x);
+    }
+};
+
+// Q6_K repacked: a row of nsb super-blocks is four planes, each in super-block order (weights/
+// q6k_planes.py): ql, 128 bytes a super-block, lane part's two 8-byte pieces (values l0.. of the
+// half's groups 0/2, then 1/3) side by side at 16 part; qh, 64 bytes, as in the block (lane part's
+// piece at 8 part); the scales, 16 bytes, lane part's four (scales[8h + is + 2t]) at 4 (2h + is),
+// is = (part & 3) / 2; d, 2 bytes. With nsb a multiple of 8 (K of 2048s; row_bytes a multiple of
+// 16) every load is aligned to its size.
+struct Q6_KP {};
+
+template <> struct Lanes<Q6_KP> {
+    typedef Lanes<Q6_K> Q6;
+    struct Row { const u8* w; int nsb; };
+    struct Regs { u32x4 ql; u32x2 qh; u32 sc; u16 d; };
+    typedef Q6::X X;
+    static constexpr float kScale = Q6::kScale;
+
+    GQ_HD static Row row(const u8* w, int, int, int nsb) { return Row{w, opaque(nsb)}; }
+    GQ_HD static void next(Row&, int) {}
+    GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
+        // each address from the row's start anew (opaque): hoisted, the four planes' pointers of
+        // R rows would take 8 R registers
+        const int h = part >> 2, is = (part & 3) >> 1, n = row.nsb, s = opaque(sb);
+        const u8* w = opaque(row.w);
+        r.ql = global16(w + (128 * s + 16 * part), on);
+        r.qh = global8(w + (128 * n + 64 * s + 8 * part), on);
+        r.sc = global32(w + (192 * n + 16 * s + 4 * (2 * h + is)), on);
+        r.d = global_u16(w + (208 * n + 2 * s), on);
+    }
+    GQ_HD static void settle(const Row&, int, Regs&) {}
+    GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {
+        Q6::load_x(xq, xd, xs, sb, part, x);
+    }
+    GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
+        const int sc[4] = {(int)(i8)(r.sc & 0xFF), (int)(i8)((r.sc >> 8) & 0xFF), (int)(i8)((r.sc >> 16) & 0xFF),
+                           (int)(i8)(r.sc >> 24)};
+        return Q6::dot(acc, u32x2{r.ql.x, r.ql.y}, u32x2{r.ql.z, r.ql.w}, r.qh, sc, r.d, x);
     }
 };
 

@@ -13,8 +13,11 @@ from gguf.quants import dequantize as gguf_dequantize
 from gpu_rounding import q8_blocks as q8
 from host_harness import build_host_library
 
+from glimmer_cupy.weights.q6k_planes import to_planes
 from glimmer_cupy.weights.quant_tensor import QType
 from glimmer_cupy.weights.random_blocks import random_blocks
+
+PLANES = 1014                       # the harness's type code for Lanes<Q6_KP>
 
 HARNESS = r"""
 #include "kq_lanes.cuh"
@@ -30,7 +33,7 @@ static double row_dot(const u8* row, int k, const int* xq, const float* xd, cons
     for (int part = 0; part < 8; ++part) {
         if (only_part >= 0 && part != only_part) continue;
         for (int first = 0; first < step; ++first) {
-            typename L::Row rw = L::row(row, first, part);
+            typename L::Row rw = L::row(row, first, part, k / 256);
             for (int sb = first; sb < k / 256; sb += step) {
                 typename L::Regs r;
                 typename L::X x;
@@ -54,10 +57,13 @@ extern "C" void q6k_codes(const u32* la, const u32* lb, const u32* h, u32* q, in
     }
 }
 
+// type PLANES: a Q6_K row repacked into planes (weights/q6k_planes.py), read by Lanes<Q6_KP>
+#define PLANES 1014
 extern "C" int kq_row_dot(int type, const u8* row, int k, const int* xq, const float* xd, const float* xs,
                           int only_part, int step, double* out) {
     if (type == Q4_K::kType) *out = row_dot<Q4_K>(row, k, xq, xd, xs, only_part, step);
     else if (type == Q6_K::kType) *out = row_dot<Q6_K>(row, k, xq, xd, xs, only_part, step);
+    else if (type == PLANES) *out = row_dot<Q6_KP>(row, k, xq, xd, xs, only_part, step);
     else return 1;
     return 0;
 }
@@ -96,7 +102,7 @@ def test_q6k_codes_are_four_times_the_centred_values(lanes_lib):
 def lane_dot(lib, qtype, row, k, codes, d, s, only_part=-1, step=4) -> float:
     out = ctypes.c_double()
     xq = np.ascontiguousarray(codes).view(np.int32)
-    assert lib.kq_row_dot(int(qtype), row.ctypes.data, k, xq.ctypes.data, d.ctypes.data, s.ctypes.data,
+    assert lib.kq_row_dot(qtype if qtype == PLANES else int(qtype), row.ctypes.data, k, xq.ctypes.data, d.ctypes.data, s.ctypes.data,
                           only_part, step, ctypes.byref(out)) == 0
     return out.value
 
@@ -174,3 +180,22 @@ def test_each_lane_owns_its_own_values(lanes_lib, qtype):
         total = sum(lane_dot(lanes_lib, qtype, row, k, codes, d, s, p) for p in owners)
         want = float(w @ xhat)
         assert abs(total - want) <= 1e-5 * float(np.abs(w * xhat).sum())
+
+
+@pytest.mark.parametrize("k", [2048, 4096, 12288])
+def test_q6k_planes_give_the_gguf_lanes_sums(lanes_lib, k):
+    """Lanes<Q6_KP> on a row repacked into planes gives every part's share bit for bit as
+    Lanes<Q6_K> on the GGUF row (the same arithmetic on the same bytes), at steps 4, 8 and 16."""
+    rng = np.random.default_rng(k)
+    rows = 3
+    data = np.ascontiguousarray(random_blocks(QType.Q6_K, rows, k, rng, std=1.0)).reshape(rows, -1)
+    planes = to_planes(data, rows, k)
+    for r in range(rows):
+        x = rng.normal(0, 1, k).astype(np.float32)
+        x[rng.integers(0, k, 5)] *= 20
+        codes, d, s = q8(x)
+        for step in (4, 8, 16):
+            for part in range(8):
+                want = lane_dot(lanes_lib, QType.Q6_K, np.ascontiguousarray(data[r]), k, codes, d, s, part, step)
+                got = lane_dot(lanes_lib, PLANES, np.ascontiguousarray(planes[r]), k, codes, d, s, part, step)
+                assert got == want, f"k={k} row {r} step {step} part {part}: {got} vs {want}"
