@@ -86,8 +86,6 @@ def main(argv=None) -> int:
         print(f"{n:>6}x{k:<6} WS={ws_split} bits {'same' if all(bits.values()) else bits} | {line}", flush=True)
         for name, v in times.items():
             print(f"    {name}: " + " ".join(f"{t:.2f}" for t in v), flush=True)
-        del ws, planes
-        cupy.get_default_memory_pool().free_all_blocks()
     if a.out:
         a.out.write_text(json.dumps(dict(meta=run_meta(copy_bytes_per_s=copy), rows=rows_out), indent=1))
     return 0 if all(all(r["bits_equal"].values()) for r in rows_out) else 1
