@@ -17,6 +17,8 @@ Arms:
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
                 -v), so at 4 its Q4_K blocks are held to four an SM (the rule before df5463c: 4)
+  q6k planes    Q6_K matrices also uploaded as planes (runtime/cuda_executor.py Q6K_PLANES), which
+                gemv_kq and its pair launch read with aligned loads (Lanes<Q6_KP>)
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_model.py --synthetic qwen3-8b [--arms "rule,ws up"] [--out FILE]
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import glimmer_cupy.ops.matmul as matmul  # noqa: E402
+import glimmer_cupy.runtime.cuda_executor as cuda_executor  # noqa: E402
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 
@@ -56,6 +59,7 @@ ARMS = {
     "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
+    "q6k planes": {(cuda_executor, "Q6K_PLANES"): True},
 }
 
 if __name__ == "__main__":

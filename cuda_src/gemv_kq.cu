@@ -38,7 +38,7 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
         int sb = (lane >> 3) + 4 * (wib % WS);
         typename L::Row rows[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part, nsb);
+        for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part);
         typename L::Regs cur[R];
         if (sb < nsb) {
 #pragma unroll
@@ -151,4 +151,6 @@ KQ_OCC(Q6_K, 1, 5) KQ_OCC(Q4_K, 1, 5)
 #define KQ_PAIR_AB(QA, RA, QB, RB) KQ_PAIR_B(QA, RA, 1, QB, RB) KQ_PAIR_B(QA, RA, 2, QB, RB) KQ_PAIR_B(QA, RA, 4, QB, RB)
 KQ_PAIR_AB(Q4_K, 2, Q6_K, 4) KQ_PAIR_AB(Q6_K, 4, Q4_K, 2)
 KQ_PAIR_AB(Q4_K, 2, Q6_K, 2) KQ_PAIR_AB(Q6_K, 2, Q4_K, 2) KQ_PAIR_AB(Q4_K, 2, Q6_K, 1) KQ_PAIR_AB(Q6_K, 1, Q4_K, 2)
+KQ_PAIR_AB(Q4_K, 2, Q6_KP, 4) KQ_PAIR_AB(Q4_K, 2, Q6_KP, 2) KQ_PAIR_AB(Q4_K, 2, Q6_KP, 1)
+KQ_PAIR_AB(Q6_KP, 4, Q4_K, 2) KQ_PAIR_AB(Q6_KP, 2, Q4_K, 2) KQ_PAIR_AB(Q6_KP, 1, Q4_K, 2)
 #endif

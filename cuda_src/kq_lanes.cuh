@@ -3,8 +3,7 @@
 // gemv_kq.cu gives each 256-value super-block of a weight row to eight consecutive lanes; lane
 // `part` (0..7) owns 32 of its values, and walks a row 4 * WS super-blocks at a time. Lanes<QT>
 // says, for Q4_K and Q6_K:
-//   Row, row(w, sb, part, nsb)  where the lane stands in the row of nsb super-blocks that starts at w:
-//                            at super-block sb
+//   Row, row(w, sb, part)    where the lane stands in the row that starts at w: at super-block sb
 //   next(row, n)             n super-blocks on (a multiple of 4)
 //   Regs, load(row, sb, part, r, on)  the lane's raw bytes of super-block sb (where row stands), in
 //                            the widest loads the layout allows; nothing is loaded when !on
@@ -26,8 +25,8 @@
 //   signed byte each, built from the bits with no subtraction (codes()); each group's integer dot
 //   product times its int8 scale is exact in int and in float, so a lane converts one integer per
 //   group and multiplies by d once per super-block.
-// Q6_KP: Q6_K rows repacked into four planes a row (weights/q6k_planes.py), so that each piece a
-//   lane reads is aligned to its size: one 16-, one 8-, one 4- and one 2-byte load a super-block
+// Q6_KP: Q6_K rows repacked, eight super-blocks at a time, into four planes (weights/q6k_planes.py),
+//   so that each piece a lane reads is aligned to its size: one 16-, one 8-, one 4- and one 2-byte load a super-block
 //   where the GGUF layout takes six 8-byte window loads, four byte loads and a 2-byte load. The
 //   arithmetic is Lanes<Q6_K>'s, so the same bits.
 // Everything is __host__ __device__ with host stand-ins for the intrinsics, so the CPU tests run
@@ -190,7 +189,7 @@ template <> struct Lanes<Q4_K> {
     struct X { u32x4 a, b; float da, db, sa, sb; };
     static constexpr float kScale = 1.f;
 
-    GQ_HD static Row row(const u8* w, int, int, int) { return Row{w}; }
+    GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
     GQ_HD static void next(Row&, int) {}
     GQ_HD static void settle(const Row&, int, Regs&) {}
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
@@ -246,7 +245,7 @@ template <> struct Lanes<Q6_K> {
     struct X { u32x2 q[4]; float d[4]; };
     static constexpr float kScale = 0.25f;        // accumulate() adds 4 times the lane's share
 
-    GQ_HD static Row row(const u8* w, int sb, int, int) {
+    GQ_HD static Row row(const u8* w, int sb, int) {
         const u8* b = w + sb * kBytes;
         return Row{b, opaque((int)(reinterpret_cast<unsigned long long>(b) & 7))};
     }
@@ -325,32 +324,33 @@ template <> struct Lanes<Q6_K> {
     }
 };
 
-// Q6_K repacked: a row of nsb super-blocks is four planes, each in super-block order (weights/
-// q6k_planes.py): ql, 128 bytes a super-block, lane part's two 8-byte pieces (values l0.. of the
-// half's groups 0/2, then 1/3) side by side at 16 part; qh, 64 bytes, as in the block (lane part's
-// piece at 8 part); the scales, 16 bytes, lane part's four (scales[8h + is + 2t]) at 4 (2h + is),
-// is = (part & 3) / 2; d, 2 bytes. With nsb a multiple of 8 (K of 2048s; row_bytes a multiple of
-// 16) every load is aligned to its size.
+// Q6_K repacked (weights/q6k_planes.py): each run of eight super-blocks of a row (1680 bytes, a
+// multiple of 16) is four planes in super-block order: ql at 0, 128 bytes a super-block, lane part's
+// two 8-byte pieces (values l0.. of the half's groups 0/2, then 1/3) side by side at 16 part; qh at
+// 1024, 64 bytes, as in the block (lane part's piece at 8 part); the scales at 1536, 16 bytes, lane
+// part's four (scales[8h + is + 2t], is = (part & 3) / 2) side by side at 4 (2h + is); d at 1664.
+// Rows are whole runs (K a multiple of 2048), so every load is aligned to its size.
 struct Q6_KP {};
 
 template <> struct Lanes<Q6_KP> {
     typedef Lanes<Q6_K> Q6;
-    struct Row { const u8* w; int nsb; };
+    static constexpr int kRunBytes = 8 * 210;
+    struct Row { const u8* w; };
     struct Regs { u32x4 ql; u32x2 qh; u32 sc; u16 d; };
     typedef Q6::X X;
     static constexpr float kScale = Q6::kScale;
 
-    GQ_HD static Row row(const u8* w, int, int, int nsb) { return Row{w, opaque(nsb)}; }
+    GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
     GQ_HD static void next(Row&, int) {}
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
         // each address from the row's start anew (opaque): hoisted, the four planes' pointers of
         // R rows would take 8 R registers
-        const int h = part >> 2, is = (part & 3) >> 1, n = row.nsb, s = opaque(sb);
-        const u8* w = opaque(row.w);
-        r.ql = global16(w + (128 * s + 16 * part), on);
-        r.qh = global8(w + (128 * n + 64 * s + 8 * part), on);
-        r.sc = global32(w + (192 * n + 16 * s + 4 * (2 * h + is)), on);
-        r.d = global_u16(w + (208 * n + 2 * s), on);
+        const int h = part >> 2, is = (part & 3) >> 1, s = opaque(sb), j = s & 7;
+        const u8* run = opaque(row.w) + (s >> 3) * kRunBytes;
+        r.ql = global16(run + (128 * j + 16 * part), on);
+        r.qh = global8(run + (1024 + 64 * j + 8 * part), on);
+        r.sc = global32(run + (1536 + 16 * j + 4 * (2 * h + is)), on);
+        r.d = global_u16(run + (1664 + 2 * j), on);
     }
     GQ_HD static void settle(const Row&, int, Regs&) {}
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {

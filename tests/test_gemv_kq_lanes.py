@@ -33,7 +33,7 @@ static double row_dot(const u8* row, int k, const int* xq, const float* xd, cons
     for (int part = 0; part < 8; ++part) {
         if (only_part >= 0 && part != only_part) continue;
         for (int first = 0; first < step; ++first) {
-            typename L::Row rw = L::row(row, first, part, k / 256);
+            typename L::Row rw = L::row(row, first, part);
             for (int sb = first; sb < k / 256; sb += step) {
                 typename L::Regs r;
                 typename L::X x;

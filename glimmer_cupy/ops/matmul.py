@@ -702,6 +702,14 @@ def _mma_kq_kernel(trait: str, nt: int):
     return kern
 
 
+def kq_source(w: QuantTensor) -> tuple[str, object]:
+    """The block trait gemv_kq reads w's rows by, and the bytes: Q6_K's planes where w has them
+    (weights/q6k_planes.py, Lanes<Q6_KP>), else its GGUF blocks."""
+    if w.planes is not None:
+        return "Q6_KP", w.planes
+    return TRAITS[w.qtype], w.data
+
+
 def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
     """gemv_kq_kernel's instance, or gemv_kq_occ_kernel's for `occ` blocks per SM."""
     if occ:
@@ -883,9 +891,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
-            _kq_kernel(t, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
+            trait, data = kq_source(w)
+            _kq_kernel(trait, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
-                (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
+                (out, xq, xd, xs, data, np.int32(n), np.int32(k), row_bytes))
             return out
         rows = staged_rows(int(row_bytes)) if w.qtype in STAGED_TYPES and m <= STAGED_MAX_M else 0
         if rows:
@@ -975,8 +984,9 @@ def kq_pair_config(qa: QType, qb: QType, n_a: int, n_b: int, k: int) -> tuple[tu
 def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     """The pair kernel's instance and the blocks of A and of B, at M = 1."""
     (ra, wsa), (rb, wsb) = kq_pair_config(a.qtype, b.qtype, n_a, n_b, k)
-    name = (f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {wsa}, gguf::{TRAITS[b.qtype]}, {rb}, {wsb}>")
-    exprs = tuple(f"gemv_kq_pair_kernel<gguf::{TRAITS[a.qtype]}, {ra}, {i}, gguf::{TRAITS[b.qtype]}, {rb}, {j}>"
+    ta, tb = kq_source(a)[0], kq_source(b)[0]
+    name = f"gemv_kq_pair_kernel<gguf::{ta}, {ra}, {wsa}, gguf::{tb}, {rb}, {wsb}>"
+    exprs = tuple(f"gemv_kq_pair_kernel<gguf::{ta}, {ra}, {i}, gguf::{tb}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
     kern = get_kernel("gemv_kq", name, name_expressions=exprs)
     return kern, -(-n_a // (ra * KQ_WARPS // wsa)), -(-n_b // (rb * KQ_WARPS // wsb))
@@ -1015,8 +1025,8 @@ def quant_matmul_rows(x, parts, *, out=None):
         n_a, n_b = a.shape[0], b.shape[0]
         kern, blocks_a, blocks_b = _kq_pair_kernel(a, b, n_a, n_b, k)
         kern((blocks_a + blocks_b,), (32 * KQ_WARPS,),
-             (out, x.q, x.d, x.s, a.data, np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
-              b.data, np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
+             (out, x.q, x.d, x.s, kq_source(a)[1], np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
+              kq_source(b)[1], np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
         return out
     at = 0                                          # a column slice of one row is contiguous
     for p in parts:

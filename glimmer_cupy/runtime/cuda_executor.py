@@ -62,6 +62,7 @@ from ..ops.embed import TRAITS as EMBED_TRAITS
 from ..ops.matmul import TRAITS as MATMUL_TRAITS
 from ..ops.matmul import graph_safe
 from ..ops.sampling import host_positions
+from ..weights.q6k_planes import with_planes
 from .pipeline import Ready, Slots, check_feed
 from .static_step import StaticStep, table_width
 from .step_planner import MAX_STEP_TOKENS, STEP_WIDTHS, step_width
@@ -71,6 +72,9 @@ HEADROOM = 512 * MIB          # CUDA context growth, cuBLAS workspace, kernel mo
 MAX_STATIC = STEP_WIDTHS[-1]  # widest static step (graphs)
 MAX_LOGIT_ROWS = MAX_STATIC   # logit rows per step the scratch estimate covers
 MAX_CELLS = 1 << 16           # default cap on a pool sized from free memory
+# Q6_K matrices also uploaded as planes for gemv_kq (weights/q6k_planes.py), a second copy of their
+# bytes beside the GGUF blocks the other kernels read: off (bench/results/NOTES.md, fifty-third session)
+Q6K_PLANES = False
 
 
 class CudaStepError(RuntimeError):
@@ -252,7 +256,7 @@ def upload_weights(w: ModelWeights) -> ModelWeights:
 
     def qt(t):
         if id(t) not in done:
-            done[id(t)] = t.to_device()
+            done[id(t)] = with_planes(t.to_device()) if Q6K_PLANES else t.to_device()
         return done[id(t)]
 
     def dev(v):

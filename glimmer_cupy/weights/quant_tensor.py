@@ -39,12 +39,17 @@ class QuantTensor:
     output feature, so y = x @ dequantize().T. `data` holds the bytes as the file has them:
     uint8 of shape (rows, row_bytes) for block types, the plain dtype for F32/F16/BF16 (BF16
     as uint16). It may be a read-only memory map of the file.
+
+    planes: on the device, an optional second copy of a Q6_K matrix's bytes repacked for gemv_kq's
+    aligned loads (weights/q6k_planes.py: with_planes), which that kernel reads instead of `data`;
+    every other kernel reads `data`.
     """
 
     name: str
     qtype: QType
     shape: tuple[int, ...]
     data: np.ndarray
+    planes: object = None
 
     def __post_init__(self):
         if self.qtype not in SUPPORTED_TYPES:
