@@ -17,8 +17,8 @@ Arms:
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
                 -v), so at 4 its Q4_K blocks are held to four an SM (the rule before df5463c: 4)
-  q6k planes    Q6_K matrices also uploaded as planes (runtime/cuda_executor.py Q6K_PLANES), which
-                gemv_kq and its pair launch read with aligned loads (Lanes<Q6_KP>)
+  q6k pairs / gguf   Q6_K matrices uploaded in pair order (runtime/cuda_executor.py Q6K_PAIRS), which
+                every Q6_K kernel reads with aligned loads, or in GGUF order
 
     PYTHONPATH=$PWD python3 bench/ab_gemv_kq_model.py --synthetic qwen3-8b [--arms "rule,ws up"] [--out FILE]
 """
@@ -59,7 +59,8 @@ ARMS = {
     "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
-    "q6k planes": {(cuda_executor, "Q6K_PLANES"): True},
+    "q6k pairs": {(cuda_executor, "Q6K_PAIRS"): True},
+    "q6k gguf": {(cuda_executor, "Q6K_PAIRS"): False},
 }
 
 if __name__ == "__main__":

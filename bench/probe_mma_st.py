@@ -54,7 +54,7 @@ def probe(qtype: QType, n: int, k: int, m: int, splits, tma: bool = False, rg: i
         matmul.mma_st(outs[i], xs[i], ws[i], splits=splits, tma=tma, rg=rg, wk=wk)
     with overlapped(True):
         us = graph_time_us(call, len(ws), launches, 5)
-    mod = build.load_module("mma_st", None, matmul.mma_st_exprs(qtype))
+    mod = build.load_module("mma_st", None, matmul.mma_st_exprs(matmul.MMA_ST_LANES[qtype][0]))
     st = module_stamps(mod)
     st.fill(0)
     with overlapped(True):                       # one more graph replay, its stamps kept

@@ -25,10 +25,10 @@
 //   signed byte each, built from the bits with no subtraction (codes()); each group's integer dot
 //   product times its int8 scale is exact in int and in float, so a lane converts one integer per
 //   group and multiplies by d once per super-block.
-// Q6_KP: Q6_K rows repacked, eight super-blocks at a time, into four planes (weights/q6k_planes.py),
-//   so that each piece a lane reads is aligned to its size: one 16-, one 8-, one 4- and one 2-byte load a super-block
-//   where the GGUF layout takes six 8-byte window loads, four byte loads and a 2-byte load. The
-//   arithmetic is Lanes<Q6_K>'s, so the same bits.
+// Q6_KP: Q6_K in pair order (quant_blocks.cuh), so that each piece a lane reads is aligned to its
+//   size: one 16-, one 8-, one 4- and one 2-byte load a super-block where the GGUF layout takes six
+//   8-byte window loads, four byte loads and a 2-byte load. The arithmetic is Lanes<Q6_K>'s, so the
+//   same bits.
 // Everything is __host__ __device__ with host stand-ins for the intrinsics, so the CPU tests run
 // this code against gguf's dequantizer (tests/test_gemv_kq_lanes.py).
 #pragma once
@@ -324,17 +324,10 @@ template <> struct Lanes<Q6_K> {
     }
 };
 
-// Q6_K repacked (weights/q6k_planes.py): each run of eight super-blocks of a row (1680 bytes, a
-// multiple of 16) is four planes in super-block order: ql at 0, 128 bytes a super-block, lane part's
-// two 8-byte pieces (values l0.. of the half's groups 0/2, then 1/3) side by side at 16 part; qh at
-// 1024, 64 bytes, as in the block (lane part's piece at 8 part); the scales at 1536, 16 bytes, lane
-// part's four (scales[8h + is + 2t], is = (part & 3) / 2) side by side at 4 (2h + is); d at 1664.
-// Rows are whole runs (K a multiple of 2048), so every load is aligned to its size.
-struct Q6_KP {};
-
+// Q6_K in pair order (quant_blocks.cuh, weights/q6k_pairs.py): lane part's ql pieces are 16 aligned
+// bytes of its pair, its qh piece 8, its four scales one small word, d a half of another.
 template <> struct Lanes<Q6_KP> {
     typedef Lanes<Q6_K> Q6;
-    static constexpr int kRunBytes = 8 * 210;
     struct Row { const u8* w; };
     struct Regs { u32x4 ql; u32x2 qh; u32 sc; u16 d; };
     typedef Q6::X X;
@@ -343,14 +336,15 @@ template <> struct Lanes<Q6_KP> {
     GQ_HD static Row row(const u8* w, int, int) { return Row{w}; }
     GQ_HD static void next(Row&, int) {}
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
-        // each address from the row's start anew (opaque): hoisted, the four planes' pointers of
-        // R rows would take 8 R registers
-        const int h = part >> 2, is = (part & 3) >> 1, s = opaque(sb), j = s & 7;
-        const u8* run = opaque(row.w) + (s >> 3) * kRunBytes;
-        r.ql = global16(run + (128 * j + 16 * part), on);
-        r.qh = global8(run + (1024 + 64 * j + 8 * part), on);
-        r.sc = global32(run + (1536 + 16 * j + 4 * (2 * h + is)), on);
-        r.d = global_u16(run + (1664 + 2 * j), on);
+        // each address from the row's start anew (opaque): hoisted, the pieces' pointers of R rows
+        // would take 8 R registers
+        const int s = opaque(sb), j = s & 1, h = part >> 2, is = (part & 3) >> 1;
+        const u8* pair = opaque(row.w) + 420 * (s >> 1);
+        const int a = q6p_prefix(pair);
+        r.ql = global16(q6p_ql(pair, a, j) + 16 * part, on);
+        r.qh = global8(q6p_qh(pair, a, j) + 8 * part, on);
+        r.sc = global32(q6p_word(pair, a, 4 * j + 2 * h + is), on);
+        r.d = global_u16(q6p_word(pair, a, 8) + 2 * j, on);
     }
     GQ_HD static void settle(const Row&, int, Regs&) {}
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {

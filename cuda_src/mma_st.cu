@@ -116,18 +116,20 @@ __device__ __forceinline__ void super_block(mst::St4K, const unsigned char* cons
         finish(acc[nt], main[nt], hi, lo, sc, x_scales<NT>(xs, nt, t));
     }
 }
-template <int A, int NT>
-__device__ __forceinline__ void super_block_q6k(const unsigned char* const (&blk)[2], const unsigned char* xs, int g,
-                                                int t, float (&acc)[NT][4]) {
+// a Q6_K super-block, read as L says (mma_st_lanes.cuh: Q6Gguf<A>, Q6Pairs)
+template <class L, int NT>
+__device__ __forceinline__ void super_block_q6(const unsigned char* const (&blk)[2], const unsigned char* xs, int g,
+                                               int t, float (&acc)[NT][4]) {
     using namespace mst;
-    const Q6Scales sc = q6_scales<A>(blk);
+    const typename L::Rows rows = L::where(blk);
+    const Q6Scales sc = L::scales(rows);
     int sum[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) sum[nt][0] = sum[nt][1] = sum[nt][2] = sum[nt][3] = 0;
 #pragma unroll
     for (int G = 0; G < 16; ++G) {
-        const u32 a0 = q6_a<A>(blk[0], G, t), a1 = q6_a<A>(blk[1], G, t);
-        const int s2[2] = {q6_sc(sc, 0, G), q6_sc(sc, 1, G)};
+        const u32 a0 = L::a(rows, 0, G, t), a1 = L::a(rows, 1, G, t);
+        const int s2[2] = {L::sc(sc, 0, G), L::sc(sc, 1, G)};
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             int c[4];
@@ -146,11 +148,17 @@ __device__ __forceinline__ void super_block(mst::St6K, const unsigned char* cons
     const unsigned long long p0 = reinterpret_cast<unsigned long long>(blk[0]) & 2u,
                              p1 = reinterpret_cast<unsigned long long>(blk[1]) & 2u;
     if (__all_sync(0xffffffffu, (p0 | p1) == 0))
-        super_block_q6k<mst::kAligned, NT>(blk, xs, g, t, acc);
+        super_block_q6<mst::Q6Gguf<mst::kAligned>, NT>(blk, xs, g, t, acc);
     else if (__all_sync(0xffffffffu, (p0 & p1) != 0))
-        super_block_q6k<mst::kOdd, NT>(blk, xs, g, t, acc);
+        super_block_q6<mst::Q6Gguf<mst::kOdd>, NT>(blk, xs, g, t, acc);
     else
-        super_block_q6k<mst::kEither, NT>(blk, xs, g, t, acc);
+        super_block_q6<mst::Q6Gguf<mst::kEither>, NT>(blk, xs, g, t, acc);
+}
+// Q6_K in pair order: every word aligned, whichever super-block of its pair
+template <int NT>
+__device__ __forceinline__ void super_block(mst::St6P, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    super_block_q6<mst::Q6Pairs, NT>(blk, xs, g, t, acc);
 }
 
 // The block's C out: stored (KS = 1), or each rank's share of the rows summed over the cluster's
@@ -269,7 +277,12 @@ __device__ __forceinline__ void chunk_block(mst::St4K, const unsigned char* cons
 template <int NT, int A>
 __device__ __forceinline__ void chunk_block(mst::St6K, const unsigned char* const (&blk)[2], const unsigned char* xs,
                                             int g, int t, float (&acc)[NT][4]) {
-    super_block_q6k<A, NT>(blk, xs, g, t, acc);
+    super_block_q6<mst::Q6Gguf<A>, NT>(blk, xs, g, t, acc);
+}
+template <int NT, int A>
+__device__ __forceinline__ void chunk_block(mst::St6P, const unsigned char* const (&blk)[2], const unsigned char* xs,
+                                            int g, int t, float (&acc)[NT][4]) {
+    super_block_q6<mst::Q6Pairs, NT>(blk, xs, g, t, acc);
 }
 // A chunk's two super-blocks (the second where the slice has it), the first of alignment A0
 template <class T, int NT, int A0>
@@ -404,9 +417,10 @@ mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, 
     const unsigned char*, const __grid_constant__ mst::TensorMap, int, int, int, int);
 #define MMA_ST_TMA2(T, NT, KS) MMA_ST_TMA1(T, NT, KS, 4, 1) MMA_ST_TMA1(T, NT, KS, 4, 2) MMA_ST_TMA1(T, NT, KS, 2, 2) \
     MMA_ST_TMA1(T, NT, KS, 2, 4)
-#define MMA_ST_TMA(NT, KS) MMA_ST_TMA2(St4K, NT, KS) MMA_ST_TMA2(St6K, NT, KS)
+#define MMA_ST_TMA(NT, KS) MMA_ST_TMA2(St4K, NT, KS) MMA_ST_TMA2(St6K, NT, KS) MMA_ST_TMA2(St6P, NT, KS)
 #define MMA_ST_KS(NT) MMA_ST(St4K, NT, 1) MMA_ST(St4K, NT, 2) MMA_ST(St4K, NT, 4) MMA_ST(St4K, NT, 8) \
     MMA_ST(St6K, NT, 1) MMA_ST(St6K, NT, 2) MMA_ST(St6K, NT, 4) MMA_ST(St6K, NT, 8) \
+    MMA_ST(St6P, NT, 1) MMA_ST(St6P, NT, 2) MMA_ST(St6P, NT, 4) MMA_ST(St6P, NT, 8) \
     MMA_ST_TMA(NT, 1) MMA_ST_TMA(NT, 2) MMA_ST_TMA(NT, 4) MMA_ST_TMA(NT, 8) \
     template __global__ void mma_st_stage_x_kernel<NT>(unsigned char*, const float*, int, int);
 MMA_ST_KS(1) MMA_ST_KS(2) MMA_ST_KS(3) MMA_ST_KS(4)

@@ -58,6 +58,7 @@ constexpr int kRows = 16 * kWarps;             // weight rows of a block
 
 struct St4K { static constexpr int kBlock = 144; };   // Q4_K
 struct St6K { static constexpr int kBlock = 210; };   // Q6_K
+struct St6P { static constexpr int kBlock = 210; };   // Q6_K in pair order (quant_blocks.cuh: q6p_*)
 
 template <int NT>
 struct XStage {                                // x's part of a stage: 8 NT rows of x
@@ -216,15 +217,16 @@ GQ_HD Q6Scales q6_scales(const u8* const (&blk)[2]) {
     }
     return s;
 }
-// scale G of row r, sign-extended: on the GPU one PRMT (byte G & 3, then its sign bit replicated)
-GQ_HD int q6_sc(const Q6Scales& s, int r, int G) {
+// scale byte `pos` of row r (GGUF: scale G at byte G), sign-extended: on the GPU one PRMT (byte
+// pos & 3, then its sign bit replicated)
+GQ_HD int q6_sc(const Q6Scales& s, int r, int pos) {
 #ifdef __CUDA_ARCH__
-    const unsigned b = (unsigned)(G & 3), sel = b | ((8u | b) * 0x1110u);
+    const unsigned b = (unsigned)(pos & 3), sel = b | ((8u | b) * 0x1110u);
     int v;
-    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(v) : "r"(s.w[r][G >> 2]), "r"(sel));
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(v) : "r"(s.w[r][pos >> 2]), "r"(sel));
     return v;
 #else
-    return (int)(signed char)((s.w[r][G >> 2] >> (8 * (G & 3))) & 0xFFu);
+    return (int)(signed char)((s.w[r][pos >> 2] >> (8 * (pos & 3))) & 0xFFu);
 #endif
 }
 
@@ -234,15 +236,65 @@ GQ_HD int q6_sc(const Q6Scales& s, int r, int G) {
 // 4 (q - 32) as a byte is q << 2 with bit 7 flipped: the nibble at bits 2..5, the two high bits at 6
 // and 7, the top one flipped (by flipping every pair's top bit of the qh word first), bits 0 and 1
 // zero: two shifts, a mask of the high bits and one select of bits 2..5 a word.
-template <int A>
-GQ_HD u32 q6_a(const u8* blk, int G, int t) {
-    const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
-    const u32 ql = load4_even<A>(blk + 64 * n + 32 * (s & 1) + l);
-    const u32 qh = load4_even<A>(blk + 128 + 32 * n + l) ^ 0xAAAAAAAAu;
+// The same from the word of ql and the word of qh that hold those values, s = (G >> 1) & 3.
+GQ_HD u32 q6_a_bits(u32 ql, u32 qh, int s) {
+    qh ^= 0xAAAAAAAAu;
     const u32 lo = (s >> 1) ? ql >> 2 : ql << 2;                  // the nibble at bits 2..5
     const u32 hi = (qh << (6 - 2 * s)) & 0xC0C0C0C0u;             // the pair at bits 6, 7
     return (lo & 0x3C3C3C3Cu) | hi;
 }
+template <int A>
+GQ_HD u32 q6_a(const u8* blk, int G, int t) {
+    const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
+    return q6_a_bits(load4_even<A>(blk + 64 * n + 32 * (s & 1) + l), load4_even<A>(blk + 128 + 32 * n + l), s);
+}
+
+// How a warp's super-block of its rows g and g + 8 is read (mma_st.cu: super_block_q6): `blk`, the
+// rows' blocks in the stage, as where(blk) -> Rows; scales(Rows); a(Rows, r, G, t), A of row r and
+// group G; sc(Q6Scales, r, G), the group's scale.
+// GGUF blocks, all at alignment A:
+template <int A> struct Q6Gguf {
+    struct Rows { const u8* b[2]; };
+    GQ_HD static Rows where(const u8* const (&blk)[2]) { return Rows{{blk[0], blk[1]}}; }
+    GQ_HD static Q6Scales scales(const Rows& w) { return q6_scales<A>(w.b); }
+    GQ_HD static u32 a(const Rows& w, int r, int G, int t) { return q6_a<A>(w.b[r], G, t); }
+    GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, G); }
+};
+// Q6_K in pair order: blk is where the GGUF block would start in the stage (the pair's image keeps
+// the pair's address mod 16), so it is the pair's second super-block when 2 past 4-byte alignment.
+// Every load is an aligned word.
+struct Q6Pairs {
+    struct Rows { const u8* pair[2]; const u8* ql[2]; const u8* qh[2]; int a[2], j[2]; };
+    GQ_HD static Rows where(const u8* const (&blk)[2]) {
+        Rows w;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            w.j[r] = (int)((reinterpret_cast<unsigned long long>(blk[r]) >> 1) & 1u);
+            w.pair[r] = blk[r] - 210 * w.j[r];
+            w.a[r] = gguf::q6p_prefix(w.pair[r]);
+            w.ql[r] = gguf::q6p_ql(w.pair[r], w.a[r], w.j[r]);
+            w.qh[r] = gguf::q6p_qh(w.pair[r], w.a[r], w.j[r]);
+        }
+        return w;
+    }
+    GQ_HD static Q6Scales scales(const Rows& w) {
+        Q6Scales s;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s.w[r][i] = load4(gguf::q6p_word(w.pair[r], w.a[r], 4 * w.j[r] + i));
+            const u32 d2 = load4(gguf::q6p_word(w.pair[r], w.a[r], 8));
+            s.d4[r] = gguf::half_to_float((gguf::u16)(w.j[r] ? d2 >> 16 : d2 & 0xFFFFu)) * 0.25f;
+        }
+        return s;
+    }
+    GQ_HD static u32 a(const Rows& w, int r, int G, int t) {
+        const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
+        return q6_a_bits(load4(w.ql[r] + gguf::q6p_ql_at(64 * n + 32 * (s & 1) + l)), load4(w.qh[r] + 32 * n + l), s);
+    }
+    GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, gguf::q6p_scale_at(G)); }
+};
+
 // x's B fragment of group G for n-tile nt: values 16G + 4t .. + 3 of x row 8 nt + g
 template <int NT>
 GQ_HD u32 q6_b(const u8* xs, int nt, int G, int g, int t) {

@@ -382,23 +382,93 @@ struct Q6_K {
     }
 };
 
+// ---------------------------------------------------------------- Q6_K in pair order
+// A Q6_K matrix as the CUDA executor uploads it (weights/q6k_pairs.py): each pair of super-blocks
+// keeps its 420 bytes and place, reordered so that its large pieces are 16-byte aligned. A pair at
+// address A (4-byte aligned; the tensor 16-byte aligned) holds a prefix of a = -A mod 16 bytes, both
+// super-blocks' ql at A + a (16-byte aligned) in plane order (GGUF 8-byte unit 8h + 4c + i at
+// position 8h + 2i + c), both qh at A + a + 256, and nine small words, those that fit the prefix
+// first, the rest after qh: 0-3 the first super-block's scales, 4-7 the second's (scale G at byte
+// 8 (G >> 3) + 4 (G & 1) + ((G >> 1) & 3): a lane's four scales, scales[8h + is + 2t], are one
+// word), 8 both d's. Super-block j of a pair starts, as a GGUF block would, at A + 210 j, so j is
+// bit 1 of that address.
+GQ_HD int q6p_prefix(const u8* pair) { return (int)((0ull - (unsigned long long)pair) & 15ull); }
+GQ_HD const u8* q6p_word(const u8* pair, int a, int w) { return w < (a >> 2) ? pair + 4 * w : pair + a + 384 + 4 * (w - (a >> 2)); }
+GQ_HD const u8* q6p_ql(const u8* pair, int a, int j) { return pair + a + 128 * j; }
+GQ_HD const u8* q6p_qh(const u8* pair, int a, int j) { return pair + a + 256 + 64 * j; }
+// where GGUF ql byte b of a super-block is in its plane-ordered ql
+GQ_HD int q6p_ql_at(int b) {
+    const int u = b >> 3;
+    return 8 * (8 * (u >> 3) + 2 * (u & 3) + ((u >> 2) & 1)) + (b & 7);
+}
+// where scale G of a super-block is among its plane-ordered scale bytes
+GQ_HD int q6p_scale_at(int G) { return 8 * (G >> 3) + 4 * (G & 1) + ((G >> 1) & 3); }
+
+// Q6_K in pair order as a block trait: values from (a row, a super-block), since a block's bytes are
+// spread over its pair. Not a GGUF type (kType -1); the same float arithmetic as Q6_K.
+struct Q6_KP {
+    static constexpr int kType = -1, kValues = QK_K, kBytes = 210;
+    static constexpr bool kQuantized = true;
+    struct Where { const u8* pair; int a, j; };
+    GQ_HD static Where at(const u8* row, long long sb) {
+        const u8* pair = row + 420 * (sb >> 1);
+        return Where{pair, q6p_prefix(pair), (int)(sb & 1)};
+    }
+    GQ_HD static float d(const Where& w) {
+        const u8* p = q6p_word(w.pair, w.a, 8) + 2 * w.j;
+        return half_to_float((u16)(p[0] | (p[1] << 8)));
+    }
+    GQ_HD static int scale(const Where& w, int G) {
+        const int pos = q6p_scale_at(G);
+        return (int)(i8)q6p_word(w.pair, w.a, 4 * w.j + (pos >> 2))[pos & 3];
+    }
+    GQ_HD static int q(const Where& w, int i) {          // the 6-bit code of value i, 0..63
+        const int h = i >> 7, g = (i >> 5) & 3, l = i & 31;
+        const int lo = (q6p_ql(w.pair, w.a, w.j)[q6p_ql_at(64 * h + 32 * (g & 1) + l)] >> (4 * (g >> 1))) & 0x0F;
+        const int hi = (q6p_qh(w.pair, w.a, w.j)[32 * h + l] >> (2 * g)) & 3;
+        return lo | (hi << 4);
+    }
+    GQ_HD static float value(const u8* row, long long sb, int i) {
+        const Where w = at(row, sb);
+        return d(w) * (float)scale(w, i >> 4) * (float)(q(w, i) - 32);
+    }
+    GQ_HD static void sub_block(const u8* row, long long sb, int s, float* out) {
+        const Where w = at(row, sb);
+        const float dd = d(w);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const float dl = dd * (float)scale(w, 2 * s + half);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) out[16 * half + j] = dl * (float)(q(w, 32 * s + 16 * half + j) - 32);
+        }
+    }
+};
+template <class QT> struct InPairs { static constexpr bool value = false; };
+template <> struct InPairs<Q6_KP> { static constexpr bool value = true; };
+
 // ---------------------------------------------------------------- rows of blocks
 
 // Value i of a row that starts at `row` (a whole number of blocks).
 template <class QT>
 GQ_HD float row_value(const void* row, long long i) {
-    const typename QT::block* blocks = static_cast<const typename QT::block*>(row);
-    return QT::value(blocks[i / QT::kValues], (int)(i % QT::kValues));
+    if constexpr (InPairs<QT>::value) {
+        return QT::value(static_cast<const u8*>(row), i / QT::kValues, (int)(i % QT::kValues));
+    } else {
+        const typename QT::block* blocks = static_cast<const typename QT::block*>(row);
+        return QT::value(blocks[i / QT::kValues], (int)(i % QT::kValues));
+    }
 }
 
-// Values 32*s .. 32*s+31 of a row into out[0..31].
+// Values 32*s .. 32*s+31 of a row into out[0..31] (Q6_KP: s / 8 the super-block, s % 8 its sub-block).
 template <class QT>
 GQ_HD void row_sub_block(const void* row, long long s, float* out) {
-    const typename QT::block* blocks = static_cast<const typename QT::block*>(row);
-    if constexpr (QT::kQuantized) {
+    if constexpr (InPairs<QT>::value) {
+        QT::sub_block(static_cast<const u8*>(row), s / 8, (int)(s % 8), out);
+    } else if constexpr (QT::kQuantized) {
         constexpr int subs = QT::kValues / 32;
-        QT::sub_block(blocks[s / subs], (int)(s % subs), out);
+        QT::sub_block(static_cast<const typename QT::block*>(row)[s / subs], (int)(s % subs), out);
     } else {
+        const typename QT::block* blocks = static_cast<const typename QT::block*>(row);
 #pragma unroll
         for (int j = 0; j < 32; ++j) out[j] = QT::value(blocks[32 * s + j], 0);
     }

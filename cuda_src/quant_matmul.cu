@@ -215,4 +215,7 @@ __global__ void gemv_dp4a_kernel(float* __restrict__ y, const int* __restrict__ 
 DP4A_ALL(Q4_0) DP4A_ALL(Q4_1) DP4A_ALL(Q5_0) DP4A_ALL(Q8_0) DP4A_ALL(Q4_K) DP4A_ALL(Q5_K) DP4A_ALL(Q6_K)
 GEMV_ALL(F32) GEMV_ALL(F16) GEMV_ALL(BF16) GEMV_ALL(Q4_0) GEMV_ALL(Q4_1) GEMV_ALL(Q5_0) GEMV_ALL(Q5_1)
 GEMV_ALL(Q8_0) GEMV_ALL(Q2_K) GEMV_ALL(Q3_K) GEMV_ALL(Q4_K) GEMV_ALL(Q5_K) GEMV_ALL(Q6_K)
+// Q6_K in pair order (quant_blocks.cuh): dequantized only (ops/matmul.py: dequantize, dequant_cublas)
+template __global__ void dequant_kernel<gguf::Q6_KP, float>(float*, const unsigned char*, int, int, long long);
+template __global__ void dequant_kernel<gguf::Q6_KP, unsigned short>(unsigned short*, const unsigned char*, int, int, long long);
 #endif

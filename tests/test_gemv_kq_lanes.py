@@ -13,11 +13,11 @@ from gguf.quants import dequantize as gguf_dequantize
 from gpu_rounding import q8_blocks as q8
 from host_harness import build_host_library
 
-from glimmer_cupy.weights.q6k_planes import to_planes
+from glimmer_cupy.weights.q6k_pairs import to_pairs
 from glimmer_cupy.weights.quant_tensor import QType
 from glimmer_cupy.weights.random_blocks import random_blocks
 
-PLANES = 1014                       # the harness's type code for Lanes<Q6_KP>
+PAIRS = 1014                       # the harness's type code for Lanes<Q6_KP> (Q6_K in pair order)
 
 HARNESS = r"""
 #include "kq_lanes.cuh"
@@ -57,13 +57,13 @@ extern "C" void q6k_codes(const u32* la, const u32* lb, const u32* h, u32* q, in
     }
 }
 
-// type PLANES: a Q6_K row repacked into planes (weights/q6k_planes.py), read by Lanes<Q6_KP>
-#define PLANES 1014
+// type PAIRS: a Q6_K row in pair order (weights/q6k_pairs.py), read by Lanes<Q6_KP>
+#define PAIRS 1014
 extern "C" int kq_row_dot(int type, const u8* row, int k, const int* xq, const float* xd, const float* xs,
                           int only_part, int step, double* out) {
     if (type == Q4_K::kType) *out = row_dot<Q4_K>(row, k, xq, xd, xs, only_part, step);
     else if (type == Q6_K::kType) *out = row_dot<Q6_K>(row, k, xq, xd, xs, only_part, step);
-    else if (type == PLANES) *out = row_dot<Q6_KP>(row, k, xq, xd, xs, only_part, step);
+    else if (type == PAIRS) *out = row_dot<Q6_KP>(row, k, xq, xd, xs, only_part, step);
     else return 1;
     return 0;
 }
@@ -102,7 +102,7 @@ def test_q6k_codes_are_four_times_the_centred_values(lanes_lib):
 def lane_dot(lib, qtype, row, k, codes, d, s, only_part=-1, step=4) -> float:
     out = ctypes.c_double()
     xq = np.ascontiguousarray(codes).view(np.int32)
-    assert lib.kq_row_dot(qtype if qtype == PLANES else int(qtype), row.ctypes.data, k, xq.ctypes.data, d.ctypes.data, s.ctypes.data,
+    assert lib.kq_row_dot(qtype if qtype == PAIRS else int(qtype), row.ctypes.data, k, xq.ctypes.data, d.ctypes.data, s.ctypes.data,
                           only_part, step, ctypes.byref(out)) == 0
     return out.value
 
@@ -182,14 +182,24 @@ def test_each_lane_owns_its_own_values(lanes_lib, qtype):
         assert abs(total - want) <= 1e-5 * float(np.abs(w * xhat).sum())
 
 
-@pytest.mark.parametrize("k", [2048, 4096, 12288])
-def test_q6k_planes_give_the_gguf_lanes_sums(lanes_lib, k):
-    """Lanes<Q6_KP> on a row repacked into planes gives every part's share bit for bit as
-    Lanes<Q6_K> on the GGUF row (the same arithmetic on the same bytes), at steps 4, 8 and 16."""
+def aligned(a: np.ndarray) -> np.ndarray:
+    """a's bytes in a buffer of their own that starts at a 16-byte boundary (as a device tensor does)."""
+    buf = np.zeros(a.nbytes + 16, np.uint8)
+    start = (-buf.ctypes.data) % 16
+    out = buf[start:start + a.nbytes].reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("k", [512, 1024, 4096, 12288])
+def test_q6k_pairs_give_the_gguf_lanes_sums(lanes_lib, k):
+    """Lanes<Q6_KP> on rows in pair order (each row read where it lies in a 16-byte aligned tensor,
+    so every pair phase is met) gives every part's share bit for bit as Lanes<Q6_K> on the GGUF
+    rows (the same arithmetic on the same bytes), at steps 4, 8 and 16."""
     rng = np.random.default_rng(k)
-    rows = 3
+    rows = 5
     data = np.ascontiguousarray(random_blocks(QType.Q6_K, rows, k, rng, std=1.0)).reshape(rows, -1)
-    planes = to_planes(data, rows, k)
+    pairs = aligned(to_pairs(data, rows, k))
     for r in range(rows):
         x = rng.normal(0, 1, k).astype(np.float32)
         x[rng.integers(0, k, 5)] *= 20
@@ -197,5 +207,5 @@ def test_q6k_planes_give_the_gguf_lanes_sums(lanes_lib, k):
         for step in (4, 8, 16):
             for part in range(8):
                 want = lane_dot(lanes_lib, QType.Q6_K, np.ascontiguousarray(data[r]), k, codes, d, s, part, step)
-                got = lane_dot(lanes_lib, PLANES, np.ascontiguousarray(planes[r]), k, codes, d, s, part, step)
+                got = lane_dot(lanes_lib, PAIRS, pairs[r], k, codes, d, s, part, step)
                 assert got == want, f"k={k} row {r} step {step} part {part}: {got} vs {want}"

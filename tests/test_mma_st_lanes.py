@@ -52,6 +52,19 @@ extern "C" void q6_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
     }
 }
 extern "C" u32 q6_lane_a(const u8* b, int G, int t) { return q6_a<kEither>(b, G, t); }
+// the same for a super-block of a pair image (St6P): b where its GGUF block would start
+extern "C" void q6p_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
+    const u8* const blk[2] = {b0, b1};
+    const Q6Scales s = Q6Pairs::scales(Q6Pairs::where(blk));
+    for (int r = 0; r < 2; ++r) {
+        for (int G = 0; G < 16; ++G) sc[16 * r + G] = Q6Pairs::sc(s, r, G);
+        d4[r] = s.d4[r];
+    }
+}
+extern "C" u32 q6p_lane_a(const u8* b, int G, int t) {
+    const u8* const blk[2] = {b, b};
+    return Q6Pairs::a(Q6Pairs::where(blk), 0, G, t);
+}
 extern "C" u32 q6_lane_b(const u8* stage, int nt, int G, int lane) {
     return q6_b<2>(stage + kRows * kImgStride6, nt, G, lane >> 2, lane & 3);
 }
@@ -124,6 +137,9 @@ def lib(tmp_path_factory):
     lib.q6_lane_scales.argtypes = [u8p, u8p, i32p, f32p]
     lib.q6_lane_a.argtypes = [u8p, ctypes.c_int, ctypes.c_int]
     lib.q6_lane_a.restype = ctypes.c_uint32
+    lib.q6p_lane_scales.argtypes = [u8p, u8p, i32p, f32p]
+    lib.q6p_lane_a.argtypes = [u8p, ctypes.c_int, ctypes.c_int]
+    lib.q6p_lane_a.restype = ctypes.c_uint32
     lib.q6_lane_b.argtypes = [u8p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.q6_lane_b.restype = ctypes.c_uint32
     lib.q6_lane_finish.argtypes = [u8p, u8p, u8p, ctypes.c_int, ctypes.c_int, f32p, i32p]
@@ -417,3 +433,30 @@ def test_q6k_warp_gives_the_product_of_its_codes(lib, m, k, base):
                                        ptr(np.ascontiguousarray(sums[nt, lane]), ctypes.c_int))
                     y[warp, lane, nt] = yy
     check_block(block_result(y), wf, xst, x)
+
+
+def test_q6_pairs_lanes_read_what_the_gguf_lanes_read(lib):
+    """St6P's reads (Q6Pairs: A of every group and lane, the sixteen scales, d / 4) of each super-block
+    of a 16-byte aligned tensor in pair order (every pair phase, both super-blocks of a pair) equal
+    St6K's reads of the same super-block in GGUF order."""
+    from glimmer_cupy.weights.q6k_pairs import to_pairs
+    rng = np.random.default_rng(9)
+    n, k = 3, 1024                                      # 4 super-blocks a row, 840-byte rows: every phase
+    data = np.ascontiguousarray(random_blocks(QType.Q6_K, n, k, rng, std=1.0).reshape(-1))
+    buf = np.zeros(data.nbytes + 16, np.uint8)
+    start = (-buf.ctypes.data) % 16
+    pairs = buf[start:start + data.nbytes]
+    pairs[:] = to_pairs(data, n, k).reshape(-1)
+    u8p = ctypes.POINTER(ctypes.c_uint8)
+    for sb in range(data.nbytes // Q6_BLOCK):
+        g = np.ascontiguousarray(data[Q6_BLOCK * sb:][:Q6_BLOCK + 8])      # GGUF block (kEither reads past it)
+        gp = ptr(g, ctypes.c_uint8)
+        pp = ctypes.cast(pairs.ctypes.data + Q6_BLOCK * sb, u8p)
+        for G in range(16):
+            for t in range(4):
+                assert lib.q6p_lane_a(pp, G, t) == lib.q6_lane_a(gp, G, t), f"block {sb} G {G} t {t}"
+        sc, scp, d4, d4p = np.zeros(32, np.int32), np.zeros(32, np.int32), np.zeros(2, np.float32), np.zeros(2, np.float32)
+        lib.q6_lane_scales(gp, gp, ptr(sc, ctypes.c_int), ptr(d4, ctypes.c_float))
+        lib.q6p_lane_scales(pp, pp, ptr(scp, ctypes.c_int), ptr(d4p, ctypes.c_float))
+        np.testing.assert_array_equal(scp, sc)
+        np.testing.assert_array_equal(d4p, d4)

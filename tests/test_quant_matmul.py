@@ -567,7 +567,7 @@ def test_mma_st_stage_kernel_writes_the_image():
         x = (rng.normal(0, 1, (m, k)) * rng.uniform(0.01, 30, (m, 1))).astype(np.float32)
         x[0, :256] = 0
         nt = -(-m // 8)
-        _, stage = mm._mma_st_module(QType.Q4_K, nt, 1)
+        _, stage = mm._mma_st_module("St4K", nt, 1)
         xst = cupy.full(k // 256 * mm.MMA_ST_X_BYTES * nt, 0xAB, dtype=cupy.uint8)
         stage((-(-(k // 256) * 8 * nt // 4),), (128,), (xst, cupy.asarray(x), np.int32(m), np.int32(k)))
         want = stage_x_image(x, nt).reshape(-1)

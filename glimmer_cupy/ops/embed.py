@@ -65,6 +65,8 @@ def _embed_gpu(table, ids, scale, out):
         raise fail(op, "table", "a matrix (rows, hidden)", table.shape)
     if not table.on_device:
         raise fail(op, "table", "on the device (QuantTensor.to_device())", "host data")
+    if table.layout != "gguf":
+        raise fail(op, "table", "GGUF block order (the CUDA executor keeps tables so)", table.layout)
     if type(table.data) is not type(ids) or not table.data.flags.c_contiguous:
         raise fail(op, "table", f"contiguous data of the same array class as ids ({type(ids).__name__})",
                    ("non-contiguous " if not table.data.flags.c_contiguous else "") + type(table.data).__name__)

@@ -127,6 +127,24 @@ MMA_DQ_MIN_BLOCKS = 132             # ...and at least an H200's SMs' worth of bl
 # type -> (the kernel's lanes struct, bytes of a block: mst::St4K / St6K)
 MMA_ST_LANES = {QType.Q4_K: ("St4K", 144), QType.Q6_K: ("St6K", 210)}
 MMA_ST_TYPES = frozenset(MMA_ST_LANES)
+# a Q6_K matrix in pair order (weights/q6k_pairs.py) is read by its own traits: Q6_KP (gemv_kq and
+# the dequantizer) and St6P (mma_st); no other bucket reads that order
+PAIRS = "q6k_pairs"
+PAIRS_BUCKETS = ("gemv_kq", "mma_st", "dequant_cublas")
+
+
+def in_pairs(w: QuantTensor) -> bool:
+    return w.layout == PAIRS
+
+
+def block_trait(w: QuantTensor) -> str:
+    """The block trait (quant_blocks.cuh, kq_lanes.cuh) W's bytes are read by."""
+    return "Q6_KP" if in_pairs(w) else TRAITS[w.qtype]
+
+
+def mma_st_lanes(w: QuantTensor) -> str:
+    """mma_st's lanes struct for W (mma_st_lanes.cuh)."""
+    return "St6P" if in_pairs(w) else MMA_ST_LANES[w.qtype][0]
 MMA_ST_ROWS = 32                    # the widest M of mma_st_kernel's launch (four n-tiles of 8 rows of x)
 MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M (MMA_ST_TMA_ROWS a launch, or MMA_ST_ROWS)
 # mma_st_tma_kernel also takes 33..64 rows of x in one launch, as 8 n-tiles (the rows past M zero), so
@@ -247,19 +265,26 @@ def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
 
 
 def mma_st_config(m: int, n: int, k: int, qtype: QType = QType.Q4_K, tma: bool = False, rg: int = 4,
-                  wk: int = 1) -> tuple[int, int]:
+                  wk: int = 1, pairs: bool = False) -> tuple[int, int]:
     """(n-tiles of x, K splits) for mma_st: the fewest splits (a cluster of at most 8 blocks along K)
     whose blocks' rows fit shared memory; the tensor-map kernel, whose ring of chunks fits any K,
     takes one. Measured on an H100 (bench/results/ab_mma_st_*_h100.txt, M = 16, µs): Q4_K 4096x4096
     8.3 / 9.3 / 9.1 at 1 / 2 / 4 splits, 24576x4096 32.1 / 33.0 / 36.6, 12288x4096 19.2 / 18.8 / 21.0;
     Q6_K 4096x4096 11.8 / 12.0 at 2 / 4 (1 does not fit). One shape disagrees: 4096x12288, where 4
-    splits fit (one 166 KB block an SM), took 23.3 against 21.9 at 8."""
+    splits fit (one 166 KB block an SM), took 23.3 against 21.9 at 8. `pairs` (W in pair order): only
+    splits of whole pairs of super-blocks."""
     nt = mma_st_ntiles(m)
     nsb = k // 256
     ks = 1
-    while ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and not mma_st_fits(nt, k, ks, qtype, tma, rg, wk):
+    while (ks < MMA_ST_MAX_SPLITS and 2 * ks <= nsb and not mma_st_fits(nt, k, ks, qtype, tma, rg, wk)
+           and (not pairs or mma_st_whole_pairs(k, 2 * ks))):
         ks *= 2
     return nt, ks
+
+
+def mma_st_whole_pairs(k: int, ks: int) -> bool:
+    """Whether each of ks splits of K starts and ends at a pair of super-blocks (W in pair order)."""
+    return -(-(k // 256) // ks) % 2 == 0
 
 
 def mma_st_fits(nt: int, k: int, ks: int, qtype: QType, tma: bool, rg: int = 4, wk: int = 1) -> bool:
@@ -329,9 +354,8 @@ def mma_st_smem(nt: int, k: int, ks: int, qtype: QType = QType.Q4_K, tma: bool =
     return max(16 * rg * stages * MMA_ST_TMA_BOX[qtype] + images, (wk - 1) * rg * 32 * 4 * nt * 4)
 
 
-def mma_st_exprs(qtype: QType) -> tuple[str, ...]:
-    """The name expressions of mma_st.cu's module for one weight type (load_module's key)."""
-    lanes = MMA_ST_LANES[qtype][0]
+def mma_st_exprs(lanes: str) -> tuple[str, ...]:
+    """The name expressions of mma_st.cu's module for one lanes struct (St4K, St6K, St6P; load_module's key)."""
     nts, wide = range(1, MMA_ST_ROWS // 8 + 1), MMA_ST_WIDE_NT
     tma = tuple(f"mma_st_tma_kernel<mst::{lanes}, {i}, {j}, {rg}, {wk}>" for i in nts for j in (1, 2, 4, 8)
                 for rg, wk in sorted(MMA_ST_TMA_SHAPES))
@@ -348,10 +372,10 @@ def mma_st_ntiles(m: int) -> int:
 
 
 @cache
-def _mma_st_module(qtype: QType, nt: int, ks: int, tma: bool = False, rg: int = 4, wk: int = 1):
-    """The matmul instance and the stage kernel; one module per weight type."""
+def _mma_st_module(lanes: str, nt: int, ks: int, tma: bool = False, rg: int = 4, wk: int = 1):
+    """The matmul instance and the stage kernel; one module per lanes struct."""
     from cupy_backends.cuda.api import driver
-    lanes, exprs = MMA_ST_LANES[qtype][0], mma_st_exprs(qtype)
+    exprs = mma_st_exprs(lanes)
     name = (f"mma_st_tma_kernel<mst::{lanes}, {nt}, {ks}, {rg}, {wk}>" if tma
             else f"mma_st_kernel<mst::{lanes}, {min(nt, MMA_ST_ROWS // 8)}, {ks}>")   # the stage kernel's, past 4
     kern = get_kernel("mma_st", name, name_expressions=exprs)
@@ -386,7 +410,7 @@ def mma_st_serves(x, w: QuantTensor) -> bool:
     tma = _table_tma(w)
     m, k = min(x.shape[0], mma_st_launch_rows(tma)), x.shape[1]
     rg, wk = mma_st_tma_shape(w.shape[0], qtype=w.qtype, nt=mma_st_ntiles(m))[:2] if tma else (4, 1)
-    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk)
+    nt, ks = mma_st_config(m, w.shape[0], k, w.qtype, tma, rg, wk, in_pairs(w))
     return mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk)
 
 
@@ -416,7 +440,7 @@ def mma_st_stage(x):
     m, k = x.shape
     nt, nsb = mma_st_ntiles(m), k // 256
     xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
-    _mma_st_module(QType.Q4_K, nt, 1)[1]((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
+    _mma_st_module("St4K", nt, 1)[1]((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
     return xst
 
 
@@ -455,12 +479,15 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     if tma and (rg, wk) not in MMA_ST_TMA_SHAPES:
         raise fail("mma_st", "(rg, wk)", f"one of {sorted(MMA_ST_TMA_SHAPES)}", (rg, wk))
     rg, wk = (rg, wk) if tma else (4, 1)
-    nt, ks = mma_st_config(m, n, k, w.qtype, tma, rg, wk)
+    nt, ks = mma_st_config(m, n, k, w.qtype, tma, rg, wk, in_pairs(w))
     if nt > MMA_ST_ROWS // 8 and ks != 1:
         raise fail("mma_st", "(rg, wk)", f"a block shape whose ring fits one split at {m} rows of x", (rg, wk))
     if splits is not None:
         if splits not in ((1, 2, 4, 8) if m <= MMA_ST_ROWS else (1,)):
             raise fail("mma_st", "splits", f"1, 2, 4 or 8 (1 above {MMA_ST_ROWS} rows of x)", splits)
+        if in_pairs(w) and not mma_st_whole_pairs(k, splits):
+            raise fail("mma_st", "splits", f"splits of whole pairs of super-blocks for a matrix in pair order "
+                       f"(K = {k})", splits)
         ks = splits
     if stages is not None and not (tma and wk <= stages <= MMA_ST_MAX_STAGES):
         raise fail("mma_st", "stages", f"the tensor-map kernel's, {wk}..{MMA_ST_MAX_STAGES}", stages)
@@ -470,7 +497,7 @@ def mma_st(out, x, w: QuantTensor, splits: int | None = None, xst=None, tma: boo
     if not mma_st_fits(nt, k, ks, w.qtype, tma, rg, wk):
         raise fail("mma_st", "K", f"a split whose rows fit shared memory ({ks} splits: {smem} bytes of at most "
                    f"{MMA_ST_SMEM_CAP})", k)
-    matmul, stage = _mma_st_module(w.qtype, nt, ks, tma, rg, wk)
+    matmul, stage = _mma_st_module(mma_st_lanes(w), nt, ks, tma, rg, wk)
     if xst is None:
         xst = cupy.empty(nsb * MMA_ST_X_BYTES * nt, dtype=cupy.uint8)
         stage((-(-nsb * 8 * nt // 4),), (128,), (xst, x, np.int32(m), np.int32(k)))
@@ -702,14 +729,6 @@ def _mma_kq_kernel(trait: str, nt: int):
     return kern
 
 
-def kq_source(w: QuantTensor) -> tuple[str, object]:
-    """The block trait gemv_kq reads w's rows by, and the bytes: Q6_K's planes where w has them
-    (weights/q6k_planes.py, Lanes<Q6_KP>), else its GGUF blocks."""
-    if w.planes is not None:
-        return "Q6_KP", w.planes
-    return TRAITS[w.qtype], w.data
-
-
 def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
     """gemv_kq_kernel's instance, or gemv_kq_occ_kernel's for `occ` blocks per SM."""
     if occ:
@@ -801,10 +820,13 @@ def bucket(m: int, qtype: QType, graph_safe: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
-def _beside_mma_st(m: int, qtype: QType, graph_safe: bool) -> str:
+def _beside_mma_st(m: int, qtype: QType, graph_safe: bool, pairs: bool = False) -> str:
     """The bucket for the table's mma_st rows where mma_st cannot run (no sm_90 device, x or W not
     aligned as it needs): the table's before them, mma_dq / mma_kq to 32 rows, then mma_wg (Q4_K),
-    mma_kq to 40 and dequant_cublas (Q6_K; inside graphs mma_kq)."""
+    mma_kq to 40 and dequant_cublas (Q6_K; inside graphs mma_kq); for a matrix in pair order
+    dequant_cublas (inside graphs mma_kq, which quant_matmul then refuses)."""
+    if pairs:
+        return "mma_kq" if graph_safe else "dequant_cublas"
     if m <= MMA_ST_ROWS:
         return "mma_dq" if qtype == QType.Q4_K and m > 8 else "mma_kq"
     if qtype == QType.Q4_K:
@@ -864,7 +886,10 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
     t = TRAITS[w.qtype]
     b = force_bucket or bucket(m, w.qtype, _GRAPH_SAFE.get())
     if b == "mma_st" and not force_bucket and not mma_st_serves(x, w):
-        b = _beside_mma_st(m, w.qtype, _GRAPH_SAFE.get())
+        b = _beside_mma_st(m, w.qtype, _GRAPH_SAFE.get(), in_pairs(w))
+    if in_pairs(w) and b not in PAIRS_BUCKETS:
+        raise fail("quant_matmul", "w", f"GGUF block order for bucket {b} at M = {m} (a Q6_K matrix in pair order "
+                   f"runs on {', '.join(PAIRS_BUCKETS)}; inside a CUDA graph, on mma_st)", PAIRS)
     if b == "mma_wg" and not force_bucket and not has_arch_specific():
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if not serves(b, w.qtype, m):
@@ -891,10 +916,9 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         if b == "gemv_kq":
             rows, ws = kq_config(m, n, k, w.qtype)
             per_block = rows * KQ_WARPS // ws
-            trait, data = kq_source(w)
-            _kq_kernel(trait, m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
+            _kq_kernel(block_trait(w), m, rows, ws, kq_occupancy(w.qtype, m, n, k, rows))(
                 ((n + per_block - 1) // per_block,), (32 * KQ_WARPS,),
-                (out, xq, xd, xs, data, np.int32(n), np.int32(k), row_bytes))
+                (out, xq, xd, xs, w.data, np.int32(n), np.int32(k), row_bytes))
             return out
         rows = staged_rows(int(row_bytes)) if w.qtype in STAGED_TYPES and m <= STAGED_MAX_M else 0
         if rows:
@@ -984,7 +1008,7 @@ def kq_pair_config(qa: QType, qb: QType, n_a: int, n_b: int, k: int) -> tuple[tu
 def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     """The pair kernel's instance and the blocks of A and of B, at M = 1."""
     (ra, wsa), (rb, wsb) = kq_pair_config(a.qtype, b.qtype, n_a, n_b, k)
-    ta, tb = kq_source(a)[0], kq_source(b)[0]
+    ta, tb = block_trait(a), block_trait(b)
     name = f"gemv_kq_pair_kernel<gguf::{ta}, {ra}, {wsa}, gguf::{tb}, {rb}, {wsb}>"
     exprs = tuple(f"gemv_kq_pair_kernel<gguf::{ta}, {ra}, {i}, gguf::{tb}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
@@ -1025,8 +1049,8 @@ def quant_matmul_rows(x, parts, *, out=None):
         n_a, n_b = a.shape[0], b.shape[0]
         kern, blocks_a, blocks_b = _kq_pair_kernel(a, b, n_a, n_b, k)
         kern((blocks_a + blocks_b,), (32 * KQ_WARPS,),
-             (out, x.q, x.d, x.s, kq_source(a)[1], np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
-              kq_source(b)[1], np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
+             (out, x.q, x.d, x.s, a.data, np.int32(n_a), np.int64(a.data.nbytes // n_a), np.int32(blocks_a),
+              b.data, np.int32(n_b), np.int64(b.data.nbytes // n_b), np.int32(k)))
         return out
     at = 0                                          # a column slice of one row is contiguous
     for p in parts:
@@ -1048,8 +1072,11 @@ def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
     if out is None:
         out = cupy.empty((n, k), dtype=dtype)
     check_out(out, "dequantize", (n, k), dtype=dtype)
-    t = TRAITS[w.qtype]
+    t = block_trait(w)
     subs = n * (k // 32)
-    _kernel(t, f"dequant_kernel<gguf::{t}, {'unsigned short' if bf16 else 'float'}>")(
+    exprs = (f"dequant_kernel<gguf::{t}, float>", f"dequant_kernel<gguf::{t}, unsigned short>")
+    kern = (get_kernel("quant_matmul", exprs[bf16], name_expressions=exprs) if in_pairs(w)
+            else _kernel(t, exprs[bf16]))
+    kern(
         ((subs + 255) // 256,), (256,), (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)))
     return out

@@ -62,7 +62,7 @@ from ..ops.embed import TRAITS as EMBED_TRAITS
 from ..ops.matmul import TRAITS as MATMUL_TRAITS
 from ..ops.matmul import graph_safe
 from ..ops.sampling import host_positions
-from ..weights.q6k_planes import with_planes
+from ..weights import q6k_pairs
 from .pipeline import Ready, Slots, check_feed
 from .static_step import StaticStep, table_width
 from .step_planner import MAX_STEP_TOKENS, STEP_WIDTHS, step_width
@@ -72,9 +72,9 @@ HEADROOM = 512 * MIB          # CUDA context growth, cuBLAS workspace, kernel mo
 MAX_STATIC = STEP_WIDTHS[-1]  # widest static step (graphs)
 MAX_LOGIT_ROWS = MAX_STATIC   # logit rows per step the scratch estimate covers
 MAX_CELLS = 1 << 16           # default cap on a pool sized from free memory
-# Q6_K matrices also uploaded as planes for gemv_kq (weights/q6k_planes.py), a second copy of their
-# bytes beside the GGUF blocks the other kernels read: off (bench/results/NOTES.md, fifty-third session)
-Q6K_PLANES = False
+# Q6_K matrices uploaded in pair order (weights/q6k_pairs.py), which their matmul kernels read with
+# aligned loads; token tables keep GGUF order (bench/results/NOTES.md, fifty-third session)
+Q6K_PAIRS = False
 
 
 class CudaStepError(RuntimeError):
@@ -253,10 +253,12 @@ def upload_weights(w: ModelWeights) -> ModelWeights:
     import cupy
 
     done: dict[int, object] = {}
+    table = id(w.embed)                          # a tied head shares it: both keep GGUF order
 
     def qt(t):
         if id(t) not in done:
-            done[id(t)] = with_planes(t.to_device()) if Q6K_PLANES else t.to_device()
+            dev = t.to_device()
+            done[id(t)] = q6k_pairs.repack(dev) if Q6K_PAIRS and id(t) != table else dev
         return done[id(t)]
 
     def dev(v):

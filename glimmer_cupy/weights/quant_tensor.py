@@ -20,6 +20,10 @@ SUPPORTED_TYPES = frozenset({
 })
 
 
+# byte orders of a QuantTensor's data: the file's, and Q6_K in pair order (weights/q6k_pairs.py)
+LAYOUTS = ("gguf", "q6k_pairs")
+
+
 def block_geometry(qtype: QType) -> tuple[int, int]:
     """(elements per block, bytes per block) of a GGUF type."""
     return GGML_QUANT_SIZES[qtype]
@@ -40,16 +44,16 @@ class QuantTensor:
     uint8 of shape (rows, row_bytes) for block types, the plain dtype for F32/F16/BF16 (BF16
     as uint16). It may be a read-only memory map of the file.
 
-    planes: on the device, an optional second copy of a Q6_K matrix's bytes repacked for gemv_kq's
-    aligned loads (weights/q6k_planes.py: with_planes), which that kernel reads instead of `data`;
-    every other kernel reads `data`.
+    layout: the order of the bytes: "gguf" (the file's), or "q6k_pairs", a Q6_K matrix whose pairs
+    of super-blocks are reordered for aligned loads (weights/q6k_pairs.py), as the CUDA executor
+    uploads them.
     """
 
     name: str
     qtype: QType
     shape: tuple[int, ...]
     data: np.ndarray
-    planes: object = None
+    layout: str = "gguf"
 
     def __post_init__(self):
         if self.qtype not in SUPPORTED_TYPES:
@@ -58,6 +62,9 @@ class QuantTensor:
         if self.shape[-1] % block:
             raise GGUFError(f"tensor {self.name}: last dimension {self.shape[-1]} is not a "
                             f"multiple of the {self.qtype.name} block size {block}")
+        if self.layout not in LAYOUTS or (self.layout != "gguf" and self.qtype != QType.Q6_K):
+            raise GGUFError(f"tensor {self.name}: layout {self.layout!r} is not one of {', '.join(LAYOUTS)} "
+                            f"for {self.qtype.name}")
         need = self.nbytes_expected
         if self.data.nbytes != need:
             raise GGUFError(f"tensor {self.name} has {self.data.nbytes} bytes, its shape "
@@ -87,6 +94,9 @@ class QuantTensor:
             out = bits.view(np.float32)
         else:
             raw = np.ascontiguousarray(self.data).reshape(-1, row_bytes(self.qtype, self.shape[-1]))
+            if self.layout != "gguf":
+                from .q6k_pairs import from_pairs
+                raw = from_pairs(raw, raw.shape[0], self.shape[-1])
             out = gguf_dequantize(raw, self.qtype)
         return out.reshape(self.shape).astype(dtype, copy=False)
 
@@ -97,10 +107,13 @@ class QuantTensor:
     def to_device(self) -> "QuantTensor":
         """The same tensor with its bytes uploaded as they are (kernels read GGUF blocks directly)."""
         import cupy
-        return QuantTensor(self.name, self.qtype, self.shape, cupy.asarray(np.ascontiguousarray(self.data)))
+        return QuantTensor(self.name, self.qtype, self.shape, cupy.asarray(np.ascontiguousarray(self.data)),
+                           self.layout)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Dequantize only the given rows (an embedding lookup), float32 (len(ids), cols)."""
+        if self.layout != "gguf":                  # a pair's order depends on its offset in the tensor
+            return self.dequantize()[np.asarray(ids)]
         data = np.asarray(self.data).reshape(self.shape[0], -1)[np.asarray(ids)]
         sub = QuantTensor(self.name, self.qtype, (len(ids), self.shape[-1]), data)
         return sub.dequantize()
