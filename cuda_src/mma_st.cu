@@ -154,11 +154,15 @@ __device__ __forceinline__ void super_block(mst::St6K, const unsigned char* cons
     else
         super_block_q6<mst::Q6Gguf<mst::kEither>, NT>(blk, xs, g, t, acc);
 }
-// Q6_K in pair order: every word aligned, whichever super-block of its pair
+// Q6_K in pair order: the pair's super-blocks in turn (a slice is whole pairs: ops/matmul.py)
 template <int NT>
-__device__ __forceinline__ void super_block(mst::St6P, const unsigned char* const (&blk)[2], const unsigned char* xs,
+__device__ __forceinline__ void pair_blocks(const unsigned char* const (&blk)[2], const unsigned char* xs, bool second,
                                             int g, int t, float (&acc)[NT][4]) {
-    super_block_q6<mst::Q6Pairs, NT>(blk, xs, g, t, acc);
+    super_block_q6<mst::Q6Pairs<0>, NT>(blk, xs, g, t, acc);
+    if (second) {
+        const unsigned char* const b1[2] = {blk[0] + 210, blk[1] + 210};
+        super_block_q6<mst::Q6Pairs<1>, NT>(b1, xs + mst::XStage<NT>::kBytes, g, t, acc);
+    }
 }
 
 // The block's C out: stored (KS = 1), or each rank's share of the rows summed over the cluster's
@@ -259,9 +263,16 @@ mma_st_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, cons
     const unsigned char* const row_hi = smem + r_hi * rs + (int)(first_block(r_hi) & 15u);
     if (count > 0) mbar_wait(&bar, 0);
     STAMP(3);
-    for (int s = 0; s < count; ++s) {
-        const unsigned char* const blk[2] = {row_lo + s * T::kBlock, row_hi + s * T::kBlock};
-        super_block<NT>(T{}, blk, xbase + s * kX, g, t, acc);
+    if constexpr (T::kPairs) {
+        for (int s = 0; s < count; s += 2) {
+            const unsigned char* const blk[2] = {row_lo + s * T::kBlock, row_hi + s * T::kBlock};
+            pair_blocks<NT>(blk, xbase + s * kX, s + 1 < count, g, t, acc);
+        }
+    } else {
+        for (int s = 0; s < count; ++s) {
+            const unsigned char* const blk[2] = {row_lo + s * T::kBlock, row_hi + s * T::kBlock};
+            super_block<NT>(T{}, blk, xbase + s * kX, g, t, acc);
+        }
     }
     STAMP(4);
 
@@ -279,10 +290,11 @@ __device__ __forceinline__ void chunk_block(mst::St6K, const unsigned char* cons
                                             int g, int t, float (&acc)[NT][4]) {
     super_block_q6<mst::Q6Gguf<A>, NT>(blk, xs, g, t, acc);
 }
+// Q6_K in pair order: a chunk is a pair (its slice starts at one), its first super-block A = kAligned
 template <int NT, int A>
 __device__ __forceinline__ void chunk_block(mst::St6P, const unsigned char* const (&blk)[2], const unsigned char* xs,
                                             int g, int t, float (&acc)[NT][4]) {
-    super_block_q6<mst::Q6Pairs, NT>(blk, xs, g, t, acc);
+    super_block_q6<mst::Q6Pairs<A == mst::kAligned ? 0 : 1>, NT>(blk, xs, g, t, acc);
 }
 // A chunk's two super-blocks (the second where the slice has it), the first of alignment A0
 template <class T, int NT, int A0>

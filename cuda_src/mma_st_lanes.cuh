@@ -56,9 +56,10 @@ using gguf::f32x2;
 constexpr int kWarps = 4;                      // each 16 weight rows
 constexpr int kRows = 16 * kWarps;             // weight rows of a block
 
-struct St4K { static constexpr int kBlock = 144; };   // Q4_K
-struct St6K { static constexpr int kBlock = 210; };   // Q6_K
-struct St6P { static constexpr int kBlock = 210; };   // Q6_K in pair order (quant_blocks.cuh: q6p_*)
+struct St4K { static constexpr int kBlock = 144; static constexpr bool kPairs = false; };   // Q4_K
+struct St6K { static constexpr int kBlock = 210; static constexpr bool kPairs = false; };   // Q6_K
+// Q6_K in pair order (quant_blocks.cuh: q6p_*), read a pair at a time
+struct St6P { static constexpr int kBlock = 210; static constexpr bool kPairs = true; };
 
 template <int NT>
 struct XStage {                                // x's part of a stage: 8 NT rows of x
@@ -260,20 +261,18 @@ template <int A> struct Q6Gguf {
     GQ_HD static u32 a(const Rows& w, int r, int G, int t) { return q6_a<A>(w.b[r], G, t); }
     GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, G); }
 };
-// Q6_K in pair order: blk is where the GGUF block would start in the stage (the pair's image keeps
-// the pair's address mod 16), so it is the pair's second super-block when 2 past 4-byte alignment.
-// Every load is an aligned word.
-struct Q6Pairs {
-    struct Rows { const u8* pair[2]; const u8* ql[2]; const u8* qh[2]; int a[2], j[2]; };
+// Q6_K in pair order, super-block J of a pair: blk is where the GGUF block would start in the stage,
+// the pair's first byte plus 210 J (the pair's image keeps its address mod 16). Every load is an
+// aligned word at a fixed offset from the pair (scale words of J = 1 and d always after qh).
+template <int J> struct Q6Pairs {
+    struct Rows { const u8* pair[2]; const u8* big[2]; int a[2]; };    // big: the pair's ql and qh
     GQ_HD static Rows where(const u8* const (&blk)[2]) {
         Rows w;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            w.j[r] = (int)((reinterpret_cast<unsigned long long>(blk[r]) >> 1) & 1u);
-            w.pair[r] = blk[r] - 210 * w.j[r];
+            w.pair[r] = blk[r] - 210 * J;
             w.a[r] = gguf::q6p_prefix(w.pair[r]);
-            w.ql[r] = gguf::q6p_ql(w.pair[r], w.a[r], w.j[r]);
-            w.qh[r] = gguf::q6p_qh(w.pair[r], w.a[r], w.j[r]);
+            w.big[r] = w.pair[r] + w.a[r];
         }
         return w;
     }
@@ -282,15 +281,16 @@ struct Q6Pairs {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) s.w[r][i] = load4(gguf::q6p_word(w.pair[r], w.a[r], 4 * w.j[r] + i));
-            const u32 d2 = load4(gguf::q6p_word(w.pair[r], w.a[r], 8));
-            s.d4[r] = gguf::half_to_float((gguf::u16)(w.j[r] ? d2 >> 16 : d2 & 0xFFFFu)) * 0.25f;
+            for (int i = 0; i < 4; ++i) s.w[r][i] = load4(gguf::q6p_word(w.pair[r], w.a[r], 4 * J + i));
+            const u32 d2 = load4(w.pair[r] + 4 * 8 + 384);                 // word 8: always after qh
+            s.d4[r] = gguf::half_to_float((gguf::u16)(J ? d2 >> 16 : d2 & 0xFFFFu)) * 0.25f;
         }
         return s;
     }
     GQ_HD static u32 a(const Rows& w, int r, int G, int t) {
         const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
-        return q6_a_bits(load4(w.ql[r] + gguf::q6p_ql_at(64 * n + 32 * (s & 1) + l)), load4(w.qh[r] + 32 * n + l), s);
+        return q6_a_bits(load4(w.big[r] + 128 * J + gguf::q6p_ql_at(64 * n + 32 * (s & 1) + l)),
+                         load4(w.big[r] + 256 + 64 * J + 32 * n + l), s);
     }
     GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, gguf::q6p_scale_at(G)); }
 };

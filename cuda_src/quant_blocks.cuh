@@ -393,7 +393,8 @@ struct Q6_K {
 // word), 8 both d's. Super-block j of a pair starts, as a GGUF block would, at A + 210 j, so j is
 // bit 1 of that address.
 GQ_HD int q6p_prefix(const u8* pair) { return (int)((0ull - (unsigned long long)pair) & 15ull); }
-GQ_HD const u8* q6p_word(const u8* pair, int a, int w) { return w < (a >> 2) ? pair + 4 * w : pair + a + 384 + 4 * (w - (a >> 2)); }
+// small word w: at 4w in the prefix, else 384 on (a + 384 + 4 (w - a / 4) from the pair's start)
+GQ_HD const u8* q6p_word(const u8* pair, int a, int w) { return pair + 4 * w + (w < (a >> 2) ? 0 : 384); }
 GQ_HD const u8* q6p_ql(const u8* pair, int a, int j) { return pair + a + 128 * j; }
 GQ_HD const u8* q6p_qh(const u8* pair, int a, int j) { return pair + a + 256 + 64 * j; }
 // where GGUF ql byte b of a super-block is in its plane-ordered ql

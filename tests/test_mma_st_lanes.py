@@ -53,17 +53,21 @@ extern "C" void q6_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
 }
 extern "C" u32 q6_lane_a(const u8* b, int G, int t) { return q6_a<kEither>(b, G, t); }
 // the same for a super-block of a pair image (St6P): b where its GGUF block would start
-extern "C" void q6p_lane_scales(const u8* b0, const u8* b1, int* sc, float* d4) {
+template <int J> static void q6p_scales_j(const u8* b0, const u8* b1, int* sc, float* d4) {
     const u8* const blk[2] = {b0, b1};
-    const Q6Scales s = Q6Pairs::scales(Q6Pairs::where(blk));
+    const Q6Scales s = Q6Pairs<J>::scales(Q6Pairs<J>::where(blk));
     for (int r = 0; r < 2; ++r) {
-        for (int G = 0; G < 16; ++G) sc[16 * r + G] = Q6Pairs::sc(s, r, G);
+        for (int G = 0; G < 16; ++G) sc[16 * r + G] = Q6Pairs<J>::sc(s, r, G);
         d4[r] = s.d4[r];
     }
 }
-extern "C" u32 q6p_lane_a(const u8* b, int G, int t) {
+// j: the super-block's place in its pair (both rows'), as the kernels know it
+extern "C" void q6p_lane_scales(const u8* b0, const u8* b1, int j, int* sc, float* d4) {
+    if (j) q6p_scales_j<1>(b0, b1, sc, d4); else q6p_scales_j<0>(b0, b1, sc, d4);
+}
+extern "C" u32 q6p_lane_a(const u8* b, int j, int G, int t) {
     const u8* const blk[2] = {b, b};
-    return Q6Pairs::a(Q6Pairs::where(blk), 0, G, t);
+    return j ? Q6Pairs<1>::a(Q6Pairs<1>::where(blk), 0, G, t) : Q6Pairs<0>::a(Q6Pairs<0>::where(blk), 0, G, t);
 }
 extern "C" u32 q6_lane_b(const u8* stage, int nt, int G, int lane) {
     return q6_b<2>(stage + kRows * kImgStride6, nt, G, lane >> 2, lane & 3);
@@ -137,8 +141,8 @@ def lib(tmp_path_factory):
     lib.q6_lane_scales.argtypes = [u8p, u8p, i32p, f32p]
     lib.q6_lane_a.argtypes = [u8p, ctypes.c_int, ctypes.c_int]
     lib.q6_lane_a.restype = ctypes.c_uint32
-    lib.q6p_lane_scales.argtypes = [u8p, u8p, i32p, f32p]
-    lib.q6p_lane_a.argtypes = [u8p, ctypes.c_int, ctypes.c_int]
+    lib.q6p_lane_scales.argtypes = [u8p, u8p, ctypes.c_int, i32p, f32p]
+    lib.q6p_lane_a.argtypes = [u8p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.q6p_lane_a.restype = ctypes.c_uint32
     lib.q6_lane_b.argtypes = [u8p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.q6_lane_b.restype = ctypes.c_uint32
@@ -454,9 +458,9 @@ def test_q6_pairs_lanes_read_what_the_gguf_lanes_read(lib):
         pp = ctypes.cast(pairs.ctypes.data + Q6_BLOCK * sb, u8p)
         for G in range(16):
             for t in range(4):
-                assert lib.q6p_lane_a(pp, G, t) == lib.q6_lane_a(gp, G, t), f"block {sb} G {G} t {t}"
+                assert lib.q6p_lane_a(pp, sb & 1, G, t) == lib.q6_lane_a(gp, G, t), f"block {sb} G {G} t {t}"
         sc, scp, d4, d4p = np.zeros(32, np.int32), np.zeros(32, np.int32), np.zeros(2, np.float32), np.zeros(2, np.float32)
         lib.q6_lane_scales(gp, gp, ptr(sc, ctypes.c_int), ptr(d4, ctypes.c_float))
-        lib.q6p_lane_scales(pp, pp, ptr(scp, ctypes.c_int), ptr(d4p, ctypes.c_float))
+        lib.q6p_lane_scales(pp, pp, sb & 1, ptr(scp, ctypes.c_int), ptr(d4p, ctypes.c_float))
         np.testing.assert_array_equal(scp, sc)
         np.testing.assert_array_equal(d4p, d4)
