@@ -323,7 +323,7 @@ __device__ __forceinline__ void chunk_pair(const unsigned char* const (&b0)[2], 
 // warp per super-block at NT = 2 (SASS), so a block of 64 rows by 16 super-blocks keeps its SM's
 // schedulers busy ~4 us: more warps, and more SMs.
 template <class T, int NT, int KS, int RG, int WK>
-__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * RG * WK, 1)
+__global__ void __cluster_dims__(1, KS, 1) __launch_bounds__(32 * RG * WK, NT <= 4 ? T::kMinBlocks : 1)
 mma_st_tma_kernel(float* __restrict__ y, const unsigned char* __restrict__ xst, const __grid_constant__ mst::TensorMap wmap,
                   int m, int n, int k, int stages) {
     using namespace mst;

@@ -56,10 +56,13 @@ using gguf::f32x2;
 constexpr int kWarps = 4;                      // each 16 weight rows
 constexpr int kRows = 16 * kWarps;             // weight rows of a block
 
-struct St4K { static constexpr int kBlock = 144; static constexpr bool kPairs = false; };   // Q4_K
-struct St6K { static constexpr int kBlock = 210; static constexpr bool kPairs = false; };   // Q6_K
+// kMinBlocks: blocks an SM the tensor-map kernel is compiled for (its launch bound): St6P's pair reads
+// took 142 registers unbound at up to 4 n-tiles, one 256-thread block an SM where St6K's 115-120
+// allow two (at 8 n-tiles both kinds hold one)
+struct St4K { static constexpr int kBlock = 144, kMinBlocks = 1; static constexpr bool kPairs = false; };   // Q4_K
+struct St6K { static constexpr int kBlock = 210, kMinBlocks = 1; static constexpr bool kPairs = false; };   // Q6_K
 // Q6_K in pair order (quant_blocks.cuh: q6p_*), read a pair at a time
-struct St6P { static constexpr int kBlock = 210; static constexpr bool kPairs = true; };
+struct St6P { static constexpr int kBlock = 210, kMinBlocks = 2; static constexpr bool kPairs = true; };
 
 template <int NT>
 struct XStage {                                // x's part of a stage: 8 NT rows of x
