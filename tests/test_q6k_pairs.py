@@ -217,7 +217,7 @@ def test_dequantize_and_refusals_in_pair_order():
     from glimmer_cupy import ops
     from glimmer_cupy.ops._check import OpArgumentError
     from glimmer_cupy.ops.matmul import dequantize
-    w, wp = device_pair(333, 1024, 5)
+    w, wp = device_pair(334, 1024, 5)              # 334 rows of 840 bytes: whole 16-byte lines
     for bf16 in (False, True):
         np.testing.assert_array_equal(cupy.asnumpy(dequantize(wp, bf16=bf16)), cupy.asnumpy(dequantize(w, bf16=bf16)))
     x = cupy.ones((4, 1024), np.float32)
@@ -259,9 +259,9 @@ def test_executor_in_pair_order_gives_the_gguf_logits(tmp_path, monkeypatch):
                [Sequence([int(t)], GREEDY) for t in rng.integers(0, 1000, 16)]     # whole prompts: 16 logit rows
         got = [ex.logits(plan_step(pool, [(seqs[0], 70)])).get()]
         got.append(ex.logits(plan_step(pool, [(s, 1) for s in seqs[1:]])).get())
-        for _ in range(3):
+        for _ in range(3):                             # the prefill's token, then each step's
+            seqs[0].tokens.append(int(np.argmax(got[0 if len(got) == 2 else -1][-1])))
             got.append(ex.logits(plan_step(pool, [(seqs[0], 1)])).get())
-            seqs[0].tokens.append(int(np.argmax(got[-1][-1])))
         out[pairs] = got
     for a, b in zip(out[True], out[False]):
         np.testing.assert_array_equal(a, b)
