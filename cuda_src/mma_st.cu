@@ -121,7 +121,7 @@ template <class L, int NT>
 __device__ __forceinline__ void super_block_q6(const unsigned char* const (&blk)[2], const unsigned char* xs, int g,
                                                int t, float (&acc)[NT][4]) {
     using namespace mst;
-    const typename L::Rows rows = L::where(blk);
+    const typename L::Rows rows = L::where(blk, t);
     const Q6Scales sc = L::scales(rows);
     int sum[NT][4];
 #pragma unroll

@@ -254,12 +254,12 @@ GQ_HD u32 q6_a(const u8* blk, int G, int t) {
 }
 
 // How a warp's super-block of its rows g and g + 8 is read (mma_st.cu: super_block_q6): `blk`, the
-// rows' blocks in the stage, as where(blk) -> Rows; scales(Rows); a(Rows, r, G, t), A of row r and
+// rows' blocks in the stage, as where(blk, t) -> Rows for lane t; scales(Rows); a(Rows, r, G, t), A of row r and
 // group G; sc(Q6Scales, r, G), the group's scale.
 // GGUF blocks, all at alignment A:
 template <int A> struct Q6Gguf {
     struct Rows { const u8* b[2]; };
-    GQ_HD static Rows where(const u8* const (&blk)[2]) { return Rows{{blk[0], blk[1]}}; }
+    GQ_HD static Rows where(const u8* const (&blk)[2], int) { return Rows{{blk[0], blk[1]}}; }
     GQ_HD static Q6Scales scales(const Rows& w) { return q6_scales<A>(w.b); }
     GQ_HD static u32 a(const Rows& w, int r, int G, int t) { return q6_a<A>(w.b[r], G, t); }
     GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, G); }
@@ -268,14 +268,17 @@ template <int A> struct Q6Gguf {
 // the pair's first byte plus 210 J (the pair's image keeps its address mod 16). Every load is an
 // aligned word at a fixed offset from the pair (scale words of J = 1 and d always after qh).
 template <int J> struct Q6Pairs {
-    struct Rows { const u8* pair[2]; const u8* big[2]; int a[2]; };    // big: the pair's ql and qh
-    GQ_HD static Rows where(const u8* const (&blk)[2]) {
+    // the pair's start and prefix; ql and qh of lane t's values (value 4t of a group of ql's, in
+    // plane order 16 (t >> 1) + 4 (t & 1) past its unit; of qh's, 4t): every word a fixed offset on
+    struct Rows { const u8* pair[2]; const u8* ql[2]; const u8* qh[2]; int a[2]; };
+    GQ_HD static Rows where(const u8* const (&blk)[2], int t) {
         Rows w;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             w.pair[r] = blk[r] - 210 * J;
             w.a[r] = gguf::q6p_prefix(w.pair[r]);
-            w.big[r] = w.pair[r] + w.a[r];
+            w.ql[r] = w.pair[r] + w.a[r] + 128 * J + 16 * (t >> 1) + 4 * (t & 1);
+            w.qh[r] = w.pair[r] + w.a[r] + 256 + 64 * J + 4 * t;
         }
         return w;
     }
@@ -290,10 +293,11 @@ template <int J> struct Q6Pairs {
         }
         return s;
     }
-    GQ_HD static u32 a(const Rows& w, int r, int G, int t) {
-        const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
-        return q6_a_bits(load4(w.big[r] + 128 * J + gguf::q6p_ql_at(64 * n + 32 * (s & 1) + l)),
-                         load4(w.big[r] + 256 + 64 * J + 32 * n + l), s);
+    // GGUF ql byte 64n + 32 (s & 1) + 16 (G & 1) + 4t is at 64n + 32 (G & 1) + 8 (s & 1) of the plane
+    // order, plus the lane's part (gguf::q6p_ql_at, written so that the offset folds)
+    GQ_HD static u32 a(const Rows& w, int r, int G, int) {
+        const int n = G >> 3, s = (G >> 1) & 3;
+        return q6_a_bits(load4(w.ql[r] + 64 * n + 32 * (G & 1) + 8 * (s & 1)), load4(w.qh[r] + 32 * n + 16 * (G & 1)), s);
     }
     GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, gguf::q6p_scale_at(G)); }
 };

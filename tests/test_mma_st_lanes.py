@@ -55,7 +55,7 @@ extern "C" u32 q6_lane_a(const u8* b, int G, int t) { return q6_a<kEither>(b, G,
 // the same for a super-block of a pair image (St6P): b where its GGUF block would start
 template <int J> static void q6p_scales_j(const u8* b0, const u8* b1, int* sc, float* d4) {
     const u8* const blk[2] = {b0, b1};
-    const Q6Scales s = Q6Pairs<J>::scales(Q6Pairs<J>::where(blk));
+    const Q6Scales s = Q6Pairs<J>::scales(Q6Pairs<J>::where(blk, 0));
     for (int r = 0; r < 2; ++r) {
         for (int G = 0; G < 16; ++G) sc[16 * r + G] = Q6Pairs<J>::sc(s, r, G);
         d4[r] = s.d4[r];
@@ -67,7 +67,7 @@ extern "C" void q6p_lane_scales(const u8* b0, const u8* b1, int j, int* sc, floa
 }
 extern "C" u32 q6p_lane_a(const u8* b, int j, int G, int t) {
     const u8* const blk[2] = {b, b};
-    return j ? Q6Pairs<1>::a(Q6Pairs<1>::where(blk), 0, G, t) : Q6Pairs<0>::a(Q6Pairs<0>::where(blk), 0, G, t);
+    return j ? Q6Pairs<1>::a(Q6Pairs<1>::where(blk, t), 0, G, t) : Q6Pairs<0>::a(Q6Pairs<0>::where(blk, t), 0, G, t);
 }
 extern "C" u32 q6_lane_b(const u8* stage, int nt, int G, int lane) {
     return q6_b<2>(stage + kRows * kImgStride6, nt, G, lane >> 2, lane & 3);
