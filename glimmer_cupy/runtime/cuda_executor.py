@@ -74,7 +74,7 @@ MAX_LOGIT_ROWS = MAX_STATIC   # logit rows per step the scratch estimate covers
 MAX_CELLS = 1 << 16           # default cap on a pool sized from free memory
 # Q6_K matrices uploaded in pair order (weights/q6k_pairs.py), which their matmul kernels read with
 # aligned loads; token tables keep GGUF order (bench/results/NOTES.md, fifty-third session)
-Q6K_PAIRS = False
+Q6K_PAIRS = True
 
 
 class CudaStepError(RuntimeError):
