@@ -131,20 +131,6 @@ MMA_ST_TYPES = frozenset(MMA_ST_LANES)
 # the dequantizer) and St6P (mma_st); no other bucket reads that order
 PAIRS = "q6k_pairs"
 PAIRS_BUCKETS = ("gemv_kq", "mma_st", "dequant_cublas")
-
-
-def in_pairs(w: QuantTensor) -> bool:
-    return w.layout == PAIRS
-
-
-def block_trait(w: QuantTensor) -> str:
-    """The block trait (quant_blocks.cuh, kq_lanes.cuh) W's bytes are read by."""
-    return "Q6_KP" if in_pairs(w) else TRAITS[w.qtype]
-
-
-def mma_st_lanes(w: QuantTensor) -> str:
-    """mma_st's lanes struct for W (mma_st_lanes.cuh)."""
-    return "St6P" if in_pairs(w) else MMA_ST_LANES[w.qtype][0]
 MMA_ST_ROWS = 32                    # the widest M of mma_st_kernel's launch (four n-tiles of 8 rows of x)
 MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M (MMA_ST_TMA_ROWS a launch, or MMA_ST_ROWS)
 # mma_st_tma_kernel also takes 33..64 rows of x in one launch, as 8 n-tiles (the rows past M zero), so
@@ -229,6 +215,20 @@ MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's
 # low-rows-ab, ab_mma_st_model_b1_arms_facd362_h100.txt): the images alone (a norm at one row is one
 # block) cost 130-143 µs of it; mma_st then loses on each matrix in the step (gate|up +160 µs, q|k|v
 # +50, down +24-50; short rings everywhere +210).
+
+
+def in_pairs(w: QuantTensor) -> bool:
+    return w.layout == PAIRS
+
+
+def block_trait(w: QuantTensor) -> str:
+    """The block trait (quant_blocks.cuh, kq_lanes.cuh) W's bytes are read by."""
+    return "Q6_KP" if in_pairs(w) else TRAITS[w.qtype]
+
+
+def mma_st_lanes(w: QuantTensor) -> str:
+    """mma_st's lanes struct for W (mma_st_lanes.cuh)."""
+    return "St6P" if in_pairs(w) else MMA_ST_LANES[w.qtype][0]
 
 
 def mma_st_tma_shape(n: int, rg: int | None = None, wk: int | None = None,
