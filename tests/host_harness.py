@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 CUDA_SRC = Path(__file__).resolve().parents[1] / "cuda_src"
@@ -31,3 +32,13 @@ def build_host_library(source: str, out_dir: Path, name: str) -> ctypes.CDLL:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, f"harness build failed:\n{proc.stdout}{proc.stderr}"
     return ctypes.CDLL(str(lib))
+
+
+def aligned16(a: np.ndarray) -> np.ndarray:
+    """a's bytes in a buffer of their own that starts at a 16-byte boundary, as a device tensor does
+    (code that finds a Q6_K pair's layout from its address reads it so)."""
+    buf = np.zeros(a.nbytes + 16, np.uint8)
+    start = (-buf.ctypes.data) % 16
+    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out

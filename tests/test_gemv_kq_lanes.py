@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize as gguf_dequantize
 from gpu_rounding import q8_blocks as q8
-from host_harness import build_host_library
+from host_harness import aligned16, build_host_library
 
 from glimmer_cupy.weights.q6k_pairs import to_pairs
 from glimmer_cupy.weights.quant_tensor import QType
@@ -182,15 +182,6 @@ def test_each_lane_owns_its_own_values(lanes_lib, qtype):
         assert abs(total - want) <= 1e-5 * float(np.abs(w * xhat).sum())
 
 
-def aligned(a: np.ndarray) -> np.ndarray:
-    """a's bytes in a buffer of their own that starts at a 16-byte boundary (as a device tensor does)."""
-    buf = np.zeros(a.nbytes + 16, np.uint8)
-    start = (-buf.ctypes.data) % 16
-    out = buf[start:start + a.nbytes].reshape(a.shape)
-    out[...] = a
-    return out
-
-
 @pytest.mark.parametrize("k", [512, 1024, 4096, 12288])
 def test_q6k_pairs_give_the_gguf_lanes_sums(lanes_lib, k):
     """Lanes<Q6_KP> on rows in pair order (each row read where it lies in a 16-byte aligned tensor,
@@ -199,7 +190,7 @@ def test_q6k_pairs_give_the_gguf_lanes_sums(lanes_lib, k):
     rng = np.random.default_rng(k)
     rows = 5
     data = np.ascontiguousarray(random_blocks(QType.Q6_K, rows, k, rng, std=1.0)).reshape(rows, -1)
-    pairs = aligned(to_pairs(data, rows, k))
+    pairs = aligned16(to_pairs(data, rows, k))
     for r in range(rows):
         x = rng.normal(0, 1, k).astype(np.float32)
         x[rng.integers(0, k, 5)] *= 20

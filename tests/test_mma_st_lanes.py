@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize as gguf_dequantize
 from gpu_rounding import q8_blocks
-from host_harness import build_host_library
+from host_harness import aligned16, build_host_library
 
 from glimmer_cupy.weights.quant_tensor import QType
 from glimmer_cupy.weights.random_blocks import random_blocks
@@ -447,10 +447,7 @@ def test_q6_pairs_lanes_read_what_the_gguf_lanes_read(lib):
     rng = np.random.default_rng(9)
     n, k = 3, 1024                                      # 4 super-blocks a row, 840-byte rows: every phase
     data = np.ascontiguousarray(random_blocks(QType.Q6_K, n, k, rng, std=1.0).reshape(-1))
-    buf = np.zeros(data.nbytes + 16, np.uint8)
-    start = (-buf.ctypes.data) % 16
-    pairs = buf[start:start + data.nbytes]
-    pairs[:] = to_pairs(data, n, k).reshape(-1)
+    pairs = aligned16(to_pairs(data, n, k).reshape(-1))
     u8p = ctypes.POINTER(ctypes.c_uint8)
     for sb in range(data.nbytes // Q6_BLOCK):
         g = np.ascontiguousarray(data[Q6_BLOCK * sb:][:Q6_BLOCK + 8])      # GGUF block (kEither reads past it)

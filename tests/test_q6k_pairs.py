@@ -10,22 +10,13 @@ import ctypes
 
 import numpy as np
 import pytest
-from host_harness import build_host_library
+from host_harness import aligned16, build_host_library
 
 from glimmer_cupy.weights.q6k_pairs import QL_UNITS, SCALE_BYTES, from_pairs, pair_order, to_pairs
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor
 from glimmer_cupy.weights.random_blocks import random_blocks
 
 gpu = pytest.mark.gpu          # skipped without a device (conftest.py)
-
-
-def aligned(a: np.ndarray) -> np.ndarray:
-    """a's bytes in a buffer of their own that starts at a 16-byte boundary (as a device tensor does)."""
-    buf = np.zeros(a.nbytes + 16, np.uint8)
-    start = (-buf.ctypes.data) % 16
-    out = buf[start:start + a.nbytes].reshape(a.shape)
-    out[...] = a
-    return out
 
 
 @pytest.mark.parametrize("n,k", [(1, 512), (7, 1024), (3, 12288)])
@@ -116,7 +107,7 @@ def test_q6kp_trait_decodes_as_q6k(blocks_lib, n, k):
     from gguf.quants import dequantize as gguf_dequantize
     rng = np.random.default_rng(n + k)
     data = np.ascontiguousarray(random_blocks(QType.Q6_K, n, k, rng, std=1.0).reshape(n, -1))
-    pairs = aligned(to_pairs(data, n, k))
+    pairs = aligned16(to_pairs(data, n, k))
     out = {}
     for name, f, w in (("q6k", blocks_lib.decode_q6k, data), ("q6kp", blocks_lib.decode_q6kp, pairs)):
         subs, values = np.zeros((n, k), np.float32), np.zeros((n, k), np.float32)

@@ -55,32 +55,31 @@ def pair_order() -> np.ndarray:
     return np.stack([np.concatenate([small[:(-4 * ph) % 16], ql, qh, small[(-4 * ph) % 16:]]) for ph in range(4)])
 
 
-def _pairs(data):
-    """The tensor's bytes as (pairs, 420): pair i is at byte offset 420 i, so A / 4 = i mod 4."""
-    return data.reshape(-1, PAIR_BYTES)
+def _permute(data, n: int, k: int, what: str, inverse: bool):
+    """The tensor's pairs permuted by pair_order (pair i is at byte offset 420 i, so its phase is
+    i mod 4), or by its inverse, as (n, row bytes)."""
+    check_k(k, what)
+    xp = _xp(data)
+    src, order = data.reshape(-1, PAIR_BYTES), pair_order()
+    out = xp.empty_like(src)
+    for ph in range(4):
+        idx = xp.asarray(order[ph])
+        if inverse:
+            view = out[ph::4]                               # a view: its columns written in place
+            view[:, idx] = src[ph::4]
+        else:
+            out[ph::4] = src[ph::4][:, idx]
+    return out.reshape(n, -1)
 
 
 def to_pairs(data, n: int, k: int):
     """The (n, k) Q6_K tensor's GGUF bytes (any shape) in pair order, (n, row bytes)."""
-    check_k(k, "to_pairs")
-    xp = _xp(data)
-    src, order = _pairs(data), pair_order()
-    out = xp.empty_like(src)
-    for ph in range(4):
-        out[ph::4] = src[ph::4][:, xp.asarray(order[ph])]
-    return out.reshape(n, -1)
+    return _permute(data, n, k, "to_pairs", inverse=False)
 
 
 def from_pairs(data, n: int, k: int):
     """to_pairs's inverse: the GGUF blocks, (n, row bytes)."""
-    check_k(k, "from_pairs")
-    xp = _xp(data)
-    src, order = _pairs(data), pair_order()
-    out = xp.empty_like(src)
-    for ph in range(4):
-        view = out[ph::4]                                   # a view: its columns written in place
-        view[:, xp.asarray(order[ph])] = src[ph::4]
-    return out.reshape(n, -1)
+    return _permute(data, n, k, "from_pairs", inverse=True)
 
 
 def serves(w: QuantTensor) -> bool:
