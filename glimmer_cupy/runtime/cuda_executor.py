@@ -7,8 +7,9 @@ handle whose result() waits for its ids; feed takes a row's input token from the
 launch's samples on the device (runtime/pipeline.py), so a decode loop launches step i+1 before
 it reads step i's token. `logits(step)` and `sample(...)` remain for tests and for steps no graph
 serves. What differs from the NumPy path lives here, not in the graph:
-- every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are;
-  a tied embedding/head once), norm vectors and biases as CuPy float32;
+- every weight is uploaded once, at construction: device QuantTensors (GGUF blocks as they are,
+  Q6_K matrices with their pairs of super-blocks reordered in place for aligned loads,
+  weights/q6k_pairs.py; a tied embedding/head once), norm vectors and biases as CuPy float32;
 - the K/V pools are bfloat16 bits (uint16), (n_cells, kv_heads, head_dim) per layer, written by
   kv_write_ with round to nearest even;
 - a step's index arrays are checked on the host (the kernels read them unchecked).
@@ -249,7 +250,8 @@ def _cuda_errors() -> tuple[type, ...]:
 
 def upload_weights(w: ModelWeights) -> ModelWeights:
     """The weights on the device: QuantTensors uploaded as they are (each once, so a tied
-    embedding and head share one copy), norm vectors and biases as CuPy float32."""
+    embedding and head share one copy), Q6_K matrices in pair order where Q6K_PAIRS and they fit it
+    (q6k_pairs.repack; not the token table), norm vectors and biases as CuPy float32."""
     import cupy
 
     done: dict[int, object] = {}
