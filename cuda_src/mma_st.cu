@@ -7,8 +7,8 @@
 //   the scale). grid = (ceil(K / 256 * 8 NT / 4),) block = (128,): a warp a (super-block, row of x).
 //   It lets the matmul launch first thing (pdl_release), so that, in a graph, the matmul's blocks
 //   ask for W while this kernel waits for the one before and quantizes x.
-// mma_st_kernel<T, NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K (T = St4K) or Q6_K (St6K)
-//   blocks; Q4_K rows 16-byte aligned, a Q6_K tensor ending at a 16-byte boundary, so that the last
+// mma_st_kernel<T, NT, KS>  y (M, N) float32, M <= 8 NT; W: N rows of Q4_K (T = St4K) or Q6_K (St6K;
+//   St6P: in pair order, quant_blocks.cuh, whose slices are whole pairs) blocks; Q4_K rows 16-byte aligned, a Q6_K tensor ending at a 16-byte boundary, so that the last
 //   row's window (its slice rounded out to 16 bytes) stays inside it (ops/matmul.py checks both).
 //   grid = (ceil(N / 64), KS), clusters of (1, KS, 1), block = (128,), dynamic shared memory
 //   64 row_stride<T>(per) + per XStage<NT>::kBytes bytes, per = ceil(K / 256 / KS) (mma_st_lanes.cuh).
@@ -116,7 +116,7 @@ __device__ __forceinline__ void super_block(mst::St4K, const unsigned char* cons
         finish(acc[nt], main[nt], hi, lo, sc, x_scales<NT>(xs, nt, t));
     }
 }
-// a Q6_K super-block, read as L says (mma_st_lanes.cuh: Q6Gguf<A>, Q6Pairs)
+// a Q6_K super-block, read as L says (mma_st_lanes.cuh: Q6Gguf<A>, Q6Pairs<J>)
 template <class L, int NT>
 __device__ __forceinline__ void super_block_q6(const unsigned char* const (&blk)[2], const unsigned char* xs, int g,
                                                int t, float (&acc)[NT][4]) {

@@ -13,7 +13,8 @@
 //   Q6_K (m16n8k16, k = a 16-value group with its int8 scale): value = d sc (q - 32); A is
 //     4 (q - 32) as a signed byte ((q << 2) ^ 0x80), so no correction by x's sums, and d / 4 undoes
 //     the factor. Blocks are 210 bytes, so every other one starts 2 bytes past 4-byte alignment:
-//     its words are two aligned loads and a byte permute.
+//     its words are two aligned loads and a byte permute. In pair order (St6P, quant_blocks.cuh:
+//     q6p_*) every word is one aligned load.
 //
 // Shared memory of a block whose K slice is `per` super-blocks (every part 16-byte aligned):
 //   W:  kRows = 64 rows at row_stride<T>(per) bytes: one bulk copy a row of its slice, from the first
