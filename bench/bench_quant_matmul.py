@@ -34,6 +34,7 @@ from glimmer_cupy.ops.matmul import (DOT_TYPES, INT8_BUCKETS, KQ_TYPES, TRAITS, 
                                      mma_st_stage, quantize_x, serves)
 from glimmer_cupy.ops.q8 import Q8Rows  # noqa: E402
 from glimmer_cupy.weights.quant_tensor import QType, QuantTensor  # noqa: E402
+from glimmer_cupy.weights.q6k_pairs import repack  # noqa: E402
 from glimmer_cupy.weights.random_blocks import random_blocks  # noqa: E402
 
 # Qwen3-8B: q/o (4096x4096), gate+up joined (2 x 12288 rows, timed as 12288 as the issue states),
@@ -46,16 +47,18 @@ MS = (1, 2, 4, 8, 16, 17, 32, 64, 65, 512)
 
 
 def run_case(q: QType, n: int, k: int, ms, rng, launches: int, reps: int, copy_bw: float,
-             alt_bucket: str | None = None, baselines: bool = True, pdl: bool = False):
+             alt_bucket: str | None = None, baselines: bool = True, pdl: bool = False, q6k_pairs: bool = True):
     import cupy
+    # Q6_K matrices in pair order, as the CUDA executor uploads them, unless --q6k-order gguf
+    order = repack if q6k_pairs else (lambda w: w)
     host = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.02))
     sets = n_sets(host.nbytes)
-    ws = [QuantTensor("w", q, (n, k), cupy.asarray(random_blocks(q, n, k, rng, 0.02))) for _ in range(sets)]
+    ws = [order(QuantTensor("w", q, (n, k), cupy.asarray(random_blocks(q, n, k, rng, 0.02)))) for _ in range(sets)]
     # the baseline: the same weights dequantized to fp16 beforehand (more copies to rotate)
     w16 = [dequantize(ws[i % sets]).astype(np.float16) for i in range(n_sets(n * k * 2))] if baselines else []
     head = min(n, 2048)                          # rows checked against gguf's dequantizer
     w_ref = QuantTensor("w", q, (head, k), np.asarray(host.data)[:head]).dequantize(np.float64)
-    host_first = QuantTensor("w", q, (n, k), cupy.asarray(host.data))
+    host_first = order(QuantTensor("w", q, (n, k), cupy.asarray(host.data)))
     rows = []
     for m in ms:
         xs = [cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32)) for _ in range(sets)]
@@ -130,7 +133,8 @@ def markdown(meta, rows) -> str:
              "gemv_kq compiled for B blocks per SM (gemv_kq_occ_kernel) at: "
              + (", ".join(f"{k} B={b}" for k, b in meta.get("kq_occupancy", {}).items()) or "none")
              + (f"; {meta['kq_rows_m1']} rows a warp at M = 1 everywhere (--kq-rows)" if meta.get("kq_rows_m1") else
-                ""), "",
+                "") + ". Q6_K matrices in " + ("pair order, as the CUDA executor uploads them (weights/q6k_pairs.py)."
+                                              if meta.get("q6k_order", "pairs") == "pairs" else "GGUF order."), "",
              "| type | N | K | M | bucket | µs | weight TB/s | of copy | TFLOP/s | ×M=1 | cuBLAS f16 µs | other bucket µs "
              "| from float x µs |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -162,6 +166,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kq-rows", type=int, default=None, choices=(1, 2, 4), metavar="R",
                     help="gemv_kq at M = 1 with R rows of W a warp on every matrix, heads included, instead of "
                          "ops/matmul.py's KQ_ROWS / KQ_M1_ROWS (the launch-bound kernel serves 2 rows only)")
+    ap.add_argument("--q6k-order", choices=("pairs", "gguf"), default="pairs",
+                    help="Q6_K matrices in pair order, as the CUDA executor uploads them (weights/q6k_pairs.py), "
+                         "or in the file's order")
     args = ap.parse_args(argv)
     if args.kq_rows is not None:
         matmul.KQ_ROWS = ((1, args.kq_rows),) + tuple(matmul.KQ_ROWS)
@@ -174,7 +181,7 @@ def main(argv=None) -> int:
     flops = cublas_fp16_flops()
     meta = run_meta(copy_tbps=copy_bw / 1e12, cublas_tflops=flops / 1e12,
                     kq_occupancy={f"{q.name} M={m}": b for (q, m), b in matmul.KQ_OCCUPANCY.items()},
-                    kq_rows_m1=args.kq_rows)
+                    kq_rows_m1=args.kq_rows, q6k_order=args.q6k_order)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s, cuBLAS fp16 {flops / 1e12:.0f} TFLOP/s")
     cases = [(q, s) for q in TYPES for s in SHAPES] + EXTRA
     if args.quick:
@@ -190,7 +197,7 @@ def main(argv=None) -> int:
     rows = []
     for q, (n, k) in cases:
         rows += run_case(q, n, k, ms, rng, args.launches, args.reps, copy_bw, args.alt or None,
-                         not args.no_baselines, args.pdl)
+                         not args.no_baselines, args.pdl, args.q6k_order == "pairs")
     if args.out:
         write_results(args.out, meta, rows, markdown(meta, rows))
     return 0
