@@ -139,13 +139,14 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
     assert_no_spills(kernels, f"ops/{module}.py")
 
 
-@pytest.mark.parametrize("trait", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("trait", ["Q4_K", "Q6_K", "Q6_KP"])
 def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M; the
-    occupancy kernel where KQ_OCCUPANCY names the type and M; the type's own rows at M = 1)."""
+    occupancy kernel where KQ_OCCUPANCY names the type and M; the type's own rows at M = 1), for
+    Q6_K in pair order (Q6_KP) as for Q6_K."""
     from glimmer_cupy.ops.matmul import DP4A_WIDTHS, KQ_SPLITS, kq_kernel_name, kq_occupancy, kq_rows
     from glimmer_cupy.weights.quant_tensor import QType
-    q = QType[trait]
+    q = QType["Q6_K" if trait == "Q6_KP" else trait]
     exprs = [kq_kernel_name(trait, m, kq_rows(m), s, kq_occupancy(q, m, 1024, 1024, kq_rows(m)))
              for m in DP4A_WIDTHS for s in KQ_SPLITS]
     m1 = kq_rows(1, q)
