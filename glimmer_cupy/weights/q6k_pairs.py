@@ -13,10 +13,11 @@ of 4) starts with a prefix of a = -A mod 16 bytes, then
 and nine 4-byte "small words" fill the prefix and then follow qh: words 0-3 the first super-block's
 scales and 4-7 the second's, each in plane order (position 4 (2h + is) + t holds scales[8h + is +
 2t], so a lane's four are one word), word 8 both d's. Every pair keeps its 420 bytes and its place,
-so row strides, slices of rows and the 16-byte boxes mma_st copies are those of the GGUF tensor;
-only the decoders differ (cuda_src/quant_blocks.cuh: q6p_*). Rows must hold whole pairs (K a
-multiple of 512) and the device buffer must start 16-byte aligned, as CuPy's do. Works on NumPy
-and CuPy arrays alike.
+so row strides, slices of rows and the 16-byte-aligned windows and boxes mma_st copies are those
+of the GGUF tensor; only the decoders differ (cuda_src/quant_blocks.cuh: q6p_*). Rows must hold
+whole pairs (K a multiple of 512), and the device buffer must start 16-byte aligned, as CuPy's do,
+and end at a 16-byte boundary, as mma_st needs of any Q6_K tensor (serves). Works on NumPy and CuPy
+arrays alike.
 """
 
 from __future__ import annotations
