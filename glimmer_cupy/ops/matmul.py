@@ -13,7 +13,7 @@ from ..kernels.build import dram_bytes_per_s, get_kernel, has_arch_specific, sm_
 from ..kernels.launch import launch_driver, tensor_map_2d
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
-from ..weights.quant_tensor import QType, QuantTensor
+from ..weights.quant_tensor import PAIR_ORDER, QType, QuantTensor
 from ._check import F32, check, check_out, fail
 from ._dispatch import host_result, is_host
 from .q8 import Q8Rows, plain, staged_bytes
@@ -129,7 +129,6 @@ MMA_ST_LANES = {QType.Q4_K: ("St4K", 144), QType.Q6_K: ("St6K", 210)}
 MMA_ST_TYPES = frozenset(MMA_ST_LANES)
 # a Q6_K matrix in pair order (weights/q6k_pairs.py) is read by its own traits: Q6_KP (gemv_kq and
 # the dequantizer) and St6P (mma_st); no other bucket reads that order
-PAIRS = "q6k_pairs"
 PAIRS_BUCKETS = ("gemv_kq", "mma_st", "dequant_cublas")
 MMA_ST_ROWS = 32                    # the widest M of mma_st_kernel's launch (four n-tiles of 8 rows of x)
 MMA_ST_WIDE_ROWS = 64               # quant_matmul's mma_st: up to this M (MMA_ST_TMA_ROWS a launch, or MMA_ST_ROWS)
@@ -218,7 +217,7 @@ MMA_ST_STAGES = None                # the most stages in the tensor-map kernel's
 
 
 def in_pairs(w: QuantTensor) -> bool:
-    return w.layout == PAIRS
+    return w.layout == PAIR_ORDER
 
 
 def block_trait(w: QuantTensor) -> str:
@@ -889,7 +888,7 @@ def quant_matmul(x, w: QuantTensor, *, out=None, force_bucket: str | None = None
         b = _beside_mma_st(m, w.qtype, _GRAPH_SAFE.get(), in_pairs(w))
     if in_pairs(w) and b not in PAIRS_BUCKETS:
         raise fail("quant_matmul", "w", f"GGUF block order for bucket {b} at M = {m} (a Q6_K matrix in pair order "
-                   f"runs on {', '.join(PAIRS_BUCKETS)}; inside a CUDA graph, on mma_st)", PAIRS)
+                   f"runs on {', '.join(PAIRS_BUCKETS)}; inside a CUDA graph, on mma_st)", PAIR_ORDER)
     if b == "mma_wg" and not force_bucket and not has_arch_specific():
         b = "mma" if _GRAPH_SAFE.get() else "dequant_cublas"
     if not serves(b, w.qtype, m):

@@ -26,9 +26,9 @@ import dataclasses
 
 import numpy as np
 
+from .quant_tensor import PAIR_ORDER as LAYOUT
 from .quant_tensor import QType, QuantTensor
 
-LAYOUT = "q6k_pairs"
 PAIR_BYTES = 420
 # the 8-byte units of a super-block's ql in plane order: lane p = 4h + i takes units 8h + i, 8h + 4 + i
 QL_UNITS = np.array([8 * (p >> 2) + (p & 3) + 4 * j for p in range(8) for j in range(2)])

@@ -21,7 +21,8 @@ SUPPORTED_TYPES = frozenset({
 
 
 # byte orders of a QuantTensor's data: the file's, and Q6_K in pair order (weights/q6k_pairs.py)
-LAYOUTS = ("gguf", "q6k_pairs")
+PAIR_ORDER = "q6k_pairs"
+LAYOUTS = ("gguf", PAIR_ORDER)
 
 
 def block_geometry(qtype: QType) -> tuple[int, int]:
