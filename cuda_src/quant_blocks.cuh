@@ -353,30 +353,29 @@ struct Q5_K {
 
 // Q6_K: low 4 bits at ql[64h + 32(g % 2) + l], nibble g / 2; high 2 bits at qh[32h + l] bits
 // 2g..2g+1; q in -32..31; int8 scale per 16 values (scales[i / 16]). w = (d * scale) * q.
+// The 6-bit code (q + 32) of a value of group g from its ql and qh bytes:
+GQ_HD int q6_code(int ql, int qh, int g) { return ((ql >> (4 * (g >> 1))) & 0x0F) | (((qh >> (2 * g)) & 3) << 4); }
 struct Q6_K {
     typedef block_q6_K block;
     static constexpr int kType = 14, kValues = QK_K, kBytes = 210;
     static constexpr bool kQuantized = true;
     GQ_HD static float value(const block& b, int i) {
         const int h = i >> 7, g = (i >> 5) & 3, l = i & 31;
-        const int lo = (b.ql[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 0x0F;
-        const int hi = (b.qh[32 * h + l] >> (2 * g)) & 3;
-        return half_to_float(b.d) * (float)b.scales[i >> 4] * (float)((lo | (hi << 4)) - 32);
+        const int q = q6_code(b.ql[64 * h + 32 * (g & 1) + l], b.qh[32 * h + l], g);
+        return half_to_float(b.d) * (float)b.scales[i >> 4] * (float)(q - 32);
     }
     GQ_HD static void sub_block(const block& b, int s, float* out) {
         const int h = s >> 2, g = s & 3;
         const float d = half_to_float(b.d);
         const u8* ql = b.ql + 64 * h + 32 * (g & 1);
         const u8* qh = b.qh + 32 * h;
-        const int lshift = 4 * (g >> 1), hshift = 2 * g;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const float dl = d * (float)b.scales[2 * s + half];
 #pragma unroll
             for (int j = 0; j < 16; ++j) {
                 const int l = 16 * half + j;
-                const int q = ((ql[l] >> lshift) & 0x0F) | (((qh[l] >> hshift) & 3) << 4);
-                out[l] = dl * (float)(q - 32);
+                out[l] = dl * (float)(q6_code(ql[l], qh[l], g) - 32);
             }
         }
     }
@@ -425,9 +424,8 @@ struct Q6_KP {
     }
     GQ_HD static int q(const Where& w, int i) {          // the 6-bit code of value i, 0..63
         const int h = i >> 7, g = (i >> 5) & 3, l = i & 31;
-        const int lo = (q6p_ql(w.pair, w.a, w.j)[q6p_ql_at(64 * h + 32 * (g & 1) + l)] >> (4 * (g >> 1))) & 0x0F;
-        const int hi = (q6p_qh(w.pair, w.a, w.j)[32 * h + l] >> (2 * g)) & 3;
-        return lo | (hi << 4);
+        return q6_code(q6p_ql(w.pair, w.a, w.j)[q6p_ql_at(64 * h + 32 * (g & 1) + l)],
+                       q6p_qh(w.pair, w.a, w.j)[32 * h + l], g);
     }
     GQ_HD static float value(const u8* row, long long sb, int i) {
         const Where w = at(row, sb);
