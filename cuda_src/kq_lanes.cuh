@@ -156,6 +156,19 @@ GQ_HD u32 bitselect(u32 a, u32 b, u32 mask) {
 #endif
 }
 
+// Four Q6_K weights as signed bytes 4 * (q - 32), q the 6-bit code of each: the nibble of ql (the
+// low one for s < 2, else the high one) under field s (bits 2s, 2s + 1) of the same byte of qh.
+// 4q is the nibble in bits 2-5 under the qh field in bits 6-7, and subtracting 128 flips bit 7, so
+// the top bit of the field is flipped first, with the fields of the other parity cleared (h02:
+// fields 0 and 2 of each byte kept, h13: fields 1 and 3). The word is then one bit-select of a
+// shifted ql word (bits 2-5) and the shifted qh word (bits 0-1, 6-7): what the qh shift carries into
+// a byte's bits 0-1 is a field the mask cleared, and what either shift carries into bits 2-5 is not
+// selected. The four s of one qh word share its two masked copies: 3.5 instructions a word.
+GQ_HD u32 q6_weights(u32 ql, u32 qh, int s) {
+    const u32 hm = (s & 1) ? mask_flip<0xCCCCCCCCu, 0x88888888u>(qh) : mask_flip<0x33333333u, 0x22222222u>(qh);
+    return bitselect((s >> 1) ? ql >> 2 : ql << 2, hm << (6 - 2 * s), 0x3C3C3C3Cu);
+}
+
 // v, with its derivation hidden from the compiler: a value fixed before a loop stays in a register
 // instead of being recomputed from its inputs on every trip
 GQ_HD int opaque(int v) {
@@ -288,21 +301,15 @@ template <> struct Lanes<Q6_K> {
         const f32x4 d = load_vec<f32x4>(xd + sb * 8 + 4 * h);   // 16-byte aligned: K/32 is a multiple of 8
         x.d[0] = d.x; x.d[1] = d.y; x.d[2] = d.z; x.d[3] = d.w;
     }
-    // The weights of group t (q[t]), four values in a word, one signed byte each: 4 * (q - 32) for
-    // the 6-bit code q (ql nibble t / 2 below qh bits 2t, 2t+1), which dp4a takes as it is.
-    // 4q is the nibble in bits 2-5 under the qh field in bits 6-7, and subtracting 128 flips bit
-    // 7, so the top bit of every qh field is flipped first (h02: fields 0 and 2 of each byte, h13:
-    // fields 1 and 3). Each word is then one bit-select of a shifted ql word (bits 2-5) and a
-    // shifted qh word (bits 0-1, 6-7): what the qh shift carries into a byte's bits 0-1 is a field
-    // the mask cleared, and what either shift carries into bits 2-5 is not selected. 13
+    // The weights of group t (q[t]), four values in a word (q6_weights): 4 * (q - 32) for the
+    // 6-bit code q (ql nibble t / 2 below qh bits 2t, 2t+1), which dp4a takes as it is. 13
     // instructions per pair of words against 16 for the codes 0..63 and a subtraction of 32 * x
     // sums (8 dp4a per x row and super-block, 4 registers per x row).
     GQ_HD static void codes(u32 la, u32 lb, u32 h, u32 (&q)[4]) {
-        const u32 h02 = mask_flip<0x33333333u, 0x22222222u>(h), h13 = mask_flip<0xCCCCCCCCu, 0x88888888u>(h);
-        q[0] = bitselect(la << 2, h02 << 6, 0x3C3C3C3Cu);
-        q[1] = bitselect(lb << 2, h13 << 4, 0x3C3C3C3Cu);
-        q[2] = bitselect(la >> 2, h02 << 2, 0x3C3C3C3Cu);
-        q[3] = bitselect(lb >> 2, h13, 0x3C3C3C3Cu);
+        q[0] = q6_weights(la, h, 0);
+        q[1] = q6_weights(lb, h, 1);
+        q[2] = q6_weights(la, h, 2);
+        q[3] = q6_weights(lb, h, 3);
     }
     // acc + 4 * d * sum_t xd_t * (sc_t * s_t), s_t the integer dot of group t's weights with x.
     // Exact in int and as a float: |s_t| <= 8 * 128 * 127, |sc_t * s_t| <= 128 * 130048 < 2^24.

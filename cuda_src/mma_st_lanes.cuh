@@ -237,21 +237,13 @@ GQ_HD int q6_sc(const Q6Scales& s, int r, int pos) {
 
 // A of group G (values 16G .. 16G + 15) of a row, lane t: 4 (q - 32) of values 16G + 4t .. + 3 as
 // signed bytes. Value v = 128 n + 32 s + l (l < 32) has its low four bits in ql[64 n + 32 (s & 1) + l]
-// (nibble s >> 1) and its top two in qh[32 n + l] (bits 2s, 2s + 1); G = 8n + 2s + l / 16.
-// 4 (q - 32) as a byte is q << 2 with bit 7 flipped: the nibble at bits 2..5, the two high bits at 6
-// and 7, the top one flipped (by flipping every pair's top bit of the qh word first), bits 0 and 1
-// zero: two shifts, a mask of the high bits and one select of bits 2..5 a word.
-// The same from the word of ql and the word of qh that hold those values, s = (G >> 1) & 3.
-GQ_HD u32 q6_a_bits(u32 ql, u32 qh, int s) {
-    qh ^= 0xAAAAAAAAu;
-    const u32 lo = (s >> 1) ? ql >> 2 : ql << 2;                  // the nibble at bits 2..5
-    const u32 hi = (qh << (6 - 2 * s)) & 0xC0C0C0C0u;             // the pair at bits 6, 7
-    return (lo & 0x3C3C3C3Cu) | hi;
-}
+// (nibble s >> 1) and its top two in qh[32 n + l] (bits 2s, 2s + 1); G = 8n + 2s + l / 16. From the
+// word of ql and the word of qh that hold those values, s = (G >> 1) & 3: gguf::q6_weights (the
+// four groups of a qh word share its masked copies).
 template <int A>
 GQ_HD u32 q6_a(const u8* blk, int G, int t) {
     const int n = G >> 3, s = (G >> 1) & 3, l = 16 * (G & 1) + 4 * t;
-    return q6_a_bits(load4_even<A>(blk + 64 * n + 32 * (s & 1) + l), load4_even<A>(blk + 128 + 32 * n + l), s);
+    return gguf::q6_weights(load4_even<A>(blk + 64 * n + 32 * (s & 1) + l), load4_even<A>(blk + 128 + 32 * n + l), s);
 }
 
 // How a warp's super-block of its rows g and g + 8 is read (mma_st.cu: super_block_q6): `blk`, the
@@ -298,7 +290,7 @@ template <int J> struct Q6Pairs {
     // order, plus the lane's part (gguf::q6p_ql_at, written so that the offset folds)
     GQ_HD static u32 a(const Rows& w, int r, int G, int) {
         const int n = G >> 3, s = (G >> 1) & 3;
-        return q6_a_bits(load4(w.ql[r] + 64 * n + 32 * (G & 1) + 8 * (s & 1)), load4(w.qh[r] + 32 * n + 16 * (G & 1)), s);
+        return gguf::q6_weights(load4(w.ql[r] + 64 * n + 32 * (G & 1) + 8 * (s & 1)), load4(w.qh[r] + 32 * n + 16 * (G & 1)), s);
     }
     GQ_HD static int sc(const Q6Scales& s, int r, int G) { return q6_sc(s, r, gguf::q6p_scale_at(G)); }
 };
