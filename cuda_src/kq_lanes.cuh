@@ -329,6 +329,27 @@ template <> struct Lanes<Q6_K> {
     GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
         return dot(acc, r.win[0][0], r.win[1][0], r.win[2][0], r.sc, r.d, x);
     }
+    // The lane's 32 weights as floats, (d sc_t) (q - 32) as the block trait computes them, so the
+    // same bits: w[t][i] is value 32 t + l0 + i of the lane's half (quant_matmul.cu's
+    // dequant_lanes_kernel stores them)
+    GQ_HD static void weights(u32x2 qa, u32x2 qb, u32x2 qh, const int (&sc)[4], u16 d, float (&w)[4][8]) {
+        u32 q0[4], q1[4];
+        codes(qa.x, qb.x, qh.x, q0);
+        codes(qa.y, qb.y, qh.y, q1);
+        const float dd = half_to_float(d);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const float dl = dd * (float)sc[t];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {            // a code byte is 4 (q - 32): q - 32 exactly
+                w[t][i] = dl * (float)((int)(i8)((q0[t] >> (8 * i)) & 0xFFu) >> 2);
+                w[t][4 + i] = dl * (float)((int)(i8)((q1[t] >> (8 * i)) & 0xFFu) >> 2);
+            }
+        }
+    }
+    GQ_HD static void weights(const Regs& r, float (&w)[4][8]) {
+        weights(r.win[0][0], r.win[1][0], r.win[2][0], r.sc, r.d, w);
+    }
 };
 
 // Q6_K in pair order (quant_blocks.cuh, weights/q6k_pairs.py): lane part's ql pieces are 16 aligned
@@ -357,10 +378,16 @@ template <> struct Lanes<Q6_KP> {
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {
         Q6::load_x(xq, xd, xs, sb, part, x);
     }
+    // the lane's four int8 scales, one a byte of its small word
+    struct Scales { int v[4]; };
+    GQ_HD static Scales scales(u32 w) {
+        return Scales{{(int)(i8)(w & 0xFF), (int)(i8)((w >> 8) & 0xFF), (int)(i8)((w >> 16) & 0xFF), (int)(i8)(w >> 24)}};
+    }
     GQ_HD static float accumulate(float acc, const Regs& r, const X& x, int) {
-        const int sc[4] = {(int)(i8)(r.sc & 0xFF), (int)(i8)((r.sc >> 8) & 0xFF), (int)(i8)((r.sc >> 16) & 0xFF),
-                           (int)(i8)(r.sc >> 24)};
-        return Q6::dot(acc, u32x2{r.ql.x, r.ql.y}, u32x2{r.ql.z, r.ql.w}, r.qh, sc, r.d, x);
+        return Q6::dot(acc, u32x2{r.ql.x, r.ql.y}, u32x2{r.ql.z, r.ql.w}, r.qh, scales(r.sc).v, r.d, x);
+    }
+    GQ_HD static void weights(const Regs& r, float (&w)[4][8]) {
+        Q6::weights(u32x2{r.ql.x, r.ql.y}, u32x2{r.ql.z, r.ql.w}, r.qh, scales(r.sc).v, r.d, w);
     }
 };
 

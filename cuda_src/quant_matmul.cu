@@ -13,11 +13,13 @@
 // dequant_kernel<QT, OUT>  W -> float32 or bfloat16 (N, K), one thread per 32-value sub-block; the
 //                       large-M bucket multiplies the bf16 scratch with cuBLAS (tensor cores).
 //                       grid=(ceil(N*K/32 / 256),) block=(256,)
+// dequant_lanes_kernel<QT, OUT>  the same for Q6_K and Q6_KP, the same bits, eight lanes a super-block.
+//                       grid=(ceil(N*K/256 * 8 / 256),) block=(256,); out 16-byte aligned
 // to_bf16_kernel        x float32 -> bfloat16, 8 values per thread.  grid=(ceil(n/8 / 256),) block=(256,)
 //
 // Templates are instantiated at run time through name_expressions; nvcc builds (the compile test)
 // instantiate every one with -DGLIMMER_INSTANTIATE.
-#include "quant_blocks.cuh"
+#include "kq_lanes.cuh"
 #include "pdl.cuh"
 #include "quant_dot.cuh"
 
@@ -63,25 +65,21 @@ __device__ __forceinline__ unsigned short bf16_bits(float f) {
     return (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
-template <typename OUT> struct Store32;
-template <> struct Store32<float> {          // 32 floats as eight 16-byte stores
+// 8 values as 16-byte stores: two of float, one of bf16 bits
+template <typename OUT> struct Store8;
+template <> struct Store8<float> {
     __device__ static void run(float* dst, const float* v) {
         float4* d = reinterpret_cast<float4*>(dst);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) d[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+        d[0] = make_float4(v[0], v[1], v[2], v[3]);
+        d[1] = make_float4(v[4], v[5], v[6], v[7]);
     }
 };
-template <> struct Store32<unsigned short> { // 32 bf16 as four 16-byte stores
+template <> struct Store8<unsigned short> {
     __device__ static void run(unsigned short* dst, const float* v) {
-        uint4* d = reinterpret_cast<uint4*>(dst);
+        u32 p[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            u32 p[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                p[i] = (u32)bf16_bits(v[8 * j + 2 * i]) | ((u32)bf16_bits(v[8 * j + 2 * i + 1]) << 16);
-            d[j] = make_uint4(p[0], p[1], p[2], p[3]);
-        }
+        for (int i = 0; i < 4; ++i) p[i] = (u32)bf16_bits(v[2 * i]) | ((u32)bf16_bits(v[2 * i + 1]) << 16);
+        *reinterpret_cast<uint4*>(dst) = make_uint4(p[0], p[1], p[2], p[3]);
     }
 };
 
@@ -96,7 +94,32 @@ dequant_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n
     const int s = (int)(sub % nsub);
     float v[32];
     gguf::row_sub_block<QT>(w + row * row_bytes, s, v);
-    Store32<OUT>::run(out + row * k + 32 * s, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) Store8<OUT>::run(out + row * k + 32 * s + 8 * j, v + 8 * j);
+}
+
+// Q6_K (GGUF or pair order): eight lanes a super-block, each decoding its 32 values from the pieces
+// gemv_kq's lanes load (kq_lanes.cuh: Lanes<QT>), so one 16-byte store a run of 8 values and a few
+// wide loads a lane, where dequant_kernel's thread reads its sub-block a byte at a time
+template <class QT, typename OUT>
+__global__ void __launch_bounds__(256)
+dequant_lanes_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
+    typedef gguf::Lanes<QT> L;
+    pdl_wait();
+    const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 3;   // (row, super-block)
+    const int part = (int)(threadIdx.x & 7u), nsb = k / 256;
+    if (item >= (long long)n * nsb) return;
+    const long long row = item / nsb;
+    const int sb = (int)(item % nsb);
+    const typename L::Row at = L::row(w + row * row_bytes, sb, part);
+    typename L::Regs r;
+    L::load(at, sb, part, r);
+    L::settle(at, part, r);
+    float v[4][8];
+    L::weights(r, v);
+    OUT* dst = out + row * k + 256 * sb + 128 * (part >> 2) + 8 * (part & 3);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) Store8<OUT>::run(dst + 32 * t, v[t]);
 }
 
 __global__ void __launch_bounds__(256)
@@ -218,4 +241,8 @@ GEMV_ALL(Q8_0) GEMV_ALL(Q2_K) GEMV_ALL(Q3_K) GEMV_ALL(Q4_K) GEMV_ALL(Q5_K) GEMV_
 // Q6_K in pair order (quant_blocks.cuh): dequantized only (ops/matmul.py: dequantize, dequant_cublas)
 template __global__ void dequant_kernel<gguf::Q6_KP, float>(float*, const unsigned char*, int, int, long long);
 template __global__ void dequant_kernel<gguf::Q6_KP, unsigned short>(unsigned short*, const unsigned char*, int, int, long long);
+#define DEQUANT_LANES(QT) \
+    template __global__ void dequant_lanes_kernel<gguf::QT, float>(float*, const unsigned char*, int, int, long long); \
+    template __global__ void dequant_lanes_kernel<gguf::QT, unsigned short>(unsigned short*, const unsigned char*, int, int, long long);
+DEQUANT_LANES(Q6_K) DEQUANT_LANES(Q6_KP)
 #endif

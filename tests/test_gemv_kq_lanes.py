@@ -59,6 +59,31 @@ extern "C" void q6k_codes(const u32* la, const u32* lb, const u32* h, u32* q, in
 
 // type PAIRS: a Q6_K row in pair order (weights/q6k_pairs.py), read by Lanes<Q6_KP>
 #define PAIRS 1014
+
+// Lanes<QT>::weights of super-block sb of a row, every part: out[256] in the row's value order, as
+// quant_matmul.cu's dequant_lanes_kernel places them
+template <class QT>
+static void sb_weights(const u8* row, int sb, float* out) {
+    typedef Lanes<QT> L;
+    for (int part = 0; part < 8; ++part) {
+        const typename L::Row at = L::row(row, sb, part);
+        typename L::Regs r;
+        L::load(at, sb, part, r);
+        L::settle(at, part, r);
+        float w[4][8];
+        L::weights(r, w);
+        for (int t = 0; t < 4; ++t)
+            for (int i = 0; i < 8; ++i) out[128 * (part >> 2) + 8 * (part & 3) + 32 * t + i] = w[t][i];
+    }
+}
+extern "C" int q6_row_weights(int type, const u8* row, int k, float* out) {
+    for (int sb = 0; sb < k / 256; ++sb) {
+        if (type == Q6_K::kType) sb_weights<Q6_K>(row, sb, out + 256 * sb);
+        else if (type == PAIRS) sb_weights<Q6_KP>(row, sb, out + 256 * sb);
+        else return 1;
+    }
+    return 0;
+}
 extern "C" int kq_row_dot(int type, const u8* row, int k, const int* xq, const float* xd, const float* xs,
                           int only_part, int step, double* out) {
     if (type == Q4_K::kType) *out = row_dot<Q4_K>(row, k, xq, xd, xs, only_part, step);
@@ -76,6 +101,7 @@ def lanes_lib(tmp_path_factory):
     dll.kq_row_dot.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     dll.q6k_codes.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int]
+    dll.q6_row_weights.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     return dll
 
 
@@ -200,3 +226,23 @@ def test_q6k_pairs_give_the_gguf_lanes_sums(lanes_lib, k):
                 want = lane_dot(lanes_lib, QType.Q6_K, np.ascontiguousarray(data[r]), k, codes, d, s, part, step)
                 got = lane_dot(lanes_lib, PAIRS, pairs[r], k, codes, d, s, part, step)
                 assert got == want, f"k={k} row {r} step {step} part {part}: {got} vs {want}"
+
+
+@pytest.mark.parametrize("k", [256, 1024, 4096])
+def test_q6k_lane_weights_are_ggufs_values(lanes_lib, k):
+    """Lanes<Q6_K>::weights and Lanes<Q6_KP>::weights (what dequant_lanes_kernel stores), every part
+    of every super-block placed where its values lie, equal gguf's dequantized row bit for bit: the
+    same (d * scale) * (q - 32) in float32. Rows at every offset of a 16-byte aligned tensor, so each
+    misalignment of a GGUF block and each pair phase is met."""
+    rng = np.random.default_rng(k + 1)
+    rows = 7
+    data = np.ascontiguousarray(random_blocks(QType.Q6_K, rows, k, rng, std=1.0)).reshape(rows, -1)
+    want = gguf_dequantize(data, QType.Q6_K).reshape(rows, k).astype(np.float32)
+    tensors = {QType.Q6_K.value: aligned16(data)}
+    if k % 512 == 0:
+        tensors[PAIRS] = aligned16(to_pairs(data, rows, k))
+    for type_code, tensor in tensors.items():
+        for r in range(rows):
+            got = np.empty(k, np.float32)
+            assert lanes_lib.q6_row_weights(type_code, tensor[r].ctypes.data, k, got.ctypes.data) == 0
+            np.testing.assert_array_equal(got, want[r], err_msg=f"type {type_code} row {r}")

@@ -220,6 +220,37 @@ def test_dequantize_and_refusals_in_pair_order():
 
 
 @gpu
+@pytest.mark.parametrize("n,k", [(334, 1024), (77, 4096), (5, 12288)])
+def test_dequant_lanes_kernel_gives_dequant_kernels_bits(n, k, monkeypatch):
+    """dequant_lanes_kernel (eight lanes a super-block, Q6_K in either order) gives dequant_kernel's
+    bits, float32 and bf16, and float32 equals gguf's dequantizer; an `out` that is not 16-byte
+    aligned takes dequant_kernel and is right too."""
+    import cupy
+    from gguf.quants import dequantize as gguf_dequantize
+
+    import glimmer_cupy.ops.matmul as matmul
+    w, wp = device_pair(n, k, n + k)
+    want = gguf_dequantize(cupy.asnumpy(w.data).reshape(n, -1), QType.Q6_K).reshape(n, k).astype(np.float32)
+    for bf16 in (False, True):
+        dtype = np.uint16 if bf16 else np.float32
+        got = {}
+        for lanes in (True, False):
+            monkeypatch.setattr(matmul, "DEQUANT_LANES_TYPES", frozenset({QType.Q6_K}) if lanes else frozenset())
+            for name, t in (("gguf", w), ("pairs", wp)):
+                out = cupy.full((n, k), 0x7FC1 if bf16 else np.nan, dtype)   # poisoned
+                got[lanes, name] = cupy.asnumpy(matmul.dequantize(t, bf16=bf16, out=out))
+        for key, v in got.items():
+            np.testing.assert_array_equal(v, got[False, "gguf"], err_msg=f"bf16={bf16} {key}")
+        if not bf16:
+            np.testing.assert_array_equal(got[True, "gguf"], want)
+        monkeypatch.setattr(matmul, "DEQUANT_LANES_TYPES", frozenset({QType.Q6_K}))
+        buf = cupy.full(n * k + 8, 0x7FC1 if bf16 else np.nan, dtype)
+        skew = buf[2:2 + n * k].reshape(n, k) if bf16 else buf[1:1 + n * k].reshape(n, k)
+        assert skew.data.ptr % 16 != 0
+        np.testing.assert_array_equal(cupy.asnumpy(matmul.dequantize(wp, bf16=bf16, out=skew)), got[False, "gguf"])
+
+
+@gpu
 def test_executor_in_pair_order_gives_the_gguf_logits(tmp_path, monkeypatch):
     """Synthetic Qwen3-0.6B (two layers; layer 1's v and down are Q6_K, the tied table stays GGUF)
     on the CUDA executor with Q6_K uploaded in pair order and in GGUF order: the same logits, bit for

@@ -1058,6 +1058,12 @@ def quant_matmul_rows(x, parts, *, out=None):
     return out
 
 
+# Types dequantize decodes eight lanes a super-block (quant_matmul.cu dequant_lanes_kernel: gemv_kq's
+# loads and decode), where dequant_kernel's thread reads a 32-value sub-block a byte at a time; empty:
+# dequant_kernel for every type, for the A/B (bench/probe_dequant.py)
+DEQUANT_LANES_TYPES = frozenset({QType.Q6_K})
+
+
 def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
     """(N, K) values of a device QuantTensor, decoded by the same block traits: float32, or
     bfloat16 bits (uint16, round to nearest even) when bf16."""
@@ -1072,10 +1078,15 @@ def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
         out = cupy.empty((n, k), dtype=dtype)
     check_out(out, "dequantize", (n, k), dtype=dtype)
     t = block_trait(w)
-    subs = n * (k // 32)
+    args = (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n))
+    if w.qtype in DEQUANT_LANES_TYPES and out.data.ptr % 16 == 0:
+        exprs = tuple(f"dequant_lanes_kernel<gguf::{lt}, {o}>" for lt in ("Q6_K", "Q6_KP")
+                      for o in ("float", "unsigned short"))
+        kern = get_kernel("quant_matmul", exprs[2 * in_pairs(w) + bf16], name_expressions=exprs)
+        kern((-(-n * (k // 256) * 8 // 256),), (256,), args)
+        return out
     exprs = (f"dequant_kernel<gguf::{t}, float>", f"dequant_kernel<gguf::{t}, unsigned short>")
     kern = (get_kernel("quant_matmul", exprs[bf16], name_expressions=exprs) if in_pairs(w)
             else _kernel(t, exprs[bf16]))
-    kern(
-        ((subs + 255) // 256,), (256,), (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n)))
+    kern(((n * (k // 32) + 255) // 256,), (256,), args)
     return out
