@@ -104,8 +104,8 @@ dequant_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n
 template <class QT, typename OUT>
 __global__ void __launch_bounds__(256)
 dequant_lanes_kernel(OUT* __restrict__ out, const unsigned char* __restrict__ w, int n, int k, long long row_bytes) {
-    typedef gguf::Lanes<QT> L;
     pdl_wait();
+    typedef gguf::Lanes<QT> L;
     const long long item = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 3;   // (row, super-block)
     const int part = (int)(threadIdx.x & 7u), nsb = k / 256;
     if (item >= (long long)n * nsb) return;
