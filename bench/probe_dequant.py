@@ -56,8 +56,8 @@ def main(argv=None) -> int:
             for kname, types in KERNELS.items():
                 matmul.DEQUANT_LANES_TYPES = types
                 for oname, w in orders.items():
-                    got.setdefault((kname, oname), cupy.asnumpy(ops.dequantize(w[0], bf16=True)))
-                    us = time_us(lambda i: ops.dequantize(w[i], bf16=True, out=outs[i]), len(ws), a.launches, a.reps)[0]
+                    got.setdefault((kname, oname), cupy.asnumpy(matmul.dequantize(w[0], bf16=True)))
+                    us = time_us(lambda i: matmul.dequantize(w[i], bf16=True, out=outs[i]), len(ws), a.launches, a.reps)[0]
                     times.setdefault(f"{kname} {oname}", []).append(us)
         same = all(np.array_equal(v, got["thread", "gguf"]) for v in got.values())
         ok &= same
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                     w = orders["pairs"]
                     mt.setdefault(kname, []).append(
                         eager_time_us(lambda i: ops.quant_matmul(x, w[i], out=y), len(w), max(3, a.launches // 4), a.reps))
-            w16 = ops.dequantize(ws[0]).astype(np.float16)
+            w16 = matmul.dequantize(ws[0]).astype(np.float16)
             x16 = x.astype(np.float16)
             y16 = cupy.empty((m, n), np.float16)
             cublas = eager_time_us(lambda _: cupy.matmul(x16, w16.T, out=y16), 1, max(3, a.launches // 4), a.reps)

@@ -12,7 +12,7 @@
 //                       grid=(ceil(N / kRowsPerBlock),) block=(32, kRowsPerBlock)
 // dequant_kernel<QT, OUT>  W -> float32 or bfloat16 (N, K), one thread per 32-value sub-block; the
 //                       large-M bucket multiplies the bf16 scratch with cuBLAS (tensor cores).
-//                       grid=(ceil(N*K/32 / 256),) block=(256,)
+//                       grid=(ceil(N*K/32 / 256),) block=(256,); out 16-byte aligned
 // dequant_lanes_kernel<QT, OUT>  the same for Q6_K and Q6_KP, the same bits, eight lanes a super-block.
 //                       grid=(ceil(N*K/256 * 8 / 256),) block=(256,); out 16-byte aligned
 // to_bf16_kernel        x float32 -> bfloat16, 8 values per thread.  grid=(ceil(n/8 / 256),) block=(256,)

@@ -224,11 +224,12 @@ def test_dequantize_and_refusals_in_pair_order():
 def test_dequant_lanes_kernel_gives_dequant_kernels_bits(n, k, monkeypatch):
     """dequant_lanes_kernel (eight lanes a super-block, Q6_K in either order) gives dequant_kernel's
     bits, float32 and bf16, and float32 equals gguf's dequantizer; an `out` that is not 16-byte
-    aligned takes dequant_kernel and is right too."""
+    aligned (both kernels store 16-byte runs) is refused by name before any launch."""
     import cupy
     from gguf.quants import dequantize as gguf_dequantize
 
     import glimmer_cupy.ops.matmul as matmul
+    from glimmer_cupy.ops._check import OpArgumentError
     w, wp = device_pair(n, k, n + k)
     want = gguf_dequantize(cupy.asnumpy(w.data).reshape(n, -1), QType.Q6_K).reshape(n, k).astype(np.float32)
     for bf16 in (False, True):
@@ -243,11 +244,14 @@ def test_dequant_lanes_kernel_gives_dequant_kernels_bits(n, k, monkeypatch):
             np.testing.assert_array_equal(v, got[False, "gguf"], err_msg=f"bf16={bf16} {key}")
         if not bf16:
             np.testing.assert_array_equal(got[True, "gguf"], want)
-        monkeypatch.setattr(matmul, "DEQUANT_LANES_TYPES", frozenset({QType.Q6_K}))
-        buf = cupy.full(n * k + 8, 0x7FC1 if bf16 else np.nan, dtype)
+        buf = cupy.zeros(n * k + 8, dtype)
         skew = buf[2:2 + n * k].reshape(n, k) if bf16 else buf[1:1 + n * k].reshape(n, k)
-        assert skew.data.ptr % 16 != 0
-        np.testing.assert_array_equal(cupy.asnumpy(matmul.dequantize(wp, bf16=bf16, out=skew)), got[False, "gguf"])
+        for types in (frozenset({QType.Q6_K}), frozenset()):
+            monkeypatch.setattr(matmul, "DEQUANT_LANES_TYPES", types)
+            with pytest.raises(OpArgumentError, match=r"dequantize: out must be 16-byte aligned, got an array at "
+                                                      r"(4|8|12) bytes past a 16-byte boundary"):
+                matmul.dequantize(wp, bf16=bf16, out=skew)
+        assert not buf.any()
 
 
 @gpu

@@ -14,7 +14,7 @@ from ..kernels.launch import launch_driver, tensor_map_2d
 from ..kernels.cublas import gemm_bf16_nt
 from ..reference import matmul as ref
 from ..weights.quant_tensor import PAIR_ORDER, QType, QuantTensor
-from ._check import F32, check, check_out, fail
+from ._check import F32, aligned, check, check_out, fail
 from ._dispatch import host_result, is_host
 from .q8 import Q8Rows, plain, staged_bytes
 
@@ -1077,9 +1077,11 @@ def dequantize(w: QuantTensor, *, bf16: bool = False, out=None):
     if out is None:
         out = cupy.empty((n, k), dtype=dtype)
     check_out(out, "dequantize", (n, k), dtype=dtype)
+    if not aligned(out):                       # both kernels store 16-byte runs
+        raise fail("dequantize", "out", "16-byte aligned", f"an array at {out.data.ptr % 16} bytes past a 16-byte boundary")
     t = block_trait(w)
     args = (out, w.data, np.int32(n), np.int32(k), np.int64(w.data.nbytes // n))
-    if w.qtype in DEQUANT_LANES_TYPES and out.data.ptr % 16 == 0:
+    if w.qtype in DEQUANT_LANES_TYPES:
         exprs = tuple(f"dequant_lanes_kernel<gguf::{lt}, {o}>" for lt in ("Q6_K", "Q6_KP")
                       for o in ("float", "unsigned short"))
         kern = get_kernel("quant_matmul", exprs[2 * in_pairs(w) + bf16], name_expressions=exprs)
