@@ -270,8 +270,8 @@ template <int J> struct Q6Pairs {
         for (int r = 0; r < 2; ++r) {
             w.pair[r] = blk[r] - 210 * J;
             w.a[r] = gguf::q6p_prefix(w.pair[r]);
-            w.ql[r] = w.pair[r] + w.a[r] + 128 * J + 16 * (t >> 1) + 4 * (t & 1);
-            w.qh[r] = w.pair[r] + w.a[r] + 256 + 64 * J + 4 * t;
+            w.ql[r] = gguf::q6p_ql(w.pair[r], w.a[r], J) + 16 * (t >> 1) + 4 * (t & 1);
+            w.qh[r] = gguf::q6p_qh(w.pair[r], w.a[r], J) + 4 * t;
         }
         return w;
     }
@@ -281,7 +281,7 @@ template <int J> struct Q6Pairs {
         for (int r = 0; r < 2; ++r) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) s.w[r][i] = load4(gguf::q6p_word(w.pair[r], w.a[r], 4 * J + i));
-            const u32 d2 = load4(w.pair[r] + 4 * 8 + 384);                 // word 8: always after qh
+            const u32 d2 = load4(gguf::q6p_word(w.pair[r], w.a[r], 8));     // both d's
             s.d4[r] = gguf::half_to_float((gguf::u16)(J ? d2 >> 16 : d2 & 0xFFFFu)) * 0.25f;
         }
         return s;
