@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels import build  # noqa: E402
-from glimmer_cupy.benchmarks.matmul_sets import m1_us, weight_sets  # noqa: E402
+from glimmer_cupy.benchmarks.matmul_sets import m1_us, parse_shapes, weight_sets  # noqa: E402
 from glimmer_cupy.benchmarks.timing import run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     splits = [int(v) for v in a.splits.split(",") if v]
     if not set(splits) <= {1, 2, 4, 8}:
         ap.error(f"--splits: each of 1, 2, 4, 8 (mma_st_kernel's clusters), got {a.splits}")
-    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s] or SHAPES
+    shapes = parse_shapes(a.shapes, SHAPES)
     types = [QType[t] for t in a.types.split(",")]
     if not set(types) <= matmul.MMA_ST_TYPES:
         ap.error(f"--types: each of {', '.join(q.name for q in matmul.MMA_ST_TYPES)}, got {a.types}")

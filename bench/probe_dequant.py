@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.benchmarks.matmul_sets import weight_sets  # noqa: E402
+from glimmer_cupy.benchmarks.matmul_sets import parse_shapes, weight_sets  # noqa: E402
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, eager_time_us, run_meta, time_us  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
 from glimmer_cupy.weights import q6k_pairs  # noqa: E402
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s] or SHAPES
+    shapes = parse_shapes(a.shapes, SHAPES)
     ms = [int(v) for v in a.ms.split(",") if v]
     rng = np.random.default_rng(7)
     copy = copy_bandwidth()
@@ -56,7 +56,8 @@ def main(argv=None) -> int:
             for kname, types in KERNELS.items():
                 matmul.DEQUANT_LANES_TYPES = types
                 for oname, w in orders.items():
-                    got.setdefault((kname, oname), cupy.asnumpy(matmul.dequantize(w[0], bf16=True)))
+                    if (kname, oname) not in got:
+                        got[kname, oname] = cupy.asnumpy(matmul.dequantize(w[0], bf16=True))
                     us = time_us(lambda i: matmul.dequantize(w[i], bf16=True, out=outs[i]), len(ws), a.launches, a.reps)[0]
                     times.setdefault(f"{kname} {oname}", []).append(us)
         same = all(np.array_equal(v, got["thread", "gguf"]) for v in got.values())

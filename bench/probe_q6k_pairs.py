@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.benchmarks.matmul_sets import weight_sets  # noqa: E402
+from glimmer_cupy.benchmarks.matmul_sets import parse_shapes, weight_sets  # noqa: E402
 from glimmer_cupy.benchmarks.timing import copy_bandwidth, run_meta, time_us  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops import matmul  # noqa: E402
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s] or SHAPES
+    shapes = parse_shapes(a.shapes, SHAPES)
     ms = [int(v) for v in a.ms.split(",")]
     rng = np.random.default_rng(5)
     copy = copy_bandwidth()

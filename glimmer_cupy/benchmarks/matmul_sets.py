@@ -15,6 +15,11 @@ from ..weights.random_blocks import random_blocks
 from .timing import n_sets, time_us
 
 
+def parse_shapes(text: str, default) -> list[tuple[int, ...]]:
+    """A --shapes argument "NxK,NxK,..." as (N, K) tuples; empty: default."""
+    return [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s] or list(default)
+
+
 def weight_sets(qtype: QType, n: int, k: int, rng: np.random.Generator, std: float = 0.02) -> list[QuantTensor]:
     """Random (n, k) matrices of qtype on the device, as many as rotate past L2."""
     import cupy
