@@ -16,6 +16,8 @@ Arms:
               before the thirty-second session; stream_early True)
   no early    none copied before pdl_wait by either tensor-core kernel (stream_early, mma_early False)
   depth 2 early  both of depth 2 and early
+  spread      cluster launches placed by the spread policy (kernels/launch.py: CLUSTER_POLICY)
+  balanced    cluster launches placed by the load-balancing policy
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from glimmer_cupy.benchmarks.model_ab import main  # noqa: E402
 
 attention = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
+launch = importlib.import_module("glimmer_cupy.kernels.launch")
 
 RULE = attention.stream_splits
 CLUSTER_CAP = attention.stream_cluster_cap
@@ -61,6 +64,8 @@ ARMS = {
     "no early": {(attention, "stream_early"): lambda d: False, (attention, "mma_early"): lambda d: False},
     "depth 2 early": {(attention, "STREAM_DEPTH"): {**attention.STREAM_DEPTH, 64: 2, 128: 2},
                       (attention, "stream_early"): lambda d: True},
+    "spread": {(launch, "CLUSTER_POLICY"): launch.CLUSTER_POLICIES["spread"]},
+    "balanced": {(launch, "CLUSTER_POLICY"): launch.CLUSTER_POLICIES["load-balancing"]},
 }
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from glimmer_cupy.benchmarks.timing import (copy_bandwidth, graph_time_us, n_set
                                             write_results)
 from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.build import sm_count  # noqa: E402
+from glimmer_cupy.kernels import launch  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
 from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS,  # noqa: E402
                                         WGMMA_PERSISTENT, WGMMA_PRODUCER, WGMMA_VARIANTS, mma_cluster,
@@ -459,8 +460,12 @@ def main(argv=None) -> int:
                     help="compile every kernel with -DNAME=1 too (a source's switch, e.g. ATTN_MERGE_PULLED, for an A/B)")
     ap.add_argument("--heads", default=f"{HQ},{HKV},{D}", metavar="HQ,HKV,D",
                     help="query heads, kv heads and head dim of every case (default Qwen3-8B's; SmolLM2's 9,3,64)")
+    ap.add_argument("--cluster-policy", choices=tuple(launch.CLUSTER_POLICIES),
+                    help="place every cluster launch's blocks by this policy (default: no attribute, the driver's)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
+    if args.cluster_policy:
+        launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[args.cluster_policy]
     try:
         HQ, HKV, D = (int(x) for x in args.heads.split(","))
     except ValueError:
@@ -472,7 +477,8 @@ def main(argv=None) -> int:
     torch = None if args.no_torch else torch_or_none()
     copy_bw = copy_bandwidth()
     meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__,
-                    run_cells=args.run_cells, defines=args.define, heads=[HQ, HKV, D])
+                    run_cells=args.run_cells, defines=args.define, heads=[HQ, HKV, D],
+                    cluster_policy=args.cluster_policy or "driver default")
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()

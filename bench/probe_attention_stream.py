@@ -4,7 +4,8 @@ timer at each stage. Qwen3-8B heads over scattered cells, one launch per case (t
 printed in µs from the first block's start: min / p10 / median / p90 / max over the blocks that
 reach the stage.
 
-    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [-DNAME ...] [--warm] [--evict] [B:CONTEXT[:SPLITS[:CODES]] ...]
+    PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [-DNAME ...] [--warm] [--evict] [--cluster-policy=NAME]
+        [B:CONTEXT[:SPLITS[:CODES]] ...]
 
 (SPLITS 0: the rule; CODES 1: int8 codes out too; -DNAME: attention_stream.cu built with that switch;
 --warm: a call at a context of WARM_CONTEXT positions runs just before each timed one, so that the
@@ -30,6 +31,7 @@ build.add_defines("GLIMMER_STAMPS")
 from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
 from stamp_stats import STREAM_STAGES, module_smids, module_stamps, print_by_sm, print_spans, print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
+from glimmer_cupy.kernels import launch  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel, sm_count  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
 
@@ -94,6 +96,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     build.add_defines(*(a[2:] for a in argv if a.startswith("-D")))      # a source's switches, e.g. -DATTN_LAST_ACQREL
     warm, evict = "--warm" in argv, "--evict" in argv
+    for a in argv:                      # --cluster-policy=NAME: launch.CLUSTER_POLICIES' placement
+        if a.startswith("--cluster-policy="):
+            launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[a.split("=", 1)[1]]
     cases = [tuple(int(v) for v in a.split(":")) for a in argv if not a.startswith("-")] or CASES
     for case in cases:
         probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0, warm, evict)

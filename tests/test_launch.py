@@ -193,6 +193,19 @@ def test_pdl_and_cluster_launches_fill_the_driver_config(monkeypatch, overlap):
     assert drv.seen == [pdl, cluster]
 
 
+@pytest.mark.parametrize("policy", ["spread", "load-balancing"])
+def test_a_cluster_policy_rides_with_the_cluster_shape(monkeypatch, policy):
+    drv = _FakeDriver()
+    monkeypatch.setattr(launch, "_driver", lambda: drv)
+    monkeypatch.setattr(launch, "_current_stream", lambda: 0)
+    monkeypatch.setattr(launch, "CLUSTER_POLICY", launch.CLUSTER_POLICIES[policy])
+    with launch.overlapped(True):
+        launch.launch_cluster(launch.Kernel(SimpleNamespace(ptr=1), "c", True), (16,), (128,), (), 0, (16, 1, 1))
+    (seen,) = drv.seen
+    assert seen["ids"] == [4, 5, 6]                    # shape, placement, PDL (CUlaunchAttributeID)
+    assert seen["values"][1] == {"spread": 1, "load-balancing": 2}[policy].to_bytes(4, "little") + bytes(8)
+
+
 def test_a_refused_launch_names_the_kernel_and_the_error(monkeypatch):
     monkeypatch.setattr(launch, "_driver", lambda: _FakeDriver(rc=801))
     monkeypatch.setattr(launch, "_current_stream", lambda: 0)

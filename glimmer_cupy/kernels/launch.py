@@ -25,6 +25,8 @@ from ..errors import GlimmerError
 _OVERLAP = contextvars.ContextVar("glimmer_pdl", default=False)
 PROGRAMMATIC_STREAM_SERIALIZATION = 6      # CUlaunchAttributeID in cuda.h
 CLUSTER_DIMENSION = 4                      # CUlaunchAttributeID in cuda.h
+CLUSTER_SCHEDULING_POLICY = 5              # CUlaunchAttributeID in cuda.h
+CLUSTER_POLICIES = {"default": 0, "spread": 1, "load-balancing": 2}   # CUclusterSchedulingPolicy in cuda.h
 NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14     # CUfunction_attribute in cuda.h
 
 
@@ -176,14 +178,35 @@ def allow_large_clusters(fn) -> None:
         raise KernelLaunchError(f"cuFuncSetAttribute(non-portable cluster size) failed ({rc})")
 
 
-def launch_cluster(kern: "Kernel", grid, block, args, shared_mem: int, cluster) -> None:
-    """kern on the current stream with clusters of shape `cluster` (x, y, z blocks), and with
-    programmatic dependent launch where kern would take it (inside overlapped())."""
+# How the hardware places a cluster launch's blocks on SMs (a CLUSTER_POLICIES value; None: no
+# attribute, the driver's default). A kernel that fits two blocks an SM, launched as clusters of 16
+# (decode attention at batch 1 and 8k positions: 8 clusters, 128 blocks), had two blocks on 16 SMs
+# and none on 20 under the default; those blocks streamed their tiles a third slower, and the
+# launch ends with its slowest cluster (bench/results/NOTES.md, fifty-fifth session).
+CLUSTER_POLICY: int | None = None
+
+
+def _cluster_attrs(cluster) -> list:
+    """The launch attributes of a cluster launch: its shape, and the placement policy if one is set."""
     attr = _Attr()
     attr.id = CLUSTER_DIMENSION
     dims = (ctypes.c_uint * 3)(*_dims(cluster))
     ctypes.memmove(ctypes.addressof(attr) + _Attr.value.offset, dims, ctypes.sizeof(dims))
-    attrs = [attr, _pdl_attr()] if kern.pdl and _OVERLAP.get() else [attr]
+    if CLUSTER_POLICY is None:
+        return [attr]
+    policy = _Attr()
+    policy.id = CLUSTER_SCHEDULING_POLICY
+    ctypes.memmove(ctypes.addressof(policy) + _Attr.value.offset, ctypes.byref(ctypes.c_int(CLUSTER_POLICY)), 4)
+    return [attr, policy]
+
+
+def launch_cluster(kern: "Kernel", grid, block, args, shared_mem: int, cluster) -> None:
+    """kern on the current stream with clusters of shape `cluster` (x, y, z blocks), placed by
+    CLUSTER_POLICY, and with programmatic dependent launch where kern would take it (inside
+    overlapped())."""
+    attrs = _cluster_attrs(cluster)
+    if kern.pdl and _OVERLAP.get():
+        attrs.append(_pdl_attr())
     _launch_ex(kern.ptr, f"cluster launch of {kern.name}", grid, block, args, shared_mem, attrs)
 
 
