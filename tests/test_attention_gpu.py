@@ -863,6 +863,33 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
     assert_q8_codes(res, plain)
 
 
+@gpu
+@pytest.mark.parametrize("policy", ["spread", "load-balancing"])
+@pytest.mark.parametrize("lens,width", [([8187], 8192), ([600, 65, 1000], 1024)])
+def test_cluster_placement_changes_no_bit(monkeypatch, policy, lens, width):
+    """Where the hardware puts a cluster's blocks (launch.CLUSTER_POLICY) changes only the time: at
+    batch 1 and 8k positions (clusters of 16) and in a mixed step of clusters of 16 with idle blocks,
+    the same output and int8 codes bit for bit as the driver's default placement."""
+    import cupy
+
+    from glimmer_cupy.kernels import launch
+    rng = np.random.default_rng(width + len(lens))
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, 32, 8, 128)
+    wide = np.zeros((len(lens), width), np.int32)
+    wide[:, :table.shape[1]] = table
+    args = [cupy.asarray(a) for a in (q, k_pool, v_pool, wide, seq_lens, tok_seq, tok_pos)]
+
+    def run():
+        work = cupy.full(workspace_size(len(lens), 32, 128), np.nan, dtype=cupy.float32)
+        res = ops.attention(*args, 128 ** -0.5, workspace=work, q8=True, kernel="stream")
+        return [cupy.asnumpy(a) for a in (res.x, res.q, res.d)]
+
+    default = run()
+    monkeypatch.setattr(launch, "CLUSTER_POLICY", launch.CLUSTER_POLICIES[policy])
+    for got, want in zip(run(), default):
+        np.testing.assert_array_equal(got, want)
+
+
 def use_stream_defines(monkeypatch, names) -> None:
     """Launch attn_stream_kernel from attention_stream.cu built with the switches `names`
     (ops.attention._stream_kernel's `defines`, part of its cache key)."""
