@@ -868,7 +868,7 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
 @pytest.mark.parametrize("lens,width", [([8187], 8192), ([600, 65, 1000], 1024)])
 def test_cluster_placement_changes_no_bit(monkeypatch, policy, lens, width):
     """Where the hardware puts a cluster's blocks (launch.CLUSTER_POLICY) changes only the time: at
-    batch 1 and 8k positions (clusters of 16) and in a mixed step of clusters of 16 with idle blocks,
+    batch 1 and 8k positions (clusters of 16) and in a mixed step (clusters of 8, some blocks idle),
     the same output and int8 codes bit for bit as the driver's default placement."""
     import cupy
 
