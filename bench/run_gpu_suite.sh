@@ -17,7 +17,7 @@ step() {  # step NAME SECONDS COMMAND...
     echo "   exit $? ($(tail -n 1 "$out/$name.log" | cut -c1-160))"
 }
 
-step tests 600 python3 -m pytest -q -m gpu -p no:cacheprovider tests/
+step tests 600 python3 bench/run_gpu_tests.py --out "$out/tests" --limit 580     # 8 pytest processes at once
 if [ "$quick" = "--quick" ]; then
     step decode 300 python3 -m glimmer_cupy.cli bench decode --synthetic qwen3-0.6b --runs 3 --out "$out/decode"
     step quant_matmul 300 python3 bench/bench_quant_matmul.py --types Q4_K,Q6_K --ms 1,16,17,512 --out "$out/quant_matmul"
