@@ -25,6 +25,7 @@ Gemma 3 270M shapes (head dim 256: the rule takes no shortcut there):
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
@@ -42,6 +43,8 @@ from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_
                                         WGMMA_PERSISTENT, WGMMA_PRODUCER, WGMMA_VARIANTS, mma_cluster,
                                         mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_plan,
                                         wgmma_runs, workspace_size)
+
+attention_module = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
 
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
@@ -462,10 +465,13 @@ def main(argv=None) -> int:
                     help="query heads, kv heads and head dim of every case (default Qwen3-8B's; SmolLM2's 9,3,64)")
     ap.add_argument("--cluster-policy", choices=tuple(launch.CLUSTER_POLICIES),
                     help="place every cluster launch's blocks by this policy (default: no attribute, the driver's)")
+    ap.add_argument("--alone-cluster", type=int, default=0, metavar="N",
+                    help="the stream kernel's clusters of at least N blocks one block an SM (STREAM_ALONE_CLUSTER)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
     if args.cluster_policy:
         launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[args.cluster_policy]
+    attention_module.STREAM_ALONE_CLUSTER = args.alone_cluster
     try:
         HQ, HKV, D = (int(x) for x in args.heads.split(","))
     except ValueError:
@@ -478,7 +484,7 @@ def main(argv=None) -> int:
     copy_bw = copy_bandwidth()
     meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__,
                     run_cells=args.run_cells, defines=args.define, heads=[HQ, HKV, D],
-                    cluster_policy=args.cluster_policy or "driver default")
+                    cluster_policy=args.cluster_policy or "driver default", alone_cluster=args.alone_cluster)
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()

@@ -5,7 +5,7 @@ printed in µs from the first block's start: min / p10 / median / p90 / max over
 reach the stage.
 
     PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [-DNAME ...] [--warm] [--evict] [--cluster-policy=NAME]
-        [B:CONTEXT[:SPLITS[:CODES]] ...]
+        [--alone-cluster=N] [B:CONTEXT[:SPLITS[:CODES]] ...]
 
 (SPLITS 0: the rule; CODES 1: int8 codes out too; -DNAME: attention_stream.cu built with that switch;
 --warm: a call at a context of WARM_CONTEXT positions runs just before each timed one, so that the
@@ -17,6 +17,7 @@ in L2 but not in the SMs: --warm against --warm --evict is what the SMs' instruc
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels import launch  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel, sm_count  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
+
+attention_module = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
 
 STAGES = STREAM_STAGES
 # each block's own spans between these stages (5 -> 12 -> 13 -> 14 -> 15 -> 6: the block's end,
@@ -99,6 +102,8 @@ def main(argv=None) -> int:
     for a in argv:                      # --cluster-policy=NAME: launch.CLUSTER_POLICIES' placement
         if a.startswith("--cluster-policy="):
             launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[a.split("=", 1)[1]]
+        if a.startswith("--alone-cluster="):    # clusters of at least N blocks one block an SM
+            attention_module.STREAM_ALONE_CLUSTER = int(a.split("=", 1)[1])
     cases = [tuple(int(v) for v in a.split(":")) for a in argv if not a.startswith("-")] or CASES
     for case in cases:
         probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0, warm, evict)
