@@ -288,7 +288,7 @@ def _stream_kernel(d: int, stages: int, defines: tuple[tuple[str, int], ...] = (
     """attn_stream_kernel<d, stages>; `defines`: attention_stream.cu's switches, for A/Bs."""
     kern = get_kernel("attention_stream", f"attn_stream_kernel<{d}, {stages}>", defines=dict(defines),
                       name_expressions=_STREAM_EXPRS)
-    kern.fn.max_dynamic_shared_size_bytes = max(stream_smem(d, stages), STREAM_ALONE_SMEM)   # a cap, not a reservation
+    kern.fn.max_dynamic_shared_size_bytes = stream_smem(d, stages)
     kern.fn.preferred_shared_memory_carveout = 100
     allow_large_clusters(kern.fn)
     return kern
@@ -638,8 +638,10 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
-        if STREAM_ALONE_CLUSTER and cluster >= STREAM_ALONE_CLUSTER:
-            smem = max(smem, STREAM_ALONE_SMEM)
+        if STREAM_ALONE_CLUSTER and cluster >= STREAM_ALONE_CLUSTER and smem < STREAM_ALONE_SMEM:
+            smem = STREAM_ALONE_SMEM
+            if fn.fn.max_dynamic_shared_size_bytes < smem:      # a cap, not a reservation
+                fn.fn.max_dynamic_shared_size_bytes = smem
     elif wgmma:                                      # prefill: 128-row blocks, one split
         producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
         resident = producer and WGMMA_PERSISTENT and not codes_asked
