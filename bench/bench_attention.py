@@ -44,8 +44,6 @@ from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_
                                         mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_plan,
                                         wgmma_runs, workspace_size)
 
-attention_module = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
-
 HQ, HKV, D = 32, 8, 128                       # Qwen3-8B
 BATCHES = (1, 8, 32, 64)
 CONTEXTS = (1024, 8192, 32768, 131072)
@@ -437,6 +435,14 @@ def markdown(meta, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def use_placement(policy: str | None, alone: int) -> None:
+    """Place every later cluster launch's blocks by `policy` (a launch.CLUSTER_POLICIES name; None:
+    the driver's default) and, with alone > 0, the stream kernel's clusters of at least `alone`
+    blocks one block an SM (ops/attention.py: STREAM_ALONE_CLUSTER)."""
+    launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[policy] if policy else None
+    importlib.import_module("glimmer_cupy.ops.attention").STREAM_ALONE_CLUSTER = alone
+
+
 def main(argv=None) -> int:
     global HQ, HKV, D
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -469,9 +475,7 @@ def main(argv=None) -> int:
                     help="the stream kernel's clusters of at least N blocks one block an SM (STREAM_ALONE_CLUSTER)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
-    if args.cluster_policy:
-        launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[args.cluster_policy]
-    attention_module.STREAM_ALONE_CLUSTER = args.alone_cluster
+    use_placement(args.cluster_policy, args.alone_cluster)
     try:
         HQ, HKV, D = (int(x) for x in args.heads.split(","))
     except ValueError:

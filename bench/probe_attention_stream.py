@@ -17,7 +17,6 @@ in L2 but not in the SMs: --warm against --warm --evict is what the SMs' instruc
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -29,14 +28,11 @@ import glimmer_cupy.kernels.build as build  # noqa: E402
 
 build.add_defines("GLIMMER_STAMPS")
 
-from bench_attention import D, HQ, random_pool, scattered_cells  # noqa: E402
+from bench_attention import D, HQ, random_pool, scattered_cells, use_placement  # noqa: E402
 from stamp_stats import STREAM_STAGES, module_smids, module_stamps, print_by_sm, print_spans, print_stages  # noqa: E402
 from glimmer_cupy import ops  # noqa: E402
-from glimmer_cupy.kernels import launch  # noqa: E402
 from glimmer_cupy.kernels.build import get_kernel, sm_count  # noqa: E402
 from glimmer_cupy.ops.attention import _STREAM_EXPRS, workspace_size  # noqa: E402
-
-attention_module = importlib.import_module("glimmer_cupy.ops.attention")   # the module (ops.attention is the op)
 
 STAGES = STREAM_STAGES
 # each block's own spans between these stages (5 -> 12 -> 13 -> 14 -> 15 -> 6: the block's end,
@@ -99,11 +95,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     build.add_defines(*(a[2:] for a in argv if a.startswith("-D")))      # a source's switches, e.g. -DATTN_LAST_ACQREL
     warm, evict = "--warm" in argv, "--evict" in argv
-    for a in argv:                      # --cluster-policy=NAME: launch.CLUSTER_POLICIES' placement
-        if a.startswith("--cluster-policy="):
-            launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[a.split("=", 1)[1]]
-        if a.startswith("--alone-cluster="):    # clusters of at least N blocks one block an SM
-            attention_module.STREAM_ALONE_CLUSTER = int(a.split("=", 1)[1])
+    opts = dict(a[2:].split("=", 1) for a in argv if a.startswith(("--cluster-policy=", "--alone-cluster=")))
+    use_placement(opts.get("cluster-policy"), int(opts.get("alone-cluster", 0)))
     cases = [tuple(int(v) for v in a.split(":")) for a in argv if not a.startswith("-")] or CASES
     for case in cases:
         probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0, warm, evict)
