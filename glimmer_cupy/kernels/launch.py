@@ -182,7 +182,9 @@ def allow_large_clusters(fn) -> None:
 # attribute, the driver's default). A kernel that fits two blocks an SM, launched as clusters of 16
 # (decode attention at batch 1 and 8k positions: 8 clusters, 128 blocks), had two blocks on 16 SMs
 # and none on 20 under the default; those blocks streamed their tiles a third slower, and the
-# launch ends with its slowest cluster (bench/results/NOTES.md, fifty-fifth session).
+# launch ends with its slowest cluster (bench/results/NOTES.md, fifty-fifth session). The spread
+# preference left that placement as it was on an H100 (20.0 against 20.1 us; fifty-sixth session), so
+# it stays off: an A/B arm (bench_attention.py --cluster-policy).
 CLUSTER_POLICY: int | None = None
 
 

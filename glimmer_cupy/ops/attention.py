@@ -273,7 +273,8 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
 # off): such a launch asks for STREAM_ALONE_SMEM bytes of shared memory, more than half of what an SM
 # has, so no SM holds two of its blocks. The driver's default placement put clusters of 16 two blocks
 # an SM on 16 SMs at batch 1 / 8k (bench/results/NOTES.md, fifty-fifth session); this is the A/B arm
-# beside launch.CLUSTER_POLICY's spread placement. A cluster then needs as many SMs of one GPC free.
+# beside launch.CLUSTER_POLICY's spread placement. A cluster then needs as many SMs of one GPC free,
+# and waits for them: 26.5 against 20.1 us at batch 1 / 8k on an H100 (fifty-sixth session), so off.
 STREAM_ALONE_CLUSTER = 0
 STREAM_ALONE_SMEM = 116 * 1024
 
