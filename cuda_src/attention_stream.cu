@@ -280,7 +280,9 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         next_cell2 = cell_of(j + STAGES + 2);
 #ifdef ATTN_KV_L2_AHEAD
         // tile j + STAGES + 2 asked into L2 now that its cells are known (lanes 0-15: its K rows,
-        // 16-31: its V rows), so that DRAM has more of the stream in flight than the ring holds
+        // 16-31: its V rows), so that DRAM has more of the stream in flight than the ring holds.
+        // An A/B switch: on an H100, which streams at copy without it, 0.7-1.6 us slower at batch 1
+        // and 1.5% faster at batch 8 / 32k (bench/results/NOTES.md, fifty-sixth session)
         if (j + STAGES + 2 < n_mine && tile_start(j + STAGES + 2) + (lane & (kPos - 1)) < p_end) {
             const char* row = (lane < kPos ? krow : vrow) + (unsigned long long)((u32)next_cell2 * cell16) * 16u;
 #pragma unroll
