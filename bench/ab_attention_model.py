@@ -18,7 +18,6 @@ Arms:
   depth 2 early  both of depth 2 and early
   spread      cluster launches placed by the spread policy (kernels/launch.py: CLUSTER_POLICY)
   balanced    cluster launches placed by the load-balancing policy
-  alone 16    the stream kernel's clusters of 16 one block an SM (ops/attention.py: STREAM_ALONE_CLUSTER)
 
     PYTHONPATH=$PWD python3 bench/ab_attention_model.py --synthetic qwen3-8b [--prompt 512] [--out FILE]
 """
@@ -67,7 +66,6 @@ ARMS = {
                       (attention, "stream_early"): lambda d: True},
     "spread": {(launch, "CLUSTER_POLICY"): launch.CLUSTER_POLICIES["spread"]},
     "balanced": {(launch, "CLUSTER_POLICY"): launch.CLUSTER_POLICIES["load-balancing"]},
-    "alone 16": {(attention, "STREAM_ALONE_CLUSTER"): 16},
 }
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Gemma 3 270M shapes (head dim 256: the rule takes no shortcut there):
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
@@ -435,12 +434,10 @@ def markdown(meta, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
-def use_placement(policy: str | None, alone: int) -> None:
+def use_placement(policy: str | None) -> None:
     """Place every later cluster launch's blocks by `policy` (a launch.CLUSTER_POLICIES name; None:
-    the driver's default) and, with alone > 0, the stream kernel's clusters of at least `alone`
-    blocks one block an SM (ops/attention.py: STREAM_ALONE_CLUSTER)."""
+    the driver's default)."""
     launch.CLUSTER_POLICY = launch.CLUSTER_POLICIES[policy] if policy else None
-    importlib.import_module("glimmer_cupy.ops.attention").STREAM_ALONE_CLUSTER = alone
 
 
 def main(argv=None) -> int:
@@ -471,11 +468,9 @@ def main(argv=None) -> int:
                     help="query heads, kv heads and head dim of every case (default Qwen3-8B's; SmolLM2's 9,3,64)")
     ap.add_argument("--cluster-policy", choices=tuple(launch.CLUSTER_POLICIES),
                     help="place every cluster launch's blocks by this policy (default: no attribute, the driver's)")
-    ap.add_argument("--alone-cluster", type=int, default=0, metavar="N",
-                    help="the stream kernel's clusters of at least N blocks one block an SM (STREAM_ALONE_CLUSTER)")
     ap.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
     args = ap.parse_args(argv)
-    use_placement(args.cluster_policy, args.alone_cluster)
+    use_placement(args.cluster_policy)
     try:
         HQ, HKV, D = (int(x) for x in args.heads.split(","))
     except ValueError:
@@ -488,7 +483,7 @@ def main(argv=None) -> int:
     copy_bw = copy_bandwidth()
     meta = run_meta(copy_tbps=copy_bw / 1e12, torch=None if torch is None else torch.__version__,
                     run_cells=args.run_cells, defines=args.define, heads=[HQ, HKV, D],
-                    cluster_policy=args.cluster_policy or "driver default", alone_cluster=args.alone_cluster)
+                    cluster_policy=args.cluster_policy or "driver default")
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()

@@ -5,7 +5,7 @@ printed in µs from the first block's start: min / p10 / median / p90 / max over
 reach the stage.
 
     PYTHONPATH=$PWD python3 bench/probe_attention_stream.py [-DNAME ...] [--warm] [--evict] [--cluster-policy=NAME]
-        [--alone-cluster=N] [B:CONTEXT[:SPLITS[:CODES]] ...]
+        [B:CONTEXT[:SPLITS[:CODES]] ...]
 
 (SPLITS 0: the rule; CODES 1: int8 codes out too; -DNAME: attention_stream.cu built with that switch;
 --warm: a call at a context of WARM_CONTEXT positions runs just before each timed one, so that the
@@ -95,8 +95,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     build.add_defines(*(a[2:] for a in argv if a.startswith("-D")))      # a source's switches, e.g. -DATTN_LAST_ACQREL
     warm, evict = "--warm" in argv, "--evict" in argv
-    opts = dict(a[2:].split("=", 1) for a in argv if a.startswith(("--cluster-policy=", "--alone-cluster=")))
-    use_placement(opts.get("cluster-policy"), int(opts.get("alone-cluster", 0)))
+    use_placement(next((a.split("=", 1)[1] for a in argv if a.startswith("--cluster-policy=")), None))
     cases = [tuple(int(v) for v in a.split(":")) for a in argv if not a.startswith("-")] or CASES
     for case in cases:
         probe(case[0], case[1], case[2] if len(case) > 2 else None, len(case) > 3 and case[3] != 0, warm, evict)

@@ -864,17 +864,15 @@ def test_stream_cluster_merge_by_group(hq, hkv, d, lens):
 
 
 @gpu
-@pytest.mark.parametrize("placement", ["spread", "load-balancing", "alone"])
+@pytest.mark.parametrize("policy", ["spread", "load-balancing"])
 @pytest.mark.parametrize("lens,width", [([8187], 8192), ([600, 65, 1000], 1024)])
-def test_cluster_placement_changes_no_bit(monkeypatch, placement, lens, width):
-    """Where the hardware puts a cluster's blocks (launch.CLUSTER_POLICY, or one block an SM by
-    STREAM_ALONE_CLUSTER's shared memory) changes only the time: at batch 1 and 8k positions
-    (clusters of 16) and in a mixed step (clusters of 8, some blocks idle), the same output and int8
-    codes bit for bit as the driver's default placement."""
+def test_cluster_placement_changes_no_bit(monkeypatch, policy, lens, width):
+    """Where the hardware puts a cluster's blocks (launch.CLUSTER_POLICY) changes only the time: at
+    batch 1 and 8k positions (clusters of 16) and in a mixed step (clusters of 8, some blocks idle),
+    the same output and int8 codes bit for bit as the driver's default placement."""
     import cupy
 
     from glimmer_cupy.kernels import launch
-    att = sys.modules["glimmer_cupy.ops.attention"]         # the module (ops.attention is the op)
     rng = np.random.default_rng(width + len(lens))
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, 32, 8, 128)
     wide = np.zeros((len(lens), width), np.int32)
@@ -887,10 +885,7 @@ def test_cluster_placement_changes_no_bit(monkeypatch, placement, lens, width):
         return [cupy.asnumpy(a) for a in (res.x, res.q, res.d)]
 
     default = run()
-    if placement == "alone":
-        monkeypatch.setattr(att, "STREAM_ALONE_CLUSTER", 8)
-    else:
-        monkeypatch.setattr(launch, "CLUSTER_POLICY", launch.CLUSTER_POLICIES[placement])
+    monkeypatch.setattr(launch, "CLUSTER_POLICY", launch.CLUSTER_POLICIES[policy])
     for got, want in zip(run(), default):
         np.testing.assert_array_equal(got, want)
 

@@ -269,16 +269,6 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
     return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
 
 
-# One block an SM for the stream kernel's cluster launches of at least STREAM_ALONE_CLUSTER blocks (0:
-# off): such a launch asks for STREAM_ALONE_SMEM bytes of shared memory, more than half of what an SM
-# has, so no SM holds two of its blocks. The driver's default placement put clusters of 16 two blocks
-# an SM on 16 SMs at batch 1 / 8k (bench/results/NOTES.md, fifty-fifth session); this is the A/B arm
-# beside launch.CLUSTER_POLICY's spread placement. A cluster then needs as many SMs of one GPC free,
-# and waits for them: 26.5 against 20.1 us at batch 1 / 8k on an H100 (fifty-sixth session), so off.
-STREAM_ALONE_CLUSTER = 0
-STREAM_ALONE_SMEM = 116 * 1024
-
-
 def stream_cluster_cap(d: int, stages: int) -> int:
     """The most blocks a cluster of attn_stream_kernel<d, stages> may have (cluster_cap)."""
     return cluster_cap(stream_blocks_per_sm(d, stages))
@@ -639,10 +629,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
-        if STREAM_ALONE_CLUSTER and cluster >= STREAM_ALONE_CLUSTER and smem < STREAM_ALONE_SMEM:
-            smem = STREAM_ALONE_SMEM
-            if fn.fn.max_dynamic_shared_size_bytes < smem:      # a cap, not a reservation
-                fn.fn.max_dynamic_shared_size_bytes = smem
     elif wgmma:                                      # prefill: 128-row blocks, one split
         producer = WGMMA_PRODUCER if force_producer is None else bool(force_producer)
         resident = producer and WGMMA_PERSISTENT and not codes_asked
