@@ -94,11 +94,13 @@ def test_bench_decode_runs_on_a_tiny_model(tmp_path, capsys):
     # overlapped steps: the host's work hides behind the device's, so a step takes at least
     # about the graph's time (measurement noise aside), and more where the host is slower
     assert rows[0]["overlap"] and 0.9 * rows[0]["gpu_step_us"] < rows[0]["step_us_median"]
-    # not overlapped, the device's part of a step: the graph alone is faster than a step timed from the host
+    # not overlapped, the device's part of a step: the graph alone takes at most about a step timed
+    # from the host (noise aside: on a GPU shared with other processes, as when the GPU tests run
+    # in parallel shards, both are mostly waiting for the others and came out 351 against 349 µs)
     assert main(["bench", "decode", "-m", str(path), "--prompt", "40", "--gen", "8", "--runs", "2",
                  "--no-overlap", "--out", str(out)]) == 0
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
-    assert not rows[0]["overlap"] and 0 < rows[0]["gpu_step_us"] < rows[0]["step_us_median"]
+    assert not rows[0]["overlap"] and 0 < rows[0]["gpu_step_us"] < 1.1 * rows[0]["step_us_median"]
     assert "not overlapped" in out.with_suffix(".md").read_text()
     # the prompt in 16-token steps (graphs), as the engine slices it
     assert main(["bench", "decode", "-m", str(path), "--prompt", "40", "--gen", "4", "--runs", "1",

@@ -161,6 +161,35 @@ def test_prefill_and_decode_logits_match_host(tiny_dec):
 
 
 @pytest.mark.gpu
+def test_logits_are_finished_for_the_callers_stream(tiny_dec):
+    """The step runs on the executor's non-blocking stream, held back here by a 50 ms spin queued
+    before it; a `.get()` straight after logits() on the caller's stream still reads the finished
+    logits (the caller's stream waits for the step), equal to the same step's after a full sync."""
+    import cupy
+
+    spin = cupy.RawKernel(r'''
+    extern "C" __global__ void spin(unsigned long long ns) {
+        unsigned long long t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+    }''', "spin")
+    got = []
+    for hold in (True, False):
+        ex = cuda_executor(tiny_dec, 64)
+        # tokens no other test runs, so no freed buffer of the pool holds these logits already
+        step = plan_step(CellPool(64), [(Sequence([31, 4, 99, 123, 6, 17, 250], GREEDY), 7)])
+        if hold:
+            with ex.stream:
+                spin((1,), (1,), (np.uint64(50_000_000),))
+            got.append(ex.logits(step).get())
+        else:
+            logits = ex.logits(step)
+            cupy.cuda.Device().synchronize()
+            got.append(logits.get())
+    assert np.isfinite(got[1]).all() and np.array_equal(got[0], got[1])
+
+
+@pytest.mark.gpu
 def test_packed_batch_over_scattered_cells_and_padding(tiny_dec):
     a, b = [3, 70, 200, 5, 9, 44, 13], [250, 1, 77, 100, 8]
     runs = []

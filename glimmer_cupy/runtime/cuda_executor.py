@@ -378,13 +378,20 @@ class CudaExecutor:
 
     def logits(self, step: StepBatch):
         """(K, vocab) float32 CuPy logits of the step's logit rows, run eagerly on the executor's
-        stream (not waited for), with the buckets of a static step when it is one."""
+        stream, with the buckets of a static step when it is one. The host does not wait for the
+        step; the caller's current stream does, so what it runs next on the logits (a `.get()`, any
+        CuPy op) reads them finished."""
+        import cupy
+
         self.step_no += 1
         check_step(step, self.n_cells, self.cfg.vocab)
         self._slots.forget()
         safe = graph_safe() if self.is_static(step) else contextlib.nullcontext()
         with self._reporting("forward"), self.stream, safe:
-            return self.decoder.forward(self.upload_step(step), self.kv)
+            logits = self.decoder.forward(self.upload_step(step), self.kv)
+            done = self.stream.record()
+        cupy.cuda.get_current_stream().wait_event(done)
+        return logits
 
     def synchronize(self) -> None:
         """Wait for the steps launched so far (timings; a CUDA error surfaces here as CudaStepError)."""
