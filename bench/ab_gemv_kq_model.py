@@ -11,8 +11,8 @@ Arms:
   q6k rows 2    Q6_K at 2 rows a warp at M = 1 (KQ_M1_ROWS empty), as Q4_K
   q4k rows 4    Q4_K at 4 rows a warp at M = 1, as Q6_K
   q4k rows 1    Q4_K at 1 row a warp at M = 1 (46 registers: ten blocks an SM instead of nine)
-  q6k ws 2      Q6_K matrices at M = 1 with half the warps a row set where the rule gives four (8B's
-                down projection: 512 blocks, one wave at four blocks an SM, instead of 1024)
+  q6k ws 4      Q6_K matrices at M = 1 without the rule's cap of two warps a row set (KQ_M1_MAX_WS
+                empty: 8B's down projection in 1024 blocks, two waves at four an SM, instead of 512)
   no pair       q|k and a v of another type as two launches (KQ_PAIRS empty), not one gemv_kq_pair_kernel
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
@@ -38,10 +38,10 @@ from glimmer_cupy.weights.quant_tensor import QType  # noqa: E402
 RULE = matmul.kq_config
 
 
-def ws_scaled(factor: float, qtype_only=None):
+def ws_scaled(factor: float):
     def config(m: int, n: int, k: int, qtype=None) -> tuple[int, int]:
         rows, ws = RULE(m, n, k, qtype)
-        if m == 1 and qtype_only in (None, qtype):
+        if m == 1:
             ws = min(max(matmul.KQ_SPLITS), max(1, int(ws * factor)))
         return rows, ws
     return config
@@ -56,7 +56,7 @@ ARMS = {
     "q6k rows 2": {(matmul, "KQ_M1_ROWS"): {}},
     "q4k rows 4": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 4}},
     "q4k rows 1": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 1}},
-    "q6k ws 2": {(matmul, "kq_config"): ws_scaled(0.5, QType.Q6_K)},
+    "q6k ws 4": {(matmul, "KQ_M1_MAX_WS"): {}},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
     "q6k pairs": {(cuda_executor, "Q6K_PAIRS"): True},

@@ -103,10 +103,11 @@ def test_bucket_table_covers_every_m():
 
 def test_kq_pair_config_cpu():
     """A pair launch keeps each part's own warps a row set; a large pair (Qwen3-8B's q|k beside a Q6_K
-    v) runs its Q6_K part at one row a warp, a small one (0.6B's) at kq_rows's four."""
+    v) runs its Q6_K part at one row a warp (and, as every Q6_K matrix at M = 1, at most two warps a
+    set), a small one (0.6B's) at kq_rows's four."""
     from glimmer_cupy.ops.matmul import kq_pair_config
-    assert kq_pair_config(QType.Q4_K, QType.Q6_K, 5120, 1024, 4096) == ((2, 4), (1, 4))
-    assert kq_pair_config(QType.Q6_K, QType.Q4_K, 1024, 5120, 4096) == ((1, 4), (2, 4))
+    assert kq_pair_config(QType.Q4_K, QType.Q6_K, 5120, 1024, 4096) == ((2, 4), (1, 2))
+    assert kq_pair_config(QType.Q6_K, QType.Q4_K, 1024, 5120, 4096) == ((1, 2), (2, 4))
     assert kq_pair_config(QType.Q4_K, QType.Q6_K, 3072, 1024, 1024) == ((2, 1), (4, 1))
 
 
@@ -116,7 +117,11 @@ def test_kq_config_fills_the_chip_within_a_row():
     assert kq_config(1, 12288, 4096) == (2, 2)
     assert kq_config(1, 151936, 4096, QType.Q4_K) == (2, 1)   # the head fills the chip with one warp a set
     assert kq_config(1, 151936, 4096, QType.Q6_K) == (4, 1)   # Q6_K's head: 4 rows a warp
-    assert kq_config(2, 151936, 4096, QType.Q6_K) == (2, 1) and kq_config(1, 12288, 4096, QType.Q6_K) == (4, 4)
+    assert kq_config(2, 151936, 4096, QType.Q6_K) == (2, 1) and kq_config(2, 12288, 4096, QType.Q6_K) == (2, 2)
+    # Q6_K at M = 1: at most two warps a set (KQ_M1_MAX_WS): 8B's down in one wave of 512 blocks
+    assert kq_config(1, 12288, 4096, QType.Q6_K) == (4, 2) and kq_config(1, 4096, 12288, QType.Q6_K) == (4, 2)
+    assert kq_config(1, 1024, 4096, QType.Q6_K) == (4, 2) and kq_config(1, 4096, 12288, QType.Q4_K) == (2, 4)
+    assert kq_config(1, 1024, 3072, QType.Q6_K) == (4, 2) and kq_config(1, 1024, 1024, QType.Q6_K) == (4, 1)
     assert kq_config(1, 12288, 4096, QType.Q4_K) == (2, 2)
     assert kq_config(1, 1027, 768) == (2, 1)           # 3 super-blocks: one group of four at most
     assert kq_config(1, 515, 2560) == (2, 2)           # 10 super-blocks: three groups, two warps

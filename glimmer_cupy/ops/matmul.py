@@ -549,6 +549,14 @@ KQ_OCC_WEIGHTS = 8 << 20            # weights: 0.6B's matrices (6.3M at most) ta
 # 25.2 / 13.6 us against 6.8 / 9.2 / 26.7 / 14.8; Q4_K 5.4 / 7.1 / 18.8 / 13.1 against 4.9 / 6.4 /
 # 17.5 / 9.9. So Q6_K takes 4 rows everywhere at M = 1 and Q4_K keeps the table's.
 KQ_M1_ROWS = {QType.Q6_K: 4}
+# type -> the most warps a row set at M = 1. Q6_K (4 rows a warp, four blocks an SM): 2, so Qwen3-8B's
+# down projection (4096x12288) runs 512 blocks, one wave, instead of 1024, and the Q6_K v of its
+# q|k + v pairs (1024x4096) half the warps a set. In pair order, as the executor uploads Q6_K, the 8B
+# step measured 2019.0 / 2027.0 / 2022.8 us with the cap against 2033.2 / 2036.3 / 2031.1 without
+# (H200, alternated; bench/ab_gemv_kq_model.py "q6k ws 4", bench/results/ab_gemv_kq_ws2_6707fe5_h200.json).
+# Qwen3-0.6B's Q6_K matrices take 2 and 1 already (its down at 1 cost +5.6 us in the same call).
+# In GGUF order the cap was a wash at 8B (thirty-third session).
+KQ_M1_MAX_WS = {QType.Q6_K: 2}
 
 
 # gemv_dp4a's bucket on the small-block types: gemv_staged_kernel (gemv_staged.cu), each warp's R rows
@@ -596,10 +604,12 @@ def kq_occupancy(qtype: QType, m: int, n: int, k: int, rows: int) -> int:
 
 def kq_config(m: int, n: int, k: int, qtype: QType | None = None) -> tuple[int, int]:
     """(rows per warp set, warps per set) for gemv_kq: the fewest warps per set that fill the chip,
-    never more than a row has groups of four super-blocks."""
+    never more than a row has groups of four super-blocks nor, at M = 1, KQ_M1_MAX_WS's."""
     rows = kq_rows(m, qtype)
     sets = -(-n // rows)
     most = max(1, -(-(k // 256) // 4))           # groups of four super-blocks in a row
+    if m == 1:
+        most = min(most, KQ_M1_MAX_WS.get(qtype, most))
     ws = next((s for s in KQ_SPLITS if sets * s >= KQ_TARGET_WARPS), KQ_SPLITS[-1])
     return rows, max(s for s in KQ_SPLITS if s <= min(ws, most))
 
