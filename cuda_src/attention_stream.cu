@@ -153,10 +153,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     constexpr int PPR = D / 8, RPI = 32 / PPR, ITER = kPos / RPI;
     const char* kp = reinterpret_cast<const char*>(k_pool + (long long)kvh * D + 8 * (lane % PPR));
     const char* vp = reinterpret_cast<const char*>(v_pool + (long long)kvh * D + 8 * (lane % PPR));
-#ifdef ATTN_KV_L2_AHEAD
-    const char* krow = reinterpret_cast<const char*>(k_pool + (long long)kvh * D);
-    const char* vrow = reinterpret_cast<const char*>(v_pool + (long long)kvh * D);
-#endif
     // K and V, read once, are copied evict-first, so that the stream does not push the cell table,
     // the partials and the kernel's code out of L2 (batch 1 at 32k: 44.6 -> 42.3 us, bench/results/
     // NOTES.md); ATTN_KV_EVICT_NORMAL copies them with the default policy, for the A/B
@@ -278,17 +274,6 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         const int cell = next_cell;
         next_cell = next_cell2;
         next_cell2 = cell_of(j + STAGES + 2);
-#ifdef ATTN_KV_L2_AHEAD
-        // tile j + STAGES + 2 asked into L2 now that its cells are known (lanes 0-15: its K rows,
-        // 16-31: its V rows), so that DRAM has more of the stream in flight than the ring holds.
-        // An A/B switch: on an H100, which streams at copy without it, 0.7-1.6 us slower at batch 1
-        // and 1.5% faster at batch 8 / 32k (bench/results/NOTES.md, fifty-sixth session)
-        if (j + STAGES + 2 < n_mine && tile_start(j + STAGES + 2) + (lane & (kPos - 1)) < p_end) {
-            const char* row = (lane < kPos ? krow : vrow) + (unsigned long long)((u32)next_cell2 * cell16) * 16u;
-#pragma unroll
-            for (int b = 0; b < 2 * D; b += 128) prefetch_l2(row + b);
-        }
-#endif
         __syncwarp();
         issue(j + STAGES, cell);
     }

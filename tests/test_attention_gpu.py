@@ -940,18 +940,6 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
 
 @gpu
-@pytest.mark.parametrize("hq,hkv,d,lens,splits", [
-    (32, 8, 128, [32768], None),        # batch 1 at 32k: ~250 tiles a warp
-    (9, 3, 64, [3000, 45, 2999], 47),   # three rows, splits with no work, tiles past a split's end
-    (8, 2, 256, [4095, 4095], None),    # head dim 256: four lines a row
-])
-def test_stream_l2_ahead_changes_no_bit(monkeypatch, hq, hkv, d, lens, splits):
-    """attn_stream_kernel built with ATTN_KV_L2_AHEAD (L2 prefetches of the tiles two ahead of the
-    ring) against its default build: the same output and codes bit for bit."""
-    assert_switch_same_bits(monkeypatch, "ATTN_KV_L2_AHEAD", hq, hkv, d, lens, splits, 7 * hq + d)
-
-
-@gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_stream_positions_past_the_length(d):
     """attn_stream_kernel loads a token's first cells for the range ending at its own position

@@ -189,18 +189,6 @@ def test_wgmma_phases_compile(tmp_path: Path):
     assert_no_spills(kernels, "attn_wgmma_kernel with its phase counters")
 
 
-def test_stream_l2_ahead_compiles(tmp_path: Path):
-    """attention_stream.cu's ATTN_KV_L2_AHEAD switch (K/V asked into L2 two tiles ahead of the ring,
-    for bench_attention.py --define) compiles into every stream instance without spills."""
-    rc, log = compile_cubin(CUDA_SRC / "attention_stream.cu", tmp_path,
-                            defines=("GLIMMER_INSTANTIATE", "ATTN_KV_L2_AHEAD"))
-    assert rc == 0, f"attention_stream.cu does not compile with ATTN_KV_L2_AHEAD:\n{log}"
-    kernels = ptxas_report(log)
-    from glimmer_cupy.ops.attention import STREAM_VARIANTS
-    assert len(kernels) == len(STREAM_VARIANTS)
-    assert_no_spills(kernels, "attn_stream_kernel with ATTN_KV_L2_AHEAD")
-
-
 @pytest.mark.parametrize("module", ["norm", "activation", "gemv_kq", "embed"])
 def test_launch_log_compiles(module: str, tmp_path: Path):
     """The launch log in pdl_wait (cuda_src/pdl.cuh, for bench/probe_decode_stamps.py) compiles into
