@@ -400,10 +400,14 @@ class CudaExecutor:
 
     def sample(self, logits, params, positions, ids=None) -> tuple[np.ndarray, np.ndarray]:
         """Host (tokens, flags) int32 (K,), from ops.sample_rows on the device and one small copy;
-        ids: the (2, K) int32 device array to sample into (default: a new one)."""
+        ids: the (2, K) int32 device array to sample into (default: a new one). The executor's
+        stream first waits for the caller's current one, so logits the caller has just changed there
+        (a row masked, say) are read as changed."""
         import cupy
 
+        caller = cupy.cuda.get_current_stream().record()
         with self._reporting("sample"), self.stream:
+            self.stream.wait_event(caller)
             logits = cupy.asarray(logits)                     # no copy for device logits
             if ids is None:
                 ids = cupy.empty((2, logits.shape[0]), dtype=cupy.int32)
