@@ -85,9 +85,9 @@ def load_decoder(path: Path) -> Decoder:
 
 
 def to_host(a) -> np.ndarray:
-    """A host copy of a, once the device is done: CudaExecutor.logits does not wait for its step,
-    which runs on the executor's non-blocking stream, and a.get() copies on the current (default)
-    stream, which does not wait for a non-blocking one."""
+    """A host copy of a, once the device is done. logits() orders the caller's stream after its
+    step, but other arrays the executor's non-blocking stream writes (last_logits) are not ordered
+    so, and a.get() copies on the current (default) stream."""
     if not hasattr(a, "get"):
         return np.asarray(a)
     import cupy
