@@ -406,8 +406,14 @@ class CudaExecutor:
         import cupy
 
         caller = cupy.cuda.get_current_stream().record()
+        self.stream.wait_event(caller)
+        return self._sample_here(logits, params, positions, ids)
+
+    def _sample_here(self, logits, params, positions, ids=None) -> tuple[np.ndarray, np.ndarray]:
+        """sample() for logits the executor's stream has made (no wait for another stream)."""
+        import cupy
+
         with self._reporting("sample"), self.stream:
-            self.stream.wait_event(caller)
             logits = cupy.asarray(logits)                     # no copy for device logits
             if ids is None:
                 ids = cupy.empty((2, logits.shape[0]), dtype=cupy.int32)
@@ -448,9 +454,9 @@ class CudaExecutor:
         if not k:
             done = Ready(np.zeros(0, np.int32), np.zeros(0, np.int32))
         elif k > self._ids.shape[2]:                          # more rows than a feed can take
-            done, k = Ready(*self.sample(logits, params, positions)), 0
+            done, k = Ready(*self._sample_here(logits, params, positions)), 0
         else:                                                 # into the slot a fed step after this one reads
-            done = Ready(*self.sample(logits, params, positions, ids=self._ids[slot, :, :k]))
+            done = Ready(*self._sample_here(logits, params, positions, ids=self._ids[slot, :, :k]))
         self._slots.launched(slot, done, k)
         return done
 
