@@ -284,9 +284,9 @@ def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages
     results = {}
     variants = [("simt", {})] + ([("mma", {})] if mma else [])
     if mma and wgmma_runs(D, HQ // HKV, "wgmma"):   # the warpgroup kernel on Hopper, each depth and block
-        rows, stages, _ = wgmma_plan(t, HQ // HKV, HKV, D, sm_count(), WGMMA_PRODUCER,
-                                     WGMMA_PRODUCER and WGMMA_PERSISTENT)
-        rule = (stages, rows, WGMMA_PRODUCER)           # the default route's: the "wgmma" row
+        wg_rows, wg_stages, _ = wgmma_plan(t, HQ // HKV, HKV, D, sm_count(), WGMMA_PRODUCER,
+                                           WGMMA_PRODUCER and WGMMA_PERSISTENT)
+        rule = (wg_stages, wg_rows, WGMMA_PRODUCER)     # the default route's: the "wgmma" row
         variants += [("wgmma", {})] + [(f"wgmma_r{r}_s{st}" + "_p" * p,
                                         dict(kernel="wgmma", force_rows=r, force_stages=st, force_producer=p))
                                        for d, st, r, p in WGMMA_VARIANTS if d == D and (st, r, p) != rule]
