@@ -401,6 +401,23 @@ def test_bench_exact_arbiter_matches_reference_cpu():
     assert math.isnan(nmse(np, np.full_like(got, np.inf), got))
 
 
+def test_bench_table_marks_an_sdpa_time_whose_output_was_off():
+    """A row where SDPA's output missed the exact rows (zeros: NMSE inf, or garbage, or NaN) keeps its
+    time but says so in the table; a row whose output matched is printed plain. CPU only."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.bench_attention import markdown
+    row = dict(batch=8, context=32768, splits=4, us=361.3, kv_gbps=2970.0, of_copy=0.70, torch_us=238.3,
+               torch_gbps=4510.0, stream_us=286.4, stream_of_copy=0.88)
+    meta = dict(gpu="GPU", date="today", commit="abc", copy_tbps=4.24)
+    def line(v):
+        return markdown(meta, [dict(row, torch_nmse_vs_exact=v)]).splitlines()[-1]
+    assert "| 238.3 | 4.51 |" in line(8e-6) and "off" not in line(8e-6)
+    for v in (float("inf"), 1.0, float("nan")):
+        assert f"| 238.3 (its output off: NMSE {v:.1e}) | 4.51 |" in line(v), line(v)
+
+
 # -- the tensor-core kernel's own shapes: prefill-shaped blocks (64 and 128 rows), pipeline depths --
 
 
