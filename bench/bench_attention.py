@@ -373,8 +373,7 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
     def sdpa_f32():
         """SDPA's output on set 0 as (B, q heads, D) float32, made on the same stream, the device idle after."""
         with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
-            out = F.scaled_dot_product_attention(tq[0], ks[0], vs[0], scale=scale, enable_gqa=True)
-            out = out.float().reshape(b, HQ, D).contiguous()
+            out = sdpa(0).float().reshape(b, HQ, D).contiguous()
         torch.cuda.synchronize()
         return cupy.from_dlpack(out)
     torch.cuda.synchronize()                               # the dense copies (cupy, default stream)

@@ -160,22 +160,6 @@ def test_prefill_and_decode_logits_match_host(tiny_dec):
                 seq.tokens.append(tokens[i])
 
 
-def spin_on(stream, ns: int) -> None:
-    """Queue a one-thread kernel that spins for ns nanoseconds of the GPU's global timer on `stream`
-    (None: the current stream), to hold back what is queued after it."""
-    import contextlib
-
-    import cupy
-    kern = cupy.RawKernel(r'''
-    extern "C" __global__ void spin(unsigned long long ns) {
-        unsigned long long t0, t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-        do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-    }''', "spin")
-    with stream if stream is not None else contextlib.nullcontext():
-        kern((1,), (1,), (np.uint64(ns),))
-
-
 @pytest.mark.gpu
 def test_logits_are_finished_for_the_callers_stream(tiny_dec):
     """The step runs on the executor's non-blocking stream, held back here by a 50 ms spin queued
@@ -183,13 +167,15 @@ def test_logits_are_finished_for_the_callers_stream(tiny_dec):
     logits (the caller's stream waits for the step), equal to the same step's after a full sync."""
     import cupy
 
+    from glimmer_cupy.benchmarks.timing import _spin
     got = []
     for hold in (True, False):
         ex = cuda_executor(tiny_dec, 64)
         # tokens no other test runs, so no freed buffer of the pool holds these logits already
         step = plan_step(CellPool(64), [(Sequence([31, 4, 99, 123, 6, 17, 250], GREEDY), 7)])
         if hold:
-            spin_on(ex.stream, 50_000_000)
+            with ex.stream:
+                _spin(50_000)
             got.append(ex.logits(step).get())
         else:
             logits = ex.logits(step)
@@ -205,11 +191,12 @@ def test_sample_reads_logits_as_the_callers_stream_left_them(tiny_dec):
     stream, give each row's second-best token, not the best it had before the change."""
     import cupy
 
+    from glimmer_cupy.benchmarks.timing import _spin
     ex = cuda_executor(tiny_dec, 64)
     step = plan_step(CellPool(64), [(Sequence([31, 4, 99, 123, 6, 17, 250], GREEDY), 7)])
     logits = ex.logits(step)
     before = np.argsort(to_host(logits), axis=-1)
-    spin_on(None, 50_000_000)
+    _spin(50_000)
     logits[cupy.arange(logits.shape[0]), cupy.asarray(before[:, -1])] = -1e30
     tokens, _ = ex.sample(logits, [GREEDY] * logits.shape[0], [7] * logits.shape[0])
     assert np.array_equal(tokens, before[:, -2]) and not np.array_equal(tokens, before[:, -1])
