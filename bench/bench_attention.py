@@ -253,20 +253,31 @@ def prompt_inputs(cupy, rng, t: int, hq: int, hkv: int, d: int):
             cupy.arange(t, dtype=cupy.int32), cupy.empty((t, hq, d), np.float32))
 
 
+def torch_copy(torch, cupy, arr):
+    """A torch tensor that owns a copy of the CuPy array `arr` (uint16 bf16 bits stay uint16), the
+    copy finished: no device buffer is left shared between CuPy's memory pool and torch's allocator."""
+    cupy.cuda.get_current_stream().synchronize()
+    out = torch.from_dlpack(cupy.ascontiguousarray(arr)).clone()
+    torch.cuda.synchronize()
+    return out
+
+
 def sdpa_prefill(torch, cupy, q, k_pool, v_pool, table, scale: float):
     """PyTorch's causal SDPA on contiguous bf16 copies of one prompt's q and K/V (prompt_inputs'):
     (a launch(i) on the current CuPy stream, its output as (T, q_heads, D) float32)."""
     import torch.nn.functional as F
-    dense = [torch.from_dlpack(cupy.ascontiguousarray(pool[table[0]].transpose(1, 0, 2))).view(torch.bfloat16)
-             [None] for pool in (k_pool, v_pool)]                      # (1, kv heads, T, D)
-    tq = torch.from_dlpack(q).to(torch.bfloat16).permute(1, 0, 2)[None].contiguous()   # (1, q heads, T, D)
+    dense = [torch_copy(torch, cupy, pool[table[0]].transpose(1, 0, 2)).view(torch.bfloat16)[None]
+             for pool in (k_pool, v_pool)]                             # (1, kv heads, T, D)
+    tq = torch_copy(torch, cupy, q).to(torch.bfloat16).permute(1, 0, 2)[None].contiguous()   # (1, q heads, T, D)
 
     def sdpa(i):
         with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
             return F.scaled_dot_product_attention(tq, dense[0], dense[1], scale=scale, is_causal=True,
                                                   enable_gqa=True)
     torch.cuda.synchronize()
-    return sdpa, cupy.from_dlpack(sdpa(0).float()[0].permute(1, 0, 2).contiguous())
+    out = sdpa(0).float()[0].permute(1, 0, 2)
+    torch.cuda.synchronize()
+    return sdpa, cupy.asarray(out.cpu().numpy())
 
 
 def prefill_case(t: int, rng, launches: int, reps: int, torch, mma: bool, stages=(), rows_list=()) -> dict:
@@ -362,20 +373,21 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
     for i in range(tsets):
         for pool, dst in ((k_pool, ks), (v_pool, vs)):
             dense = pool[tables[i]].transpose(0, 2, 1, 3)          # (B, ctx, 8, D) -> (B, 8, ctx, D)
-            dst.append(torch.from_dlpack(cupy.ascontiguousarray(dense)).view(torch.bfloat16))
+            dst.append(torch_copy(torch, cupy, dense).view(torch.bfloat16))
             del dense
-        tq.append(torch.from_dlpack(qs[i]).to(torch.bfloat16).view(b, HQ, 1, D))
+        tq.append(torch_copy(torch, cupy, qs[i]).to(torch.bfloat16).view(b, HQ, 1, D))
 
     def sdpa(i):
         with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
             return F.scaled_dot_product_attention(tq[i], ks[i], vs[i], scale=scale, enable_gqa=True)
 
     def sdpa_f32():
-        """SDPA's output on set 0 as (B, q heads, D) float32, made on the same stream, the device idle after."""
+        """SDPA's output on set 0 as (B, q heads, D) float32, made on the same stream and copied
+        through the host, so no device buffer is shared between torch's allocator and CuPy's."""
         with torch.cuda.stream(torch.cuda.ExternalStream(cupy.cuda.get_current_stream().ptr)):
-            out = sdpa(0).float().reshape(b, HQ, D).contiguous()
+            out = sdpa(0).float().reshape(b, HQ, D)
         torch.cuda.synchronize()
-        return cupy.from_dlpack(out)
+        return cupy.asarray(out.cpu().numpy())
     torch.cuda.synchronize()                               # the dense copies (cupy, default stream)
     ref_c = sdpa_f32()
     vs_kernel = nmse(cupy, outs[0], ref_c)
