@@ -14,9 +14,8 @@
 constexpr int kWarps = 4;
 
 // GEMV_KQ_AHEAD (Q4_K) and GEMV_KQ_AHEAD_Q6 (Q6_KP): super-blocks a lane has asked for beyond the
-// one it multiplies at M = 1, 1 or 2 (2 for the A/B of ops/matmul.py KQ_DEFINES). Q6_K's GGUF lanes
-// walk a pointer from one block to the next rather than find a block from sb, and wider M keep
-// their registers for x: both keep 1.
+// one it multiplies, 1 or 2 (2 for the A/B of ops/matmul.py KQ_DEFINES). Q6_K's GGUF lanes walk a
+// pointer from one block to the next rather than find a block from sb, and keep 1.
 #ifndef GEMV_KQ_AHEAD
 #define GEMV_KQ_AHEAD 1
 #endif
@@ -25,10 +24,9 @@ constexpr int kWarps = 4;
 #endif
 template <class A, class B> struct same_type { static constexpr bool value = false; };
 template <class A> struct same_type<A, A> { static constexpr bool value = true; };
-template <class QT, int M>
+template <class QT>
 struct KqAhead {
-    static constexpr int value = M > 1                                                      ? 1
-                                 : same_type<QT, gguf::Q4_K>::value && GEMV_KQ_AHEAD > 1     ? 2
+    static constexpr int value = same_type<QT, gguf::Q4_K>::value && GEMV_KQ_AHEAD > 1     ? 2
                                  : same_type<QT, gguf::Q6_KP>::value && GEMV_KQ_AHEAD_Q6 > 1 ? 2
                                                                                             : 1;
 };
@@ -59,7 +57,7 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
         typename L::Row rows[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part);
-        constexpr int kAhead = KqAhead<QT, M>::value;
+        constexpr int kAhead = KqAhead<QT>::value;
         typename L::Regs cur[R], mid[R];
         if (sb < nsb) {
 #pragma unroll
