@@ -17,10 +17,6 @@ Arms:
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
                 -v), so at 4 its Q4_K blocks are held to four an SM (the rule before df5463c: 4)
-  ahead q4k     gemv_kq built to ask for two super-blocks ahead of the one a lane multiplies on
-                Q4_K (KQ_DEFINES GEMV_KQ_AHEAD = 2; 55 -> 72 registers at 2 rows a warp, 9 -> 7 blocks
-                an SM), so more of a small matrix's bytes are in flight, and more of them before pdl_wait
-  ahead         the same on Q4_K and on Q6_K in pair order (4 rows a warp: 123 -> 151-160 registers)
   q6k pairs / gguf   Q6_K matrices uploaded in pair order (runtime/cuda_executor.py Q6K_PAIRS), which
                 every Q6_K kernel reads with aligned loads, or in GGUF order
 
@@ -63,8 +59,6 @@ ARMS = {
     "q6k ws 4": {(matmul, "KQ_M1_MAX_WS"): {}},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
-    "ahead q4k": {(matmul, "KQ_DEFINES"): {"GEMV_KQ_AHEAD": 2}},
-    "ahead": {(matmul, "KQ_DEFINES"): {"GEMV_KQ_AHEAD": 2, "GEMV_KQ_AHEAD_Q6": 2}},
     "q6k pairs": {(cuda_executor, "Q6K_PAIRS"): True},
     "q6k gguf": {(cuda_executor, "Q6K_PAIRS"): False},
 }

@@ -13,24 +13,6 @@
 
 constexpr int kWarps = 4;
 
-// GEMV_KQ_AHEAD (Q4_K) and GEMV_KQ_AHEAD_Q6 (Q6_KP): super-blocks a lane has asked for beyond the
-// one it multiplies, 1 or 2 (2 for the A/B of ops/matmul.py KQ_DEFINES). Q6_K's GGUF lanes walk a
-// pointer from one block to the next rather than find a block from sb, and keep 1.
-#ifndef GEMV_KQ_AHEAD
-#define GEMV_KQ_AHEAD 1
-#endif
-#ifndef GEMV_KQ_AHEAD_Q6
-#define GEMV_KQ_AHEAD_Q6 1
-#endif
-template <class A, class B> struct same_type { static constexpr bool value = false; };
-template <class A> struct same_type<A, A> { static constexpr bool value = true; };
-template <class QT>
-struct KqAhead {
-    static constexpr int value = same_type<QT, gguf::Q4_K>::value && GEMV_KQ_AHEAD > 1     ? 2
-                                 : same_type<QT, gguf::Q6_KP>::value && GEMV_KQ_AHEAD_Q6 > 1 ? 2
-                                                                                            : 1;
-};
-
 // WS warps share each set of R rows, splitting its super-blocks between them (the block's four
 // warps hold 4 / WS row sets): a short row (K = 4096 is 16 super-blocks) then costs each warp one
 // round trip to memory instead of four, which is what a small matrix's time is made of.
@@ -57,18 +39,14 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
         typename L::Row rows[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) rows[r] = L::row(w + (long long)min(row0 + r, n - 1) * row_bytes, sb, part);
-        constexpr int kAhead = KqAhead<QT>::value;
-        typename L::Regs cur[R], mid[R];
+        typename L::Regs cur[R];
         if (sb < nsb) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                L::load(rows[r], sb, part, cur[r]);
-                if (kAhead == 2) L::load(rows[r], sb + stride, part, mid[r], sb + stride < nsb);
-            }
+            for (int r = 0; r < R; ++r) L::load(rows[r], sb, part, cur[r]);
         }
         pdl_wait();                     // the weights are no kernel's output: fetched before it
         while (sb < nsb) {
-            const int nxt = sb + kAhead * stride;
+            const int nxt = sb + stride;
             typename L::Regs ahead[R];
 #pragma unroll
             for (int r = 0; r < R; ++r) {
@@ -85,15 +63,8 @@ __device__ __forceinline__ void gemv_kq_body(float* __restrict__ y, const int* _
                 for (int r = 0; r < R; ++r) acc[r][m] = L::accumulate(acc[r][m], cur[r], xv, part);
             }
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (kAhead == 2) {
-                    cur[r] = mid[r];
-                    mid[r] = ahead[r];
-                } else {
-                    cur[r] = ahead[r];
-                }
-            }
-            sb += stride;
+            for (int r = 0; r < R; ++r) cur[r] = ahead[r];
+            sb = nxt;
         }
     }
 #pragma unroll

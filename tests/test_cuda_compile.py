@@ -161,27 +161,6 @@ def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     assert_no_spills(kernels, f"gemv_kq {trait}")
 
 
-def test_gemv_kq_two_ahead_compiles_without_spills(tmp_path: Path):
-    """The A/B build of gemv_kq that asks for two super-blocks ahead (ops/matmul.py KQ_DEFINES:
-    GEMV_KQ_AHEAD, GEMV_KQ_AHEAD_Q6) compiles the instances a one-token step takes (M = 1, the types'
-    rows a warp, every split, the occupancy kernel, the q|k + v pair kernels) spill-free."""
-    from glimmer_cupy.ops.matmul import KQ_SPLITS, kq_kernel_name, kq_rows
-    from glimmer_cupy.weights.quant_tensor import QType
-    exprs = [kq_kernel_name(t, 1, kq_rows(1, QType[q]), s) for t, q in (("Q4_K", "Q4_K"), ("Q6_KP", "Q6_K"))
-             for s in KQ_SPLITS]
-    exprs += [kq_kernel_name("Q4_K", 1, 2, s, 5) for s in KQ_SPLITS]
-    exprs += [f"gemv_kq_pair_kernel<gguf::Q4_K, 2, {i}, gguf::Q6_KP, {r}, {j}>"
-              for r in (1, 2, 4) for i in KQ_SPLITS for j in KQ_SPLITS]
-    src = tmp_path / "gemv_kq_ahead.cu"
-    src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'
-                   + "".join(f"    (void*)&{e},\n" for e in exprs) + "};\n")
-    rc, log = compile_cubin(src, tmp_path, defines=("GEMV_KQ_AHEAD=2", "GEMV_KQ_AHEAD_Q6=2"))
-    assert rc == 0, f"gemv_kq two ahead does not compile:\n{log}"
-    kernels = ptxas_report(log)
-    assert len(kernels) == len(exprs)
-    assert_no_spills(kernels, "gemv_kq two ahead")
-
-
 def test_probe_stamps_compile(tmp_path: Path):
     """The stage stamps bench/probe_attention_decode.py and probe_attention_stream.py build in
     (GLIMMER_STAMPS, cuda_src/stamps.cuh) compile into prepare_qkv and both decode attention

@@ -710,39 +710,6 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
-@gpu
-@pytest.mark.parametrize("n,k", [(4096, 4096), (1037, 12288), (300, 1024), (77, 768)])
-def test_gemv_kq_two_ahead_is_the_default_bit_for_bit(n, k, monkeypatch):
-    """gemv_kq built to ask for two super-blocks ahead (KQ_DEFINES, the A/B's arms) adds the same
-    products in the same order as the default build: at M = 1 on Q4_K, on Q6_K in pair order (whose
-    lanes take it) and in GGUF order (whose lanes keep one ahead), every split the table takes for
-    these shapes, and the q|k + v pair launch; rows of 3 to 48 super-blocks, so that some lanes'
-    second block ahead lies past the row."""
-    import cupy
-
-    import glimmer_cupy.ops.matmul as matmul
-    from glimmer_cupy.ops.matmul import quantize_x
-    from glimmer_cupy.ops.q8 import Q8Rows
-    from glimmer_cupy.weights.q6k_pairs import repack
-    rng = np.random.default_rng(n + k)
-    q4 = QuantTensor("q4", QType.Q4_K, (n, k), random_blocks(QType.Q4_K, n, k, rng, 0.05)).to_device()
-    q6 = QuantTensor("q6", QType.Q6_K, (n, k), random_blocks(QType.Q6_K, n, k, rng, 0.05)).to_device()
-    q6p = repack(q6) if (k // 256) % 2 == 0 else None
-    x = cupy.asarray(rng.normal(0, 1, (1, k)).astype(np.float32))
-    xin = Q8Rows(x, *quantize_x(x, "Q4_K"))
-
-    def run():
-        outs = [ops.quant_matmul(xin, w, out=cupy.full((1, n), np.nan, np.float32)) for w in (q4, q6, q6p) if w is not None]
-        if q6p is not None:
-            outs.append(ops.quant_matmul_rows(xin, [q4, q6p], out=cupy.full((1, 2 * n), np.nan, np.float32)))
-        return [cupy.asnumpy(o) for o in outs]
-    want = run()
-    monkeypatch.setattr(matmul, "KQ_DEFINES", {"GEMV_KQ_AHEAD": 2, "GEMV_KQ_AHEAD_Q6": 2})
-    for got, ref in zip(run(), want):
-        assert np.isfinite(ref).all()
-        np.testing.assert_array_equal(got, ref)
-
-
 def test_rows_host_path_is_the_parts_joined():
     """On NumPy arrays quant_matmul_rows is each part's quant_matmul, joined along the columns."""
     rng = np.random.default_rng(4)
