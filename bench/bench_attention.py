@@ -38,6 +38,7 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.build import sm_count  # noqa: E402
 from glimmer_cupy.kernels import launch  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
+from glimmer_cupy.ops import attention as attention_ops  # noqa: E402
 from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS,  # noqa: E402
                                         WGMMA_PERSISTENT, WGMMA_PRODUCER, WGMMA_VARIANTS, mma_cluster,
                                         mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_plan,
@@ -93,7 +94,8 @@ def decode_inputs(cupy, rng, b: int, ctx: int, sets: int, run_cells: int = 1, hq
 
 
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt"):
+             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt",
+             tails=()):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -123,6 +125,15 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
         return us_k, err, depths
     mma_us, mma_nmse, mma_stages = beside("mma") if mma else (None, None, {})
     stream_us, stream_nmse, stream_stages = beside("stream") if stream else (None, None, {})
+    stream_tails = {}
+    for tail in tails:                                # tail plans, then the rule again (drift)
+        attention_ops.STREAM_TAIL = tail
+        try:
+            stream_tails[f"{tail[0]}:{tail[1]}"] = beside("stream")[:2]
+        finally:
+            attention_ops.STREAM_TAIL = None
+    if tails:
+        stream_tails["rule again"] = beside("stream")[:2]
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, run_cells=run_cells, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
@@ -130,7 +141,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
                mma_rule_stages=MMA_DEPTH if mma else None, stream_us=stream_us, stream_nmse_vs_exact=stream_nmse,
-               stream_stages=stream_stages, sweep_kernel=sweep_kernel,
+               stream_stages=stream_stages, stream_tails=stream_tails, sweep_kernel=sweep_kernel,
                stream_splits=stream_splits(b * HKV, ctx, sm_count()) if stream else None,
                stream_gbps=kv_bytes / stream_us / 1e3 if stream_us else None,
                stream_of_copy=kv_bytes / stream_us / 1e3 / (copy_bw / 1e9) if stream_us else None)
@@ -154,6 +165,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + (f" | stream: {stream_us:.1f} us ({100 * row['stream_of_copy']:.0f}% of copy, "
              f"{row['stream_splits']} splits), vs exact {stream_nmse:.1e}" if stream else "")
           + "".join(f" | stream {st} stages: {t:.1f} us" for st, t in stream_stages.items())
+          + "".join(f" | stream tail {k}: {t:.1f} us, vs exact {e:.1e}" for k, (t, e) in stream_tails.items())
           + ("".join(f" | {sweep_kernel} {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
     return row
 
@@ -471,6 +483,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
+    ap.add_argument("--tails", default="", metavar="T:X,...",
+                    help="with --stream: tail plans (ops.attention.STREAM_TAIL: T more splits a unit of X tiles "
+                         "of 16 positions each, dispatched last) to time beside the rule's, then the rule again")
     ap.add_argument("--sweep-kernel", default="simt", choices=("simt", "mma", "stream"),
                     help="the kernel --splits times")
     ap.add_argument("--no-torch", action="store_true")
@@ -509,6 +524,9 @@ def main(argv=None) -> int:
                     cluster_policy=args.cluster_policy or "driver default")
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
+    tails = tuple(tuple(int(v) for v in t.split(":")) for t in args.tails.split(",")) if args.tails else ()
+    if tails and not args.stream:
+        ap.error("--tails times the stream kernel: give --stream too")
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()
     rows_list = tuple(int(s) for s in args.rows.split(",")) if args.rows else ()
     rows = []
@@ -523,7 +541,7 @@ def main(argv=None) -> int:
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
             rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages,
-                                 args.run_cells, args.stream, args.sweep_kernel))
+                                 args.run_cells, args.stream, args.sweep_kernel, tails))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()

@@ -957,6 +957,51 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv,d,lens,splits,tail", [
+    (32, 8, 128, [32768], None, (16, 8)),     # batch 1 at 32k: the rule's 33 big splits, 16 of 128 positions
+    (8, 2, 64, [4095, 7, 2000], 20, (8, 4)),   # mixed lengths: 7 too short for the plan (even split)
+    (4, 1, 256, [3001], 17, (3, 5)),           # head dim 256, a partial last tile inside the tail
+    (16, 2, 128, [5000, 513], 18, (40, 2)),    # 8 rows a block, many tail splits
+])
+def test_stream_tail_plan(monkeypatch, hq, hkv, d, lens, splits, tail):
+    """A tail plan (ops.attention.STREAM_TAIL: each unit's last splits short and dispatched after
+    every unit's big ones): the reference's attention, outputs and codes; at most the bf16
+    roundings away from the even split's output; and the same bits twice (each split's positions
+    are fixed by its index, whichever SM runs it)."""
+    import cupy
+    from glimmer_cupy.ops import attention as attention_ops
+    rng = np.random.default_rng(hq + d + len(lens) + tail[0])
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
+    even, ref = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, force_splits=splits,
+                         kernel="stream")
+    monkeypatch.setattr(attention_ops, "STREAM_TAIL", tail)
+    got, _ = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, force_splits=splits, kernel="stream")
+    again, _ = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, force_splits=splits,
+                        kernel="stream")
+    assert_close(got, ref, (lens, tail), "stream")
+    assert_close(got, even, (lens, tail, "against the even split"), "stream")
+    assert not np.array_equal(got, even), "the plan changed no partition (not launched?)"
+    np.testing.assert_array_equal(got, again)
+    res = ops.attention(*(cupy.asarray(a) for a in (q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos)),
+                        d ** -0.5, force_splits=splits, kernel="stream", q8=True)
+    if isinstance(res, Q8Rows):
+        assert_q8_codes(res, cupy.asnumpy(res.x), (lens, tail))
+        np.testing.assert_array_equal(cupy.asnumpy(res.x), got)
+
+
+def test_stream_tail_bits_cpu():
+    """The tail plan's launch bits: none without a plan or where the big splits merge in a
+    cluster; the plan's fields in `early`'s bits 8-23; a field out of 1..255 a one-line error."""
+    from glimmer_cupy.ops.attention import tail_bits
+    assert tail_bits(None, 33) == 0 and tail_bits((0, 4), 33) == 0
+    assert tail_bits((16, 8), 33) == 16 << 8 | 8 << 16
+    assert tail_bits((9, 8), 8) == 0                   # 8 big splits: one cluster, pushed merge
+    assert tail_bits((4, 8), 17) == 4 << 8 | 8 << 16   # 17: global partials already
+    with pytest.raises(OpArgumentError, match="STREAM_TAIL"):
+        tail_bits((300, 4), 33)
+
+
+@gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_stream_positions_past_the_length(d):
     """attn_stream_kernel loads a token's first cells for the range ending at its own position
