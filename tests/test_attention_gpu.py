@@ -989,6 +989,46 @@ def test_stream_tail_plan(monkeypatch, hq, hkv, d, lens, splits, tail):
         np.testing.assert_array_equal(cupy.asnumpy(res.x), got)
 
 
+def _tail_place(lin, gx, gy, gz, t):
+    """attention_stream.cu's TailPlan::place, line for line: the (split, unit y, token z) of the
+    block at linear dispatch position lin."""
+    big, units = gx - t, gy * gz
+    if lin < big * units:
+        unit, x = lin // big, lin % big
+    else:
+        unit, x = (lin - big * units) // t, big + (lin - big * units) % t
+    return x, unit % gy, unit // gy
+
+
+def _tail_span(n, x, gx, t, tiles):
+    """TailPlan::span: split x's tiles [tb, te) of a range of n tiles."""
+    big, rest = gx - t, n - t * tiles
+    if x < big:
+        return x * rest // big, (x + 1) * rest // big
+    tb = rest + (x - big) * tiles
+    return tb, tb + tiles
+
+
+@pytest.mark.parametrize("gx,gy,gz,t,tiles", [(49, 8, 1, 16, 8), (97, 8, 1, 64, 4), (28, 2, 3, 8, 4),
+                                              (58, 2, 2, 40, 2), (20, 1, 1, 3, 5)])
+def test_stream_tail_plan_layout_cpu(gx, gy, gz, t, tiles):
+    """The tail plan's layout as the kernel computes it: dispatch order is a bijection onto
+    (split, unit, token) with every unit's big splits before any tail split, and wherever the plan
+    covers a range its splits' tiles cover it exactly, in split order, each big split two tiles or
+    more and each tail split `tiles`."""
+    blocks = [_tail_place(lin, gx, gy, gz, t) for lin in range(gx * gy * gz)]
+    assert sorted(blocks) == sorted((x, y, z) for x in range(gx) for y in range(gy) for z in range(gz))
+    big = gx - t
+    assert all(x < big for x, _, _ in blocks[:big * gy * gz])
+    assert all(x >= big for x, _, _ in blocks[big * gy * gz:])
+    for n in range(t * tiles + 2 * big, t * tiles + 2 * big + 600, 7):
+        spans = [_tail_span(n, x, gx, t, tiles) for x in range(gx)]
+        assert spans[0][0] == 0 and spans[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        assert all(te - tb >= 2 for tb, te in spans[:big])
+        assert all(te - tb == tiles for tb, te in spans[big:])
+
+
 def test_stream_tail_bits_cpu():
     """The tail plan's launch bits: none without a plan or where the big splits merge in a
     cluster; the plan's fields in `early`'s bits 8-23; a field out of 1..255 a one-line error."""
