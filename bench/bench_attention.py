@@ -456,6 +456,13 @@ def markdown(meta, rows) -> str:
                      f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |")
                      + (f" {r['stream_us']:.1f} | {100 * r['stream_of_copy']:.0f}% |" if r.get("stream_us")
                         else " – | – |"))
+    tails = [r for r in rows if r.get("stream_tails")]
+    if tails:
+        lines += ["", "Tail plans (T:X: T more splits a unit of X tiles of 16 positions, dispatched last), the "
+                  "stream kernel, µs (NMSE against the exact rows); \"rule again\" is the rule timed after them:", ""]
+        for r in tails:
+            lines.append(f"- batch {r['batch']}, context {r['context']}: rule {r['stream_us']:.1f}; "
+                         + "; ".join(f"{k} {us:.1f} ({e:.1e})" for k, (us, e) in r["stream_tails"].items()))
     pre = [r for r in rows if "prefill" in r]
     if pre:
         lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
