@@ -242,8 +242,9 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 cml[2 * r + 1] = total;
             }
         } else {
-            attn::end_row<C>(ov, mx, total, split, e.split < 0 ? (int)blockIdx.x : e.split, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh,
-                             e.rows, lane, e.out, e.part_acc, e.part_ml, e.xq, e.xd, e.xs);
+            attn::end_row<C>(ov, mx, total, split, e.split < 0 ? (int)blockIdx.x : e.split,
+                             (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh, e.rows, lane, e.out, e.part_acc,
+                             e.part_ml, e.xq, e.xd, e.xs);
         }
     }
     STAMP(6);
