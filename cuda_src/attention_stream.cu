@@ -58,7 +58,8 @@ struct Span {
     int n_mine;                     // this warp's tiles of kPos
 };
 
-// A tail plan (ops/attention.py: STREAM_TAIL; `early`'s bits 8-15 and 16-23, 0 for none): of a
+// A tail plan (ops/attention.py: STREAM_TAIL; built with ATTN_STREAM_TAIL only, so the default
+// build's code is unchanged; `early`'s bits 8-15 and 16-23, 0 for none): of a
 // unit's gridDim.x splits the last `splits` take `tiles` tiles each from the end of its range and
 // the others share the rest evenly. Every unit's big splits come first in dispatch order, so the
 // tail's short blocks start on whichever SMs finish their big ones first: the wave's spread across
@@ -68,19 +69,19 @@ struct TailPlan {
     int splits, tiles;
     // the split, unit (y) and token (z) of the block at linear dispatch position blockIdx: every
     // unit's gridDim.x - splits big splits in unit order, then every unit's tail splits
-    __device__ void place(int& x, int& y, int& z) const {
+    __device__ void place(unsigned& x, unsigned& y, unsigned& z) const {
         const int big = (int)gridDim.x - splits, units = (int)(gridDim.y * gridDim.z);
         const int lin = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
         int unit;
         if (lin < big * units) {
             unit = lin / big;
-            x = lin % big;
+            x = (unsigned)(lin % big);
         } else {
             unit = (lin - big * units) / splits;
-            x = big + (lin - big * units) % splits;
+            x = (unsigned)(big + (lin - big * units) % splits);
         }
-        y = unit % (int)gridDim.y;
-        z = unit / (int)gridDim.y;
+        y = (unsigned)(unit % (int)gridDim.y);
+        z = (unsigned)(unit / (int)gridDim.y);
     }
     // whether a range of `n` tiles is long enough for the plan (every big split two tiles or more)
     __device__ bool covers(int n) const { return n - splits * tiles >= 2 * ((int)gridDim.x - splits); }
@@ -119,9 +120,16 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     unsigned short* ring = smem + M * RS + warp * STAGES * 2 * kPos * RS;   // [stage][K rows, V rows][RS]
     // this block's split, (kv head, head chunk) and token: blockIdx's, or under a tail plan the
     // order that dispatches every unit's big splits before any tail split (TailPlan)
+    unsigned bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
+#ifdef ATTN_STREAM_TAIL
     const TailPlan plan{(early >> 8) & 0xff, (early >> 16) & 0xff};
-    int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
     if (plan.splits > 0) plan.place(bx, by, bz);
+    const bool copy_early = early & 1;
+    const int split_index = (int)bx;                  // the partial's index (EndRows::split)
+#else
+    const bool copy_early = early;
+    constexpr int split_index = -1;                   // blockIdx.x
+#endif
     const int kvh = by / head_chunks, hc = by % head_chunks;
     const int group = q_heads / kv_heads;
     const int hpb = min(group, M);
@@ -139,27 +147,30 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     const int* crow = cell_table + (long long)seq * table_width;
     // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
     // or a wide eager step); loaded beside seq_lens and the first cells
-    const int fresh = (early & 1) && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
+    const int fresh = copy_early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
     // the positions [lo, hi) the token sees for a sequence length, and this block's and warp's share
     auto span_of = [&](int len) {
         Span sp;
         attn::visible_range(len, pos, masked, window, sp.lo, sp.hi);
         if (sp.hi <= sp.lo) sp.lo = sp.hi = 0;
         const int tiles = (sp.hi - sp.lo + kSplitTile - 1) / kSplitTile;
-        int tb, te;
+#ifdef ATTN_STREAM_TAIL
         if (plan.splits > 0 && plan.covers(tiles)) {
-            plan.span(tiles, bx, tb, te);
+            int tb, te;
+            plan.span(tiles, (int)bx, tb, te);
             sp.per = 0;
             sp.active = (int)gridDim.x;
-        } else {
+            sp.p_begin = min(sp.hi, sp.lo + tb * kSplitTile);
+            sp.p_end = min(sp.hi, sp.lo + te * kSplitTile);
+        } else
+#endif
+        {
             sp.per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
             sp.active = max(1, (tiles + sp.per - 1) / sp.per);
-            tb = bx * sp.per;
-            te = tb + sp.per;
+            const bool idle = (int)bx >= sp.active;
+            sp.p_begin = min(sp.hi, sp.lo + (int)bx * sp.per * kSplitTile);
+            sp.p_end = idle ? sp.p_begin : min(sp.hi, sp.p_begin + sp.per * kSplitTile);
         }
-        const bool idle = bx >= sp.active;
-        sp.p_begin = min(sp.hi, sp.lo + tb * kSplitTile);
-        sp.p_end = idle ? sp.p_begin : min(sp.hi, sp.lo + te * kSplitTile);
         const int n_all = (sp.p_end - sp.p_begin + kPos - 1) / kPos;
         sp.n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
         return sp;
@@ -184,7 +195,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         for (int s = 0; s < STAGES; ++s) cells[s] = cell_at(span, s);
     const int hi = span.hi, active = span.active;
     const int ncl = (int)cluster_size();
-    const bool idle = bx >= active;
+    const bool idle = (int)bx >= active;
     if (idle && (ncl == 1 || active == 1)) return;
     // a split cluster whose rows fit rank 0's area pushes its partials there (attn_mma_end.cuh);
     // its idle blocks take no part past the announcement
@@ -334,7 +345,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     __syncthreads();                                  // every warp's copies have landed and been read
     STAMP(5);
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
-                             counters + (long long)t0 * gridDim.y + by, xq, xd, xs, bx};
+                             counters + (long long)t0 * gridDim.y + by, xq, xd, xs, split_index};
     // the stages take the last block's merge of global partials (merge_rolled; ATTN_MERGE_PULLED:
     // merge_splits, for an A/B)
 #ifdef ATTN_MERGE_PULLED

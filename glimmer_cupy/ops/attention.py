@@ -272,7 +272,8 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
 # A tail plan for decode steps whose splits merge through global memory (attention_stream.cu:
 # TailPlan): None, or (splits, tiles): beside the rule's splits, `splits` more of each unit take
 # `tiles` tiles of 16 positions each from the end of its range, dispatched after every unit's big
-# splits, so that SMs that finish their big splits early stream the tail. For A/Bs
+# splits, so that SMs that finish their big splits early stream the tail. The kernel is built for it
+# with ATTN_STREAM_TAIL (the default build's code keeps its instruction count). For A/Bs
 # (bench/bench_attention.py --tails); None in use.
 STREAM_TAIL: tuple[int, int] | None = None
 
@@ -649,7 +650,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         splits += tail >> 8 & 0xff
         cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
                                f"head_dim {d}, {stages} stages")
-        fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
+        fn, block = _stream_kernel(d, stages, (("ATTN_STREAM_TAIL", 1),) if tail else ()), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
