@@ -400,7 +400,7 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
             out = sdpa(0).float().reshape(b, HQ, D)
         torch.cuda.synchronize()
         return cupy.asarray(out.cpu().numpy())
-    torch.cuda.synchronize()                               # the dense copies (cupy, default stream)
+    torch.cuda.synchronize()                               # q's bf16 copies (torch's stream)
     ref_c = sdpa_f32()
     vs_kernel = nmse(cupy, outs[0], ref_c)
     vs_exact = nmse(cupy, ref_c[rows], exact)

@@ -58,10 +58,10 @@ struct Span {
     int n_mine;                     // this warp's tiles of kPos
 };
 
-// A tail plan (ops/attention.py: STREAM_TAIL; built with ATTN_STREAM_TAIL only, so the default
-// build's code is unchanged; `early`'s bits 8-15 and 16-23, 0 for none): of a
-// unit's gridDim.x splits the last `splits` take `tiles` tiles each from the end of its range and
-// the others share the rest evenly. Every unit's big splits come first in dispatch order, so the
+// A tail plan (ops/attention.py: STREAM_TAIL; `early`'s bits 8-15 and 16-23, 0 for none; built
+// only under ATTN_STREAM_TAIL, so the default build keeps its instruction count): of a unit's
+// gridDim.x splits the last `splits` take `tiles` tiles each from the end of its range and the
+// others share the rest evenly. Every unit's big splits come first in dispatch order, so the
 // tail's short blocks start on whichever SMs finish their big ones first: the wave's spread across
 // SMs that stream at different rates is filled from the tail instead of waited for. Each split's
 // positions are fixed by its index, so its partial and the merge are the same whichever SM runs it.
