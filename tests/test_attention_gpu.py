@@ -969,7 +969,7 @@ def test_stream_tail_plan(monkeypatch, hq, hkv, d, lens, splits, tail):
     roundings away from the even split's output; and the same bits twice (each split's positions
     are fixed by its index, whichever SM runs it)."""
     import cupy
-    from glimmer_cupy.ops import attention as attention_ops
+    attention_ops = sys.modules["glimmer_cupy.ops.attention"]   # the module; ops.attention is the op
     rng = np.random.default_rng(hq + d + len(lens) + tail[0])
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
     even, ref = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, force_splits=splits,
