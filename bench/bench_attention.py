@@ -25,7 +25,6 @@ Gemma 3 270M shapes (head dim 256: the rule takes no shortcut there):
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
@@ -39,7 +38,6 @@ from glimmer_cupy import ops  # noqa: E402
 from glimmer_cupy.kernels.build import sm_count  # noqa: E402
 from glimmer_cupy.kernels import launch  # noqa: E402
 from glimmer_cupy.kernels.launch import overlapped  # noqa: E402
-attention_ops = importlib.import_module("glimmer_cupy.ops.attention")  # the module: ops.attention is the op
 from glimmer_cupy.ops.attention import (CLUSTER_SIZES, MMA_DEPTH, MMA_TILE, MMA_VARIANTS,  # noqa: E402
                                         WGMMA_PERSISTENT, WGMMA_PRODUCER, WGMMA_VARIANTS, mma_cluster,
                                         mma_cluster_cap, mma_plan, n_splits, stream_splits, wgmma_plan,
@@ -95,8 +93,7 @@ def decode_inputs(cupy, rng, b: int, ctx: int, sets: int, run_cells: int = 1, hq
 
 
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt",
-             tails=()):
+             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt"):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -126,15 +123,6 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
         return us_k, err, depths
     mma_us, mma_nmse, mma_stages = beside("mma") if mma else (None, None, {})
     stream_us, stream_nmse, stream_stages = beside("stream") if stream else (None, None, {})
-    stream_tails = {}
-    for tail in tails:                                # tail plans, then the rule again (drift)
-        attention_ops.STREAM_TAIL = tail
-        try:
-            stream_tails[f"{tail[0]}:{tail[1]}"] = beside("stream")[:2]
-        finally:
-            attention_ops.STREAM_TAIL = None
-    if tails:
-        stream_tails["rule again"] = beside("stream")[:2]
     us, how = time_us(launch, sets, launches, reps)
     row = dict(batch=b, context=ctx, run_cells=run_cells, splits=splits, us=us, kv_gbps=kv_bytes / us / 1e3,
                of_copy=kv_bytes / us / 1e3 / (copy_bw / 1e9), timing=how, sweep={},
@@ -142,7 +130,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
                mma_rule_stages=MMA_DEPTH if mma else None, stream_us=stream_us, stream_nmse_vs_exact=stream_nmse,
-               stream_stages=stream_stages, stream_tails=stream_tails, sweep_kernel=sweep_kernel,
+               stream_stages=stream_stages, sweep_kernel=sweep_kernel,
                stream_splits=stream_splits(b * HKV, ctx, sm_count()) if stream else None,
                stream_gbps=kv_bytes / stream_us / 1e3 if stream_us else None,
                stream_of_copy=kv_bytes / stream_us / 1e3 / (copy_bw / 1e9) if stream_us else None)
@@ -166,7 +154,6 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + (f" | stream: {stream_us:.1f} us ({100 * row['stream_of_copy']:.0f}% of copy, "
              f"{row['stream_splits']} splits), vs exact {stream_nmse:.1e}" if stream else "")
           + "".join(f" | stream {st} stages: {t:.1f} us" for st, t in stream_stages.items())
-          + "".join(f" | stream tail {k}: {t:.1f} us, vs exact {e:.1e}" for k, (t, e) in stream_tails.items())
           + ("".join(f" | {sweep_kernel} {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
     return row
 
@@ -401,7 +388,7 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
             out = sdpa(0).float().reshape(b, HQ, D)
         torch.cuda.synchronize()
         return cupy.asarray(out.cpu().numpy())
-    torch.cuda.synchronize()                               # q's bf16 copies (torch's stream)
+    torch.cuda.synchronize()                               # the dense copies (cupy, default stream)
     ref_c = sdpa_f32()
     vs_kernel = nmse(cupy, outs[0], ref_c)
     vs_exact = nmse(cupy, ref_c[rows], exact)
@@ -457,13 +444,6 @@ def markdown(meta, rows) -> str:
                      f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |")
                      + (f" {r['stream_us']:.1f} | {100 * r['stream_of_copy']:.0f}% |" if r.get("stream_us")
                         else " – | – |"))
-    tails = [r for r in rows if r.get("stream_tails")]
-    if tails:
-        lines += ["", "Tail plans (T:X: T more splits a unit of X tiles of 16 positions, dispatched last), the "
-                  "stream kernel, µs (NMSE against the exact rows); \"rule again\" is the rule timed after them:", ""]
-        for r in tails:
-            lines.append(f"- batch {r['batch']}, context {r['context']}: rule {r['stream_us']:.1f}; "
-                         + "; ".join(f"{k} {us:.1f} ({e:.1e})" for k, (us, e) in r["stream_tails"].items()))
     pre = [r for r in rows if "prefill" in r]
     if pre:
         lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
@@ -491,9 +471,6 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
-    ap.add_argument("--tails", default="", metavar="T:X,...",
-                    help="with --stream: tail plans (ops.attention.STREAM_TAIL: T more splits a unit of X tiles "
-                         "of 16 positions each, dispatched last) to time beside the rule's, then the rule again")
     ap.add_argument("--sweep-kernel", default="simt", choices=("simt", "mma", "stream"),
                     help="the kernel --splits times")
     ap.add_argument("--no-torch", action="store_true")
@@ -532,9 +509,6 @@ def main(argv=None) -> int:
                     cluster_policy=args.cluster_policy or "driver default")
     print(f"# {meta['gpu']}: copy {copy_bw / 1e12:.2f} TB/s; torch {meta['torch']}")
     sweep = tuple(int(s) for s in args.splits.split(",")) if args.splits else ()
-    tails = tuple(tuple(int(v) for v in t.split(":")) for t in args.tails.split(",")) if args.tails else ()
-    if tails and not args.stream:
-        ap.error("--tails times the stream kernel: give --stream too")
     stages = tuple(int(s) for s in args.stages.split(",")) if args.stages else ()
     rows_list = tuple(int(s) for s in args.rows.split(",")) if args.rows else ()
     rows = []
@@ -549,7 +523,7 @@ def main(argv=None) -> int:
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
             rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages,
-                                 args.run_cells, args.stream, args.sweep_kernel, tails))
+                                 args.run_cells, args.stream, args.sweep_kernel))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()

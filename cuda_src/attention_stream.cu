@@ -52,50 +52,10 @@ constexpr int kSplitTile = kPos;
 // a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
 struct Span {
     int lo, hi;
-    int per;                        // tiles of kSplitTile a split (the even split)
+    int per;                        // tiles of kSplitTile a split
     int active;                     // splits with work
     int p_begin, p_end;             // this block's positions
     int n_mine;                     // this warp's tiles of kPos
-};
-
-// A tail plan (ops/attention.py: STREAM_TAIL; `early`'s bits 8-15 and 16-23, 0 for none; built
-// only under ATTN_STREAM_TAIL, so the default build keeps its instruction count): of a unit's
-// gridDim.x splits the last `splits` take `tiles` tiles each from the end of its range and the
-// others share the rest evenly. Every unit's big splits come first in dispatch order, so the
-// tail's short blocks start on whichever SMs finish their big ones first: the wave's spread across
-// SMs that stream at different rates is filled from the tail instead of waited for. Each split's
-// positions are fixed by its index, so its partial and the merge are the same whichever SM runs it.
-struct TailPlan {
-    int splits, tiles;
-    // the split, unit (y) and token (z) of the block at linear dispatch position blockIdx: every
-    // unit's gridDim.x - splits big splits in unit order, then every unit's tail splits
-    __device__ void place(unsigned& x, unsigned& y, unsigned& z) const {
-        const int big = (int)gridDim.x - splits, units = (int)(gridDim.y * gridDim.z);
-        const int lin = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-        int unit;
-        if (lin < big * units) {
-            unit = lin / big;
-            x = (unsigned)(lin % big);
-        } else {
-            unit = (lin - big * units) / splits;
-            x = (unsigned)(big + (lin - big * units) % splits);
-        }
-        y = (unsigned)(unit % (int)gridDim.y);
-        z = (unsigned)(unit / (int)gridDim.y);
-    }
-    // whether a range of `n` tiles is long enough for the plan (every big split two tiles or more)
-    __device__ bool covers(int n) const { return n - splits * tiles >= 2 * ((int)gridDim.x - splits); }
-    // split x's tiles [tb, te) of n
-    __device__ void span(int n, int x, int& tb, int& te) const {
-        const int big = (int)gridDim.x - splits, rest = n - splits * tiles;
-        if (x < big) {
-            tb = (int)((long long)x * rest / big);
-            te = (int)((long long)(x + 1) * rest / big);
-        } else {
-            tb = rest + (x - big) * tiles;
-            te = tb + tiles;
-        }
-    }
 };
 
 }  // namespace astream
@@ -118,22 +78,10 @@ attn_stream_kernel(ATTN_TC_ARGS) {
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     unsigned short* ring = smem + M * RS + warp * STAGES * 2 * kPos * RS;   // [stage][K rows, V rows][RS]
-    // this block's split, (kv head, head chunk) and token: blockIdx's, or under a tail plan the
-    // order that dispatches every unit's big splits before any tail split (TailPlan)
-    unsigned bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
-#ifdef ATTN_STREAM_TAIL
-    const TailPlan plan{(early >> 8) & 0xff, (early >> 16) & 0xff};
-    if (plan.splits > 0) plan.place(bx, by, bz);
-    const bool copy_early = early & 1;
-    const int split_index = (int)bx;                  // the partial's index (EndRows::split)
-#else
-    const bool copy_early = early;
-    constexpr int split_index = -1;                   // blockIdx.x
-#endif
-    const int kvh = by / head_chunks, hc = by % head_chunks;
+    const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
     const int group = q_heads / kv_heads;
     const int hpb = min(group, M);
-    const int t0 = bz;                                // this block's token
+    const int t0 = blockIdx.z;                        // this block's token
     const int h0 = kvh * group + hc * hpb;
     const int nh = min(hpb, group - hc * hpb);
     const bool masked = visible != nullptr;
@@ -147,30 +95,18 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     const int* crow = cell_table + (long long)seq * table_width;
     // the step's lowest new position of this sequence (0, nothing copied before the wait: not early,
     // or a wide eager step); loaded beside seq_lens and the first cells
-    const int fresh = copy_early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
+    const int fresh = early && n_tok <= 64 ? attn::first_new_position(tok_seq, tok_pos, n_tok, seq, lane) : 0;
     // the positions [lo, hi) the token sees for a sequence length, and this block's and warp's share
     auto span_of = [&](int len) {
         Span sp;
         attn::visible_range(len, pos, masked, window, sp.lo, sp.hi);
         if (sp.hi <= sp.lo) sp.lo = sp.hi = 0;
         const int tiles = (sp.hi - sp.lo + kSplitTile - 1) / kSplitTile;
-#ifdef ATTN_STREAM_TAIL
-        if (plan.splits > 0 && plan.covers(tiles)) {
-            int tb, te;
-            plan.span(tiles, (int)bx, tb, te);
-            sp.per = 0;
-            sp.active = (int)gridDim.x;
-            sp.p_begin = min(sp.hi, sp.lo + tb * kSplitTile);
-            sp.p_end = min(sp.hi, sp.lo + te * kSplitTile);
-        } else
-#endif
-        {
-            sp.per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
-            sp.active = max(1, (tiles + sp.per - 1) / sp.per);
-            const bool idle = (int)bx >= sp.active;
-            sp.p_begin = min(sp.hi, sp.lo + (int)bx * sp.per * kSplitTile);
-            sp.p_end = idle ? sp.p_begin : min(sp.hi, sp.p_begin + sp.per * kSplitTile);
-        }
+        sp.per = max(1, (tiles + (int)gridDim.x - 1) / (int)gridDim.x);
+        sp.active = max(1, (tiles + sp.per - 1) / sp.per);
+        const bool idle = (int)blockIdx.x >= sp.active;
+        sp.p_begin = min(sp.hi, sp.lo + (int)blockIdx.x * sp.per * kSplitTile);
+        sp.p_end = idle ? sp.p_begin : min(sp.hi, sp.p_begin + sp.per * kSplitTile);
         const int n_all = (sp.p_end - sp.p_begin + kPos - 1) / kPos;
         sp.n_mine = n_all > warp ? (n_all - warp + kWarps - 1) / kWarps : 0;
         return sp;
@@ -195,7 +131,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         for (int s = 0; s < STAGES; ++s) cells[s] = cell_at(span, s);
     const int hi = span.hi, active = span.active;
     const int ncl = (int)cluster_size();
-    const bool idle = (int)bx >= active;
+    const bool idle = (int)blockIdx.x >= active;
     if (idle && (ncl == 1 || active == 1)) return;
     // a split cluster whose rows fit rank 0's area pushes its partials there (attn_mma_end.cuh);
     // its idle blocks take no part past the announcement
@@ -345,7 +281,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     __syncthreads();                                  // every warp's copies have landed and been read
     STAMP(5);
     const amma::EndRows ends{hpb, 1, nh, t0, h0, q_heads, n_tok * q_heads, out, part_acc, part_ml,
-                             counters + (long long)t0 * gridDim.y + by, xq, xd, xs, split_index};
+                             counters + (long long)t0 * gridDim.y + blockIdx.y, xq, xd, xs};
     // the stages take the last block's merge of global partials (merge_rolled; ATTN_MERGE_PULLED:
     // merge_splits, for an A/B)
 #ifdef ATTN_MERGE_PULLED

@@ -89,7 +89,6 @@ struct EndRows {
     int* xq;
     float* xd;
     float* xs;
-    int split = -1;                     // this block's split, where it is not blockIdx.x (a tail plan)
 };
 
 // The last block's merge with the partials staged in shared memory a warp at a time (attn_stream_kernel,
@@ -242,9 +241,8 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
                 cml[2 * r + 1] = total;
             }
         } else {
-            attn::end_row<C>(ov, mx, total, split, e.split < 0 ? (int)blockIdx.x : e.split,
-                             (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh, e.rows, lane, e.out, e.part_acc,
-                             e.part_ml, e.xq, e.xd, e.xs);
+            attn::end_row<C>(ov, mx, total, split, (int)blockIdx.x, (long long)(e.t0 + ti) * e.q_heads + e.h0 + hh,
+                             e.rows, lane, e.out, e.part_acc, e.part_ml, e.xq, e.xd, e.xs);
         }
     }
     STAMP(6);

@@ -177,18 +177,6 @@ def test_probe_stamps_compile(tmp_path: Path):
     assert_no_spills(kernels, "stamped kernels")
 
 
-def test_stream_tail_plan_compiles(tmp_path: Path):
-    """attn_stream_kernel built for a tail plan (ATTN_STREAM_TAIL, ops/attention.py STREAM_TAIL)
-    compiles at every head dim and depth and spills nothing."""
-    rc, log = compile_cubin(CUDA_SRC / "attention_stream.cu", tmp_path,
-                            defines=("GLIMMER_INSTANTIATE", "ATTN_STREAM_TAIL"))
-    assert rc == 0, f"attention_stream.cu does not compile with ATTN_STREAM_TAIL:\n{log}"
-    kernels = ptxas_report(log)
-    from glimmer_cupy.ops.attention import STREAM_VARIANTS
-    assert len(kernels) == len(STREAM_VARIANTS)
-    assert_no_spills(kernels, "attn_stream_kernel with a tail plan")
-
-
 def test_wgmma_phases_compile(tmp_path: Path):
     """attn_wgmma_kernel's phase counters for bench/probe_attention_wgmma.py (GLIMMER_STAMPS) compile
     for sm_90a at every head dim and depth, spill nothing, and serialise no multiply."""

@@ -269,27 +269,6 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
     return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
 
 
-# A tail plan for decode steps whose splits merge through global memory (attention_stream.cu:
-# TailPlan): None, or (splits, tiles): beside the rule's splits, `splits` more of each unit take
-# `tiles` tiles of 16 positions each from the end of its range, dispatched after every unit's big
-# splits, so that SMs that finish their big splits early stream the tail. The kernel is built for it
-# with ATTN_STREAM_TAIL (the default build's code keeps its instruction count). For A/Bs
-# (bench/bench_attention.py --tails); None in use.
-STREAM_TAIL: tuple[int, int] | None = None
-
-
-def tail_bits(tail: tuple[int, int] | None, splits: int) -> int:
-    """attn_stream_kernel's `early` bits 8-23 for a tail plan beside `splits` big splits: 0 (none)
-    where there is no plan or the big splits merge in a cluster (a short range: the plan is for
-    splits that already merge through global memory)."""
-    if not tail or not tail[0]:
-        return 0
-    t, x = int(tail[0]), int(tail[1])
-    if not (1 <= t <= 255 and 1 <= x <= 255):
-        raise fail("attention", "STREAM_TAIL", "(splits, tiles), each 1..255", tail)
-    return t << 8 | x << 16 if splits > max(CLUSTER_SIZES) else 0
-
-
 def stream_cluster_cap(d: int, stages: int) -> int:
     """The most blocks a cluster of attn_stream_kernel<d, stages> may have (cluster_cap)."""
     return cluster_cap(stream_blocks_per_sm(d, stages))
@@ -638,7 +617,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     stream = kernel in ("stream", "wgmma") and mw == 1
     wgmma = (kernel in ("stream", "wgmma") and mw != 1 and force_rows in (None, *WGMMA_ROW_CHOICES)
              and not force_splits and wgmma_runs(d, group, kernel))
-    tail = 0                                         # attn_stream_kernel's tail plan bits (tail_bits)
     if stream:                                       # decode: one token a block
         if not force_splits:
             splits = stream_splits(t * hkv * chunks, max_len, sm_count())
@@ -646,11 +624,9 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         if (d, stages) not in STREAM_VARIANTS:
             raise fail(op, "force_stages", f"one of {[st for dd, st in STREAM_VARIANTS if dd == d]} for head_dim {d}",
                        stages)
-        tail = tail_bits(STREAM_TAIL, splits) if force_cluster in (None, 1) else 0
-        splits += tail >> 8 & 0xff
         cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
                                f"head_dim {d}, {stages} stages")
-        fn, block = _stream_kernel(d, stages, (("ATTN_STREAM_TAIL", 1),) if tail else ()), (32 * STREAM_WARPS,)
+        fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
         grid = (cluster if cluster > 1 else splits, hkv * chunks, t)
         smem = stream_smem(d, stages)
     elif wgmma:                                      # prefill: 128-row blocks, one split
@@ -687,8 +663,6 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     # the tensor-core kernels' `early` argument: copy old K/V rows before pdl_wait
     early_rule = stream_early if stream else mma_early
     early = () if kernel == "simt" else (np.int32(early_rule(d) if force_early is None else bool(force_early)),)
-    if tail:
-        early = (np.int32(early[0] | tail),)
     if not 1 <= splits <= 65535:
         raise fail(op, "force_splits", "1..65535", splits)
     if splits > 1 and cluster == 1:                  # partials through global memory
