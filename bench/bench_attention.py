@@ -93,7 +93,8 @@ def decode_inputs(cupy, rng, b: int, ctx: int, sets: int, run_cells: int = 1, hq
 
 
 def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, torch, splits_sweep,
-             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt"):
+             mma: bool = False, stages=(), run_cells: int = 1, stream: bool = False, sweep_kernel: str = "simt",
+             sweep_cluster: int | None = None):
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
@@ -108,9 +109,10 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     # (B=8 ctx=8192 on the H200: cudaErrorInvalidAddressSpace).
     cupy.cuda.Device().synchronize()
 
-    def launch(i, force=None, kernel="simt", st=None):
+    def launch(i, force=None, kernel="simt", st=None, cluster=None):
         ops.attention(qs[i], k_pool, v_pool, tables[i], seq_lens, tok_seq, tok_pos, scale,
-                      out=outs[i], workspace=work, force_splits=force, kernel=kernel, force_stages=st)
+                      out=outs[i], workspace=work, force_splits=force, kernel=kernel, force_stages=st,
+                      force_cluster=cluster)
     rows = sorted({0, b - 1})                             # the arbiter's rows (below)
 
     def beside(kernel):
@@ -130,12 +132,13 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
                nmse_vs_exact=None, torch_nmse_vs_exact=None, nonfinite_out=None, torch_backend=None,
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
                mma_rule_stages=MMA_DEPTH if mma else None, stream_us=stream_us, stream_nmse_vs_exact=stream_nmse,
-               stream_stages=stream_stages, sweep_kernel=sweep_kernel,
+               stream_stages=stream_stages, sweep_kernel=sweep_kernel, sweep_cluster=sweep_cluster,
                stream_splits=stream_splits(b * HKV, ctx, sm_count()) if stream else None,
                stream_gbps=kv_bytes / stream_us / 1e3 if stream_us else None,
                stream_of_copy=kv_bytes / stream_us / 1e3 / (copy_bw / 1e9) if stream_us else None)
     for s in splits_sweep:
-        row["sweep"][s] = time_us(lambda i, s=s: launch(i, s, kernel=sweep_kernel), sets, launches, reps)[0]
+        row["sweep"][s] = time_us(lambda i, s=s: launch(i, s, kernel=sweep_kernel, cluster=sweep_cluster), sets,
+                                  launches, reps)[0]
     # the arbiter: the first and the last sequence (the largest cell indices and offsets), exactly
     exact = exact_rows(cupy, qs[0], k_pool, v_pool, tables[0], rows, scale)
     row["nmse_vs_exact"] = nmse(cupy, outs[0][rows], exact)
@@ -154,7 +157,8 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + (f" | stream: {stream_us:.1f} us ({100 * row['stream_of_copy']:.0f}% of copy, "
              f"{row['stream_splits']} splits), vs exact {stream_nmse:.1e}" if stream else "")
           + "".join(f" | stream {st} stages: {t:.1f} us" for st, t in stream_stages.items())
-          + ("".join(f" | {sweep_kernel} {s} splits: {t:.1f} us" for s, t in row["sweep"].items())), flush=True)
+          + "".join(f" | {sweep_kernel} {s} splits{f' (cluster {sweep_cluster})' if sweep_cluster else ''}: {t:.1f} us"
+                    for s, t in row["sweep"].items()), flush=True)
     return row
 
 
@@ -388,7 +392,7 @@ def torch_case(torch, k_pool, v_pool, tables, qs, outs, sets, b, ctx, scale, lau
             out = sdpa(0).float().reshape(b, HQ, D)
         torch.cuda.synchronize()
         return cupy.asarray(out.cpu().numpy())
-    torch.cuda.synchronize()                               # the dense copies (cupy, default stream)
+    torch.cuda.synchronize()                               # q's bf16 copies (torch's stream)
     ref_c = sdpa_f32()
     vs_kernel = nmse(cupy, outs[0], ref_c)
     vs_exact = nmse(cupy, ref_c[rows], exact)
@@ -471,6 +475,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     ap.add_argument("--splits", default="", help="comma-separated split counts to time beside the rule's")
+    ap.add_argument("--sweep-cluster", type=int, default=None, metavar="C",
+                    help="the cluster size --splits runs with (1: partials merged through global memory); "
+                         "default the rule's for each split count")
     ap.add_argument("--sweep-kernel", default="simt", choices=("simt", "mma", "stream"),
                     help="the kernel --splits times")
     ap.add_argument("--no-torch", action="store_true")
@@ -523,7 +530,7 @@ def main(argv=None) -> int:
                 print(f"attention decode B={b} ctx={ctx}: skipped, does not fit in device memory", flush=True)
                 continue
             rows.append(run_case(b, ctx, rng, args.launches, args.reps, copy_bw, torch, sweep, args.mma, stages,
-                                 args.run_cells, args.stream, args.sweep_kernel))
+                                 args.run_cells, args.stream, args.sweep_kernel, args.sweep_cluster))
             cupy.get_default_memory_pool().free_all_blocks()        # the case's pools are gone
             if torch is not None:
                 torch.cuda.empty_cache()
