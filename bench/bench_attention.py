@@ -157,9 +157,14 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
           + (f" | stream: {stream_us:.1f} us ({100 * row['stream_of_copy']:.0f}% of copy, "
              f"{row['stream_splits']} splits), vs exact {stream_nmse:.1e}" if stream else "")
           + "".join(f" | stream {st} stages: {t:.1f} us" for st, t in stream_stages.items())
-          + "".join(f" | {sweep_kernel} {s} splits{f' (cluster {sweep_cluster})' if sweep_cluster else ''}: {t:.1f} us"
-                    for s, t in row["sweep"].items()), flush=True)
+          + "".join(f" | {sweep_label(row)} {s} splits: {t:.1f} us" for s, t in row["sweep"].items()), flush=True)
     return row
+
+
+def sweep_label(row) -> str:
+    """The kernel a row's --splits sweep timed, and its cluster size where --sweep-cluster set one."""
+    cluster = row.get("sweep_cluster")
+    return row["sweep_kernel"] + (f" (cluster {cluster})" if cluster else "")
 
 
 # --graph: name -> (q heads, kv heads, head_dim, q/k norm)
@@ -448,6 +453,11 @@ def markdown(meta, rows) -> str:
                      f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |")
                      + (f" {r['stream_us']:.1f} | {100 * r['stream_of_copy']:.0f}% |" if r.get("stream_us")
                         else " – | – |"))
+    swept = [r for r in rows if r.get("sweep")]
+    if swept:
+        lines += ["", "Split counts timed beside the rule (--splits), µs:", ""]
+        lines += [f"- batch {r['batch']}, context {r['context']}, {sweep_label(r)}: "
+                  + "; ".join(f"{s} splits {t:.1f}" for s, t in r["sweep"].items()) for r in swept]
     pre = [r for r in rows if "prefill" in r]
     if pre:
         lines += ["", "Causal prefill, one sequence (TFLOP/s count the causal half):", "",
