@@ -39,22 +39,30 @@ def compile_cubin(src: Path, out_dir: Path, defines=()) -> tuple[int, str]:
 
 
 def ptxas_report(log: str) -> dict[str, dict[str, int]]:
-    """{mangled kernel: {'registers', 'spill_stores', 'spill_loads', 'stack'}} from -Xptxas -v."""
+    """{mangled kernel: {'registers', 'spill_stores', 'spill_loads', 'stack'}} from -Xptxas -v. A
+    function a kernel calls (not inlined) gets its own entry, '<kernel> calls <function>': ptxas
+    reports its frame after the kernel's and before the kernel's registers."""
     kernels: dict[str, dict[str, int]] = {}
-    current = None
+    entry = current = None
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '([^']+)'", line)
         if m:
-            current = kernels.setdefault(m.group(1), {})
+            entry = m.group(1)
+            current = kernels.setdefault(entry, {})
             continue
-        if current is None:
+        if entry is None:
+            continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            name = m.group(1)
+            current = kernels.setdefault(entry if name == entry else f"{entry} calls {name}", {})
             continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m:
             current.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
         m = re.search(r"Used (\d+) registers", line)
         if m:
-            current["registers"] = int(m.group(1))
+            kernels[entry]["registers"] = int(m.group(1))
     return kernels
 
 
