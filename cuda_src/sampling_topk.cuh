@@ -148,7 +148,7 @@ struct TopkWork {
     float __align__(16) lval[kTopkList];    // rank 0: the list's logits ...
     int lid[kTopkList];                     // ... their ids
     float le[kTopkList];                    // e of each kept entry, -1 for the others
-    u64 __align__(16) lw[kTopkList];        // E, then the drawn weight
+    u64 lw[kTopkList];                      // E, then the drawn weight
     u64 sh[kWarps + 1];
     float fsh[kWarps];
     float cv;                               // the cluster's max, its lowest id and whether any block
@@ -462,55 +462,14 @@ __device__ __forceinline__ u32 bound_key_warp(int groups, int k, const TopkWork&
     return t;
 }
 
-// group_bound's key by the block's first kBoundWarps warps, in four rounds of four bits: in each,
-// warp j counts the maxima whose key is at least t | (j + 1) << shift (lane i reads keys 4 i .. 4 i
-// + 3, then every 128th on), and every warp of them takes as the digit how many of the 15 counts
-// reach k (a ballot of lane j's count j: the counts fall as the candidate rises). So T is decided from the top, four bits a
-// round, to the same value as one bit at a time: the largest T with 16 low zero bits and at least
-// k keys >= T. Four barriers of 15 warps and ~40 instructions a round, where the serial forms
-// below (one warp's ballots, or two histogram passes) chain a few hundred (bench/results/NOTES.md,
-// sixty-second session).
-// Not inlined: inlined, ptxas spilled sample_rows_c8 (64 registers a thread at 1024 threads).
-constexpr int kBoundWarps = 15;
-static_assert(kWarps >= kBoundWarps, "bound_key_rounds: a warp a candidate digit");
-__device__ __noinline__ void bound_key_rounds(int groups, int k, TopkWork& w) {
-    u32* counts = reinterpret_cast<u32*>(w.lw);         // free until the list is built: [2][16]
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    u32 t = 0;
-    if (warp < kBoundWarps) {
-#pragma unroll 1
-        for (int r = 0; r < 4; ++r) {
-            const int shift = 28 - 4 * r;
-            u32* cn = counts + 16 * (r & 1);            // two buffers: a round's barrier is passed
-            const u32 c = t | (u32)(warp + 1) << shift; // only after every read of the one before
-            u32 n = 0;
-#pragma unroll 1
-            for (int i = 4 * lane; i < groups; i += 128) {      // groups: a multiple of 16
-                const float4 q = *reinterpret_cast<const float4*>(w.all + i);
-                n += (order_key(q.x) >= c) + (order_key(q.y) >= c) + (order_key(q.z) >= c) + (order_key(q.w) >= c);
-            }
-            n = __reduce_add_sync(0xffffffffu, n);
-            if (lane == 0) cn[warp] = n;
-            bar_sync(2, 32 * kBoundWarps);
-            const u32 digit = __popc(__ballot_sync(0xffffffffu, lane < kBoundWarps && cn[lane] >= (u32)k));
-            t |= digit << shift;
-        }
-        if (tid == 0) w.tau_key = t >> 16;
-    }
-}
-
 // A lower bound on the k-th largest of the `groups` group maxima in w.all, every thread of the
 // block: the least value whose order key has the top 16 bits of the k-th largest's key. At least k
 // maxima are >= it, so at least k logits are (the bound of this file's header), and it is below
-// the k-th largest by less than 2^-7 of that value's binade. Found by bound_key_rounds;
-// TOPK_BOUND_SERIAL builds the forms before it (the A/B; speculative.cu): up to 256 maxima one warp
-// (bound_key_warp), more two radix passes of 8 bits over the keys (a histogram, then one warp's
-// scan of it) by the warps that hold them (a pairwise count by the whole block, groups^2
-// comparisons, was slower still: 2.8 against 1.4 us at 256).
+// the k-th largest by less than 2^-7 of that value's binade. Up to 256 maxima one warp finds it
+// (bound_key_warp); more go through two radix passes of 8 bits over the keys (a histogram, then
+// one warp's scan of it) by the warps that hold them. Either is a few hundred instructions, where
+// a pairwise count by the whole block was groups^2 comparisons (measured 2.8 -> 1.4 us at 256).
 __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
-#ifndef TOPK_BOUND_SERIAL
-    bound_key_rounds(groups, k, w);
-#else
     u32* hist = reinterpret_cast<u32*>(w.lw);           // free until the list is built
     const int tid = threadIdx.x, lane = tid & 31;
     const int nt = 32 * ((groups + 31) >> 5);           // the warps that hold a maximum do the passes
@@ -572,7 +531,6 @@ __device__ __forceinline__ float group_bound(int groups, int k, TopkWork& w) {
             }
         }
     }
-#endif
     __syncthreads();
     const float b = key_value(w.tau_key << 16);
     return b == b ? b : neg_inf();          // the bin of -inf: its lower edge's bits are a NaN's

@@ -70,9 +70,6 @@
 #endif
 #define ROW_THREADS VERIFY_THREADS
 #include "sampling_rows.cuh"
-// the short path's bound by its serial forms: bound_key_rounds' call spills verify_*_c2 and _c4
-// under their 64 registers
-#define TOPK_BOUND_SERIAL
 #include "sampling_topk.cuh"          // the short path's list, for rows with a small top-k
 template <int C>
 constexpr int verify_blocks_per_sm() { return C == 1 ? 1024 / kThreads : 1; }
