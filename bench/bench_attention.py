@@ -76,10 +76,12 @@ def scattered_cells(rng, n: int, run: int) -> np.ndarray:
     return (starts[:, None] + np.arange(run)).ravel().astype(np.int32)
 
 
-def decode_inputs(cupy, rng, b: int, ctx: int, sets: int, run_cells: int = 1, hq: int = HQ, hkv: int = HKV):
+def decode_inputs(cupy, rng, b: int, ctx: int, sets: int, run_cells: int = 1, hq: int | None = None,
+                  hkv: int | None = None):
     """One query token for each of b sequences of ctx positions, `sets` copies to rotate over:
     (k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs). Every set's sequences own
     disjoint cells of one pool, in runs of run_cells (scattered_cells); cell 0 is the scratch."""
+    hq, hkv = hq or HQ, hkv or HKV                        # the run's heads (--heads) unless given
     cells = sets * b * ctx + 1
     k_pool, v_pool = random_pool(cupy, cells, hkv), random_pool(cupy, cells, hkv)
     perm = cupy.asarray(scattered_cells(rng, cells - 1, run_cells))
@@ -98,7 +100,8 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
-    k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs = decode_inputs(cupy, rng, b, ctx, sets, run_cells)
+    k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs = decode_inputs(cupy, rng, b, ctx, sets, run_cells,
+                                                                                  HQ, HKV)
     work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
     scale = D ** -0.5
     splits = n_splits(b * HKV, ctx, sm_count())

@@ -289,8 +289,18 @@ attn_stream_kernel(ATTN_TC_ARGS) {
 #else
     constexpr int stage_floats = kWarps * STAGES * kPos * RS;
 #endif
+    // a pushing block other than rank 0, once its rows are sent: warp 0 asks for its share of the
+    // L2 prefetch ranges (the weights the matmuls after attention read), when no load on the step's
+    // critical path can queue behind them but the next GEMV's x (ops/prefetch.py)
+    const auto on_exit = [&]() {
+        if (threadIdx.x < 32) {
+            const long long cl = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * (gridDim.x / ncl) + blockIdx.x / ncl;
+            prefetch_l2_share((int)threadIdx.x, cl * (ncl - 1) + (long long)cluster_rank() - 1,
+                              (long long)gridDim.z * gridDim.y * (gridDim.x / ncl) * (ncl - 1), L2_PREFETCH_PASS);
+        }
+    };
     end_block<D, M, kWarps, kWarps>(reinterpret_cast<float*>(smem + M * RS), o, m, l, 0, warp, active,
-                                    active > 1 && ncl > 1, ends, push ? &bars : nullptr, stage_floats);
+                                    active > 1 && ncl > 1, ends, push ? &bars : nullptr, stage_floats, on_exit);
 }
 
 #ifdef GLIMMER_INSTANTIATE

@@ -14,11 +14,13 @@
 #pragma once
 #include "attn_mma_ptx.cuh"
 #include "attn_split.cuh"
+#include "pdl.cuh"
 #include "stamps.cuh"
 
 // The argument list of both tensor-core kernels (attn_mma_kernel, attn_stream_kernel): attn_kernel's
-// plus `early`, so ops/attention.py launches either with the same arguments; ATTN_TC_TYPES is the
-// same list as types, for the explicit instantiations.
+// plus `early` and the L2 prefetch ranges (pdl.cuh: prefetch_l2_share; attn_stream_kernel's pushing
+// blocks issue them as they leave), so ops/attention.py launches either with the same arguments;
+// ATTN_TC_TYPES is the same list as types, for the explicit instantiations.
 #define ATTN_TC_ARGS                                                                                         \
     float *__restrict__ out, float *__restrict__ part_acc, float *__restrict__ part_ml, int *__restrict__ counters, \
         const float *__restrict__ q, const unsigned short *__restrict__ k_pool,                                \
@@ -26,11 +28,11 @@
         const int *__restrict__ seq_lens, const int *__restrict__ tok_seq, const int *__restrict__ tok_pos,    \
         const unsigned char *__restrict__ visible, int n_tok, int q_heads, int kv_heads, int table_width,      \
         int head_chunks, int window, int early, float q_scale, float softcap_log2, float inv_softcap,          \
-        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs
+        int *__restrict__ xq, float *__restrict__ xd, float *__restrict__ xs, L2_PREFETCH_ARGS
 #define ATTN_TC_TYPES                                                                                        \
     float*, float*, float*, int*, const float*, const unsigned short*, const unsigned short*, const int*,      \
         const int*, const int*, const int*, const unsigned char*, int, int, int, int, int, int, int, float, float, \
-        float, int*, float*, float*
+        float, int*, float*, float*, L2_PREFETCH_TYPES
 
 namespace amma {
 
@@ -165,10 +167,14 @@ __device__ __forceinline__ void merge_rolled(float* so, int floats, int active, 
 // with `push` (push_begin called; one token a block, real rows r < nh <= kPushRows <= WARPS),
 // through rank 0's barriers. stage_floats: floats of `so` the last block of a global merge may stage
 // the partials in (merge_rolled, one token a block with at most WARPS real rows; 0: merge_splits).
-template <int D, int M, int KW, int WARPS>
+struct NoExitHook {
+    __device__ void operator()() const {}
+};
+template <int D, int M, int KW, int WARPS, class Exit = NoExitHook>
 __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4], const float (&m)[2],
                                           const float (&l)[2], int mw, int kw, int active, bool clustered,
-                                          const EndRows& e, PushBars* push = nullptr, int stage_floats = 0) {
+                                          const EndRows& e, PushBars* push = nullptr, int stage_floats = 0,
+                                          Exit on_exit = Exit()) {
     constexpr int NO = D / 8, C = D / 32, SD = merge_stride<D, KW>();
     static_assert(kPushRows <= WARPS, "a pushed merge's rows are one a warp");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -248,7 +254,10 @@ __device__ __forceinline__ void end_block(float* so, const float (&o)[D / 8][4],
     STAMP(6);
     if (!split) return;
     if (push != nullptr) {
-        if (rank != 0) return;          // its rows are counted on rank 0's `full` as they land
+        if (rank != 0) {                // its rows are counted on rank 0's `full` as they land
+            on_exit();
+            return;
+        }
         if (warp >= e.nh) return;
         mbar_wait_cluster(&push->full, 0);
         __syncwarp();                   // and this warp's own split-0 row, stored by its lanes

@@ -16,6 +16,40 @@
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" :: "l"(p)); }
 
+// L2 prefetch ranges passed by value (ops/prefetch.py): up to kPrefetchRanges (address, bytes)
+// pairs of weights, both multiples of 16, bytes 0 for an unused pair
+constexpr int kPrefetchRanges = 3;
+#define L2_PREFETCH_ARGS                                                                                     \
+    unsigned long long pf_addr0, unsigned long long pf_bytes0, unsigned long long pf_addr1,                   \
+        unsigned long long pf_bytes1, unsigned long long pf_addr2, unsigned long long pf_bytes2
+#define L2_PREFETCH_TYPES \
+    unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned long long, unsigned long long
+#define L2_PREFETCH_PASS pf_addr0, pf_bytes0, pf_addr1, pf_bytes1, pf_addr2, pf_bytes2
+
+// Lane `lane` of one warp of each of `blocks` blocks (this one is `block`) asks for its share of
+// every range to be brought into L2 by bulk prefetches (cp.async.bulk.prefetch.L2, sm_90): for a
+// latency-bound kernel whose memory system is idle, so that the matmuls after it read weights
+// from L2. Data no kernel writes only, so it may come before pdl_wait; nothing waits for it and
+// no register is held.
+__device__ __forceinline__ void prefetch_l2_share(int lane, long long block, long long blocks, L2_PREFETCH_ARGS) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned long long addr[kPrefetchRanges] = {pf_addr0, pf_addr1, pf_addr2};
+    const unsigned long long bytes[kPrefetchRanges] = {pf_bytes0, pf_bytes1, pf_bytes2};
+    const unsigned long long pieces = (unsigned long long)blocks * 32ull;
+    const unsigned long long me = (unsigned long long)block * 32ull + (unsigned long long)lane;
+#pragma unroll
+    for (int r = 0; r < kPrefetchRanges; ++r) {
+        const unsigned long long units = bytes[r] >> 4;            // 16-byte units
+        const unsigned long long per = (units + pieces - 1) / pieces;
+        const unsigned long long u0 = me * per;
+        if (u0 < units) {
+            const unsigned size = (unsigned)((units - u0 < per ? units - u0 : per) << 4);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(addr[r] + (u0 << 4)), "r"(size) : "memory");
+        }
+    }
+#endif
+}
+
 // Let the next kernel be scheduled now, before this one waits: for the short kernels between the
 // long ones (norms, the gated activation, prepare_qkv), whose successor has its own work before
 // pdl_wait (a GEMV's weight loads, attention's index reads and old K/V rows), so that work overlaps

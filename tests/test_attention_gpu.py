@@ -1172,3 +1172,40 @@ def test_gemma_shaped_decode(prompt, width, mode, path):
         assert_mma_close(got, ref, (prompt, width, mode, path, what))
         if res is not None:
             assert_q8_codes(res, got, what)
+
+
+@gpu
+@pytest.mark.parametrize("lens,per_seq", [([600], 1), ([600, 65, 1000], 1), ([300, 200], 40)])
+def test_l2_prefetch_changes_no_result(kernel, lens, per_seq):
+    """Attention given weight ranges to bring into L2 (ops/prefetch.py) returns the same bits as
+    without, on every kernel (decode blocks and prefill blocks), with ranges whose bytes do not
+    divide among the launch's blocks and lanes, one of them empty."""
+    import cupy
+    from glimmer_cupy.ops.prefetch import l2_ranges
+    rng = np.random.default_rng(len(lens) * 100 + per_seq)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, 16, 4, 128, per_seq=per_seq)
+    weights = cupy.asarray(rng.integers(0, 255, 3 << 20, dtype=np.uint8))
+    ranges = l2_ranges((weights, weights.nbytes - 48), (weights[4096:], 1000), (weights, 0))
+    assert ranges is not None and ranges.nbytes == weights.nbytes - 48 + 992
+    without, ref = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, kernel=kernel)
+    with_l2, _ = run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, kernel=kernel, prefetch=ranges)
+    np.testing.assert_array_equal(with_l2, without)
+    assert_close(with_l2, ref, (lens, per_seq), kernel)
+
+
+@gpu
+def test_l2_ranges_reject_bad_ranges():
+    """A range longer than its array, a view off a 16-byte boundary, too many ranges, and a prefetch
+    that is not L2Ranges: one-line errors naming the argument, before any launch."""
+    import cupy
+    from glimmer_cupy.ops.prefetch import l2_ranges
+    w = cupy.zeros(4096, cupy.uint8)
+    with pytest.raises(OpArgumentError, match=r"parts\[0\] bytes must be 0..4096"):
+        l2_ranges((w, 4097))
+    with pytest.raises(OpArgumentError, match=r"parts\[1\] must be an array on a 16-byte boundary"):
+        l2_ranges((w, 16), (w[8:], 16))
+    with pytest.raises(OpArgumentError, match="at most 3 ranges"):
+        l2_ranges(*[(w, 16)] * 4)
+    q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(np.random.default_rng(0), [40], 4, 1, 64)
+    with pytest.raises(OpArgumentError, match="prefetch must be None or"):
+        run_both(q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos, kernel="stream", prefetch=(w, 16))

@@ -10,10 +10,29 @@ with the module of its input, and ops dispatch on the array type.
 from __future__ import annotations
 
 from .. import ops
+from ..ops.prefetch import MAX_RANGES, L2Ranges, l2_ranges
 from .config import ModelConfig
-from .linear import array_module
+from .linear import Linear, array_module
 from .step import StepBatch
 from .weights import ModelWeights
+
+
+# Bytes of a layer's weights that its decode attention asks to be brought into L2 as its pushing
+# blocks leave (ops/prefetch.py), in the order the layer reads them after o (whose own weights are
+# loaded before its wait): gate/up, then down (bench/ab_prefetch_model.py). 0: none.
+L2_PREFETCH_BYTES = 0
+
+
+def prefetch_ranges(layers: list[Linear], budget: int) -> L2Ranges | None:
+    """The first `budget` bytes of the layers' parts, in order, as at most MAX_RANGES ranges."""
+    parts = []
+    for layer in layers:
+        for p in layer.parts:
+            if budget <= 0 or len(parts) == MAX_RANGES:
+                break
+            parts.append((p, min(p.nbytes, budget)))
+            budget -= p.nbytes
+    return l2_ranges(*parts) if parts else None
 
 
 class Decoder:
@@ -27,6 +46,15 @@ class Decoder:
         # the CUDA path's one-launch layer stack for one-token steps (model/fused_stack.py), where
         # the executor found the model one it serves
         self.stack = None
+        self._l2: dict[tuple[int, int], L2Ranges | None] = {}
+
+    def _prefetch(self, i: int) -> L2Ranges | None:
+        """Layer i's L2 prefetch during its attention (L2_PREFETCH_BYTES), built once per budget."""
+        key = (i, L2_PREFETCH_BYTES)
+        if key not in self._l2:
+            lw = self.w.layers[i]
+            self._l2[key] = prefetch_ranges([lw.gate_up, lw.down], L2_PREFETCH_BYTES)
+        return self._l2[key]
 
     def forward(self, step: StepBatch, kv):
         cfg, w = self.cfg, self.w
@@ -49,7 +77,7 @@ class Decoder:
                                  cfg.rope_neox, cfg.rope_dim)
             a = ops.attention(q, k_pool, v_pool, step.cell_table, step.seq_lens, step.tok_seq,
                               step.positions, cfg.attn_scale, cfg.window(i), cfg.attn_softcap, step.visible,
-                              q8=True)
+                              q8=True, prefetch=self._prefetch(i))
             o = lw.wo(a.reshape(t, cfg.q_dim))                                   # (T, hidden)
             if cfg.post_norms:
                 o = ops.rms_norm(o, lw.post_attn_norm, cfg.rms_eps)

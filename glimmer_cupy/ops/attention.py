@@ -28,6 +28,7 @@ from ..kernels.launch import allow_large_clusters, launch_cluster
 from ..reference import attention as ref
 from ._check import F32, I32, aligned, check, check_out, fail, no_overlap
 from ._dispatch import host_result, is_host
+from .prefetch import L2Ranges, prefetch_args
 from .q8 import NO_CODES, q8_buffers, wants_q8, with_codes
 
 BF16 = np.dtype(np.uint16)                   # bfloat16 bits
@@ -551,7 +552,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
               window: int = 0, softcap: float = 0.0, visible=None, *, out=None, workspace=None,
               force_splits: int | None = None, q8: bool = False, kernel: str = "stream",
               force_stages: int | None = None, force_rows: int | None = None, force_cluster: int | None = None,
-              force_early: bool | None = None, force_producer: bool | None = None):
+              force_early: bool | None = None, force_producer: bool | None = None,
+              prefetch: L2Ranges | None = None):
     """q: (T, q_heads, D) -> (T, q_heads, D) float32 over each token's own sequence's cells.
 
     GPU: q float32, pools bf16 bits (cells, kv_heads, D) with D in HEAD_DIMS, q_heads a multiple
@@ -579,9 +581,13 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     overlapped()).
     force_producer (benchmarks and tests, attn_wgmma_kernel only): whether its K/V copies are issued by
     a producer warpgroup (WGMMA_PRODUCER otherwise; the same result either way).
+    prefetch: weights for the tensor-core kernels to bring into L2 while they run (ops/prefetch.py:
+    l2_ranges; ignored by "simt" and the NumPy path); it changes no result.
     """
     if kernel not in KERNELS:
         raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))
+    if prefetch is not None and not isinstance(prefetch, L2Ranges):
+        raise fail("attention", "prefetch", "None or ops.prefetch.l2_ranges(...)", type(prefetch).__name__)
     if is_host(q):
         return host_result(ref.attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale,
                                          window, softcap, visible), out)
@@ -688,7 +694,8 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     qargs = codes if codes is not None else NO_CODES
     args = (out, part_acc, part_ml, _counters(q.device.id), q, k_pool, v_pool, cell_table, seq_lens, tok_seq,
             tok_pos, vis, np.int32(t), np.int32(hq), np.int32(hkv), np.int32(width), np.int32(chunks),
-            np.int32(window), *early, np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs)
+            np.int32(window), *early, np.float32(q_scale), np.float32(softcap_log2), np.float32(inv_softcap), *qargs,
+            *(() if kernel == "simt" else prefetch_args(prefetch)))
     if cluster > 1:
         launch_cluster(fn, grid, block, args, smem, (cluster, 1, 1))
     else:
