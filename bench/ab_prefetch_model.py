@@ -4,8 +4,9 @@
 
 Arms:
   off     none
+  rule    the decoder's default (L2_PREFETCH_BYTES where a layer's gate/up reaches L2_PREFETCH_MIN_GATE_UP)
   N MB    the layer's gate/up, then down weights, the first N MB of them (at most three ranges),
-          asked for by attention's pushing blocks as they leave
+          asked for by attention's pushing blocks as they leave, whatever the layer's size
 
     PYTHONPATH=$PWD python3 bench/ab_prefetch_model.py --synthetic qwen3-8b [--arms "off,12 MB"] [--out FILE]
 """
@@ -24,7 +25,9 @@ decoder = importlib.import_module("glimmer_cupy.model.decoder")
 
 ARMS = {
     "off": {(decoder, "L2_PREFETCH_BYTES"): 0},
-    **{f"{mb} MB": {(decoder, "L2_PREFETCH_BYTES"): mb << 20} for mb in (2, 4, 8, 16)},
+    "rule": {},
+    **{f"{mb} MB": {(decoder, "L2_PREFETCH_BYTES"): mb << 20, (decoder, "L2_PREFETCH_MIN_GATE_UP"): 0}
+       for mb in (1, 2, 3, 4, 6, 8, 16)},
 }
 
 if __name__ == "__main__":

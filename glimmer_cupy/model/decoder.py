@@ -18,9 +18,15 @@ from .weights import ModelWeights
 
 
 # Bytes of a layer's weights that its decode attention asks to be brought into L2 as its pushing
-# blocks leave (ops/prefetch.py), in the order the layer reads them after o (whose own weights are
-# loaded before its wait): gate/up, then down (bench/ab_prefetch_model.py). 0: none.
-L2_PREFETCH_BYTES = 0
+# blocks leave (ops/prefetch.py): gate/up, then down, the matmuls after o (whose own weights are
+# loaded before its wait). Only for layers whose gate/up holds at least L2_PREFETCH_MIN_GATE_UP
+# bytes: there the DRAM is idle through attention's end and the o GEMV's; on small layers the same
+# burst lands on the latency-bound chain that follows. Measured on an H100 (bench/ab_prefetch_model.py,
+# bench/results/NOTES.md, sixty-second session): synthetic Qwen3-8B (56 MB of gate/up a layer)
+# 4 MB -13.7 us a step over five rounds (6 MB -15.7, 2-3 MB none, 16 MB +20); synthetic
+# Qwen3-0.6B (1.8 MB) 1 MB +23 us, 4 MB +44.
+L2_PREFETCH_BYTES = 4 << 20
+L2_PREFETCH_MIN_GATE_UP = 16 << 20
 
 
 def prefetch_ranges(layers: list[Linear], budget: int) -> L2Ranges | None:
@@ -49,11 +55,13 @@ class Decoder:
         self._l2: dict[tuple[int, int], L2Ranges | None] = {}
 
     def _prefetch(self, i: int) -> L2Ranges | None:
-        """Layer i's L2 prefetch during its attention (L2_PREFETCH_BYTES), built once per budget."""
-        key = (i, L2_PREFETCH_BYTES)
+        """Layer i's L2 prefetch during its attention (L2_PREFETCH_BYTES where its gate/up is large
+        enough), built once per setting."""
+        key = (i, L2_PREFETCH_BYTES, L2_PREFETCH_MIN_GATE_UP)
         if key not in self._l2:
             lw = self.w.layers[i]
-            self._l2[key] = prefetch_ranges([lw.gate_up, lw.down], L2_PREFETCH_BYTES)
+            big = sum(p.nbytes for p in lw.gate_up.parts) >= L2_PREFETCH_MIN_GATE_UP
+            self._l2[key] = prefetch_ranges([lw.gate_up, lw.down], L2_PREFETCH_BYTES if big else 0)
         return self._l2[key]
 
     def forward(self, step: StepBatch, kv):
