@@ -52,7 +52,7 @@ class Decoder:
         # the CUDA path's one-launch layer stack for one-token steps (model/fused_stack.py), where
         # the executor found the model one it serves
         self.stack = None
-        self._l2: dict[tuple[int, int], L2Ranges | None] = {}
+        self._l2: dict[tuple[int, int, int], L2Ranges | None] = {}
 
     def _prefetch(self, i: int) -> L2Ranges | None:
         """Layer i's L2 prefetch during its attention (L2_PREFETCH_BYTES where its gate/up is large

@@ -581,8 +581,9 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     overlapped()).
     force_producer (benchmarks and tests, attn_wgmma_kernel only): whether its K/V copies are issued by
     a producer warpgroup (WGMMA_PRODUCER otherwise; the same result either way).
-    prefetch: weights for the tensor-core kernels to bring into L2 while they run (ops/prefetch.py:
-    l2_ranges; ignored by "simt" and the NumPy path); it changes no result.
+    prefetch: weights to bring into L2 (ops/prefetch.py: l2_ranges), asked for by the "stream" kernel's
+    blocks of a pushed cluster merge but rank 0 as they leave; the other kernels and the NumPy path
+    ignore it. It changes no result.
     """
     if kernel not in KERNELS:
         raise fail("attention", "kernel", " or ".join(map(repr, KERNELS)), repr(kernel))

@@ -1,11 +1,13 @@
 """Weight ranges a latency-bound kernel asks the memory system to bring into L2 while it runs.
 
 A decode step alternates long matmuls, which stream their weights from DRAM, with short kernels
-(attention over a few hundred positions, norms) during which DRAM is idle. A short kernel given
-L2Ranges has warp 0 of each of its blocks issue bulk prefetches (cp.async.bulk.prefetch.L2,
-cuda_src/pdl.cuh: prefetch_l2_share) of its share of every range before it waits for the kernel
-before it, so the matmuls after it find those bytes in L2. Weights only: no kernel writes them, so
-the prefetch may run ahead of the step's dependences; it changes no result.
+during which DRAM is idle. Decode attention given L2Ranges (ops.attention's `prefetch`) has warp 0
+of each block of a pushed cluster merge but rank 0 issue bulk prefetches (cp.async.bulk.prefetch.L2,
+cuda_src/pdl.cuh: prefetch_l2_share) of its share of every range as the block leaves, after its
+last K/V tile and its rows are sent, so that the matmuls after attention find those bytes in L2 and
+no load of attention's own waits behind them (asked for at the kernel's start, the same burst
+delayed attention's dependent trips: bench/results/NOTES.md, thirty-fourth and sixty-second
+sessions). Weights only: no kernel writes them; it changes no result.
 
 The ranges are kernel arguments by value (three (address, bytes) pairs), fixed when built, so a
 captured CUDA graph replays them as they are.
