@@ -1,4 +1,4 @@
-"""How many bytes of a layer's weights its decode attention brings into L2 while it runs
+"""How many bytes of a layer's weights its decode attention asks into L2 as its blocks leave
 (model/decoder.py: L2_PREFETCH_BYTES; ops/prefetch.py), in a model's own decode step
 (glimmer_cupy/benchmarks/model_ab.py).
 
@@ -8,7 +8,7 @@ Arms:
   N MB    the layer's gate/up, then down weights, the first N MB of them (at most three ranges),
           asked for by attention's pushing blocks as they leave, whatever the layer's size
 
-    PYTHONPATH=$PWD python3 bench/ab_prefetch_model.py --synthetic qwen3-8b [--arms "off,12 MB"] [--out FILE]
+    PYTHONPATH=$PWD python3 bench/ab_prefetch_model.py --synthetic qwen3-8b [--arms "off,rule,6 MB"] [--out FILE]
 """
 
 from __future__ import annotations
