@@ -100,8 +100,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
     import cupy
     kv_bytes = b * ctx * HKV * D * 2 * 2                  # K and V, bf16
     sets = n_sets(kv_bytes)
-    k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs = decode_inputs(cupy, rng, b, ctx, sets, run_cells,
-                                                                                  HQ, HKV)
+    k_pool, v_pool, tables, seq_lens, tok_seq, tok_pos, qs, outs = decode_inputs(cupy, rng, b, ctx, sets, run_cells)
     work = cupy.empty(workspace_size(b, HQ, D), dtype=cupy.float32)
     scale = D ** -0.5
     splits = n_splits(b * HKV, ctx, sm_count())

@@ -1178,8 +1178,9 @@ def test_gemma_shaped_decode(prompt, width, mode, path):
 @pytest.mark.parametrize("lens,per_seq", [([600], 1), ([600, 65, 1000], 1), ([300, 200], 40)])
 def test_l2_prefetch_changes_no_result(kernel, lens, per_seq):
     """Attention given weight ranges to bring into L2 (ops/prefetch.py) returns the same bits as
-    without, on every kernel (decode blocks and prefill blocks), with ranges whose bytes do not
-    divide among the launch's blocks and lanes, one of them empty."""
+    without, on every kernel: the stream kernel's blocks of a pushed cluster merge but rank 0 ask
+    for them as they leave (600 positions of 4 kv heads: a cluster of 16 blocks a head, pushed), the others
+    ignore them; ranges whose bytes do not divide among those blocks and lanes, one of them empty."""
     import cupy
     from glimmer_cupy.ops.prefetch import l2_ranges
     rng = np.random.default_rng(len(lens) * 100 + per_seq)

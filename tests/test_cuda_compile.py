@@ -74,7 +74,7 @@ def assert_no_spills(kernels: dict[str, dict[str, int]], what: str) -> None:
 
 
 # ptxas -v's order for a kernel that calls a function it did not inline: the kernel's frame, then the
-# function's, then the kernel's registers (as nvcc 12 printed it for sample_rows_c8 at 8582393)
+# function's, then the kernel's registers (as this project's nvcc printed it for sample_rows_c8 at 8582393)
 PTXAS_CALL_LOG = """ptxas info    : Compiling entry function 'k_spills' for 'sm_90a'
 ptxas info    : Function properties for k_spills
     8 bytes stack frame, 8 bytes spill stores, 28 bytes spill loads

@@ -13,7 +13,8 @@ def layer(*sizes):
 
 
 def test_budget_takes_parts_in_order(monkeypatch):
-    """o whole, then the gate/up prefix the budget leaves, nothing of down; at most three ranges."""
+    """The first layer's part whole, then the prefix of the second's the budget leaves, nothing of the
+    third's; at most three ranges."""
     monkeypatch.setattr(decoder, "l2_ranges", lambda *parts: [(p.name, n) for p, n in parts])
     o, gate_up, down = layer(1000), layer(5000), layer(3000)
     assert decoder.prefetch_ranges([o, gate_up, down], 2500) == [("p1000", 1000), ("p5000", 1500)]
