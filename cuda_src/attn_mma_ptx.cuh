@@ -16,10 +16,18 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, int n) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 // The same copy with an L2 eviction policy (createpolicy's 64-bit descriptor: cluster.cuh's
-// l2_evict_first_policy for bytes read once).
+// l2_evict_first_policy for bytes read once). ATTN_KV_L2_128B / ATTN_KV_L2_256B add the prefetch-size
+// hint (L2 fetches the whole 128- or 256-byte segment around the piece), for the A/B.
+#if defined(ATTN_KV_L2_256B)
+#define ATTN_KV_PREFETCH ".L2::256B"
+#elif defined(ATTN_KV_L2_128B)
+#define ATTN_KV_PREFETCH ".L2::128B"
+#else
+#define ATTN_KV_PREFETCH ""
+#endif
 __device__ __forceinline__ void cp_async16_hint(u32 dst, const void* src, int n, unsigned long long policy) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src), "r"(n),
-                 "l"(policy) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint" ATTN_KV_PREFETCH " [%0], [%1], 16, %2, %3;" ::"r"(dst),
+                 "l"(src), "r"(n), "l"(policy) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
