@@ -55,6 +55,24 @@ GQ_HD V load_vec(const void* p) {
 GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
 GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
+// The weights' loads (Lanes<Q4_K>::load, the global* loads below). GEMV_WEIGHTS_L2_256B adds the
+// prefetch-size hint .L2::256B (L2 fetches the 256-byte segment around each piece from DRAM in one
+// request), for the A/B (ops/matmul.py: KQ_DEFINES; bench/ab_gemv_kq_model.py's arm "l2 256B").
+#ifdef GEMV_WEIGHTS_L2_256B
+#define KQ_W_HINT ".L2::256B"
+#else
+#define KQ_W_HINT ""
+#endif
+GQ_HD u32x4 wload16(const u8* p) {
+#if defined(__CUDA_ARCH__) && defined(GEMV_WEIGHTS_L2_256B)
+    u32x4 v;
+    asm("ld.global" KQ_W_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return load16(p);
+#endif
+}
+
 GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
 #ifdef __CUDA_ARCH__
     return fmaf(a, b, c);
@@ -71,7 +89,7 @@ GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
 GQ_HD u32x2 global8(const u8* p, bool on) {
 #ifdef __CUDA_ARCH__
     u32x2 v;
-    asm("{ .reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global.v2.u32 {%0, %1}, [%2]; }"
+    asm("{ .reg .pred q; setp.ne.u32 q, %3, 0; @q ld.global" KQ_W_HINT ".v2.u32 {%0, %1}, [%2]; }"
         : "=r"(v.x), "=r"(v.y) : "l"(p), "r"((int)on));
     return v;
 #else
@@ -81,7 +99,7 @@ GQ_HD u32x2 global8(const u8* p, bool on) {
 GQ_HD u32x4 global16(const u8* p, bool on) {    // 16-byte aligned
 #ifdef __CUDA_ARCH__
     u32x4 v;
-    asm("{ .reg .pred q; setp.ne.u32 q, %5, 0; @q ld.global.v4.u32 {%0, %1, %2, %3}, [%4]; }"
+    asm("{ .reg .pred q; setp.ne.u32 q, %5, 0; @q ld.global" KQ_W_HINT ".v4.u32 {%0, %1, %2, %3}, [%4]; }"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "r"((int)on));
     return v;
 #else
@@ -91,7 +109,7 @@ GQ_HD u32x4 global16(const u8* p, bool on) {    // 16-byte aligned
 GQ_HD u32 global32(const u8* p, bool on) {       // 4-byte aligned
 #ifdef __CUDA_ARCH__
     u32 v;
-    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u32 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
+    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global" KQ_W_HINT ".u32 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
     return v;
 #else
     return on ? load_vec<u32>(p) : 0;
@@ -100,7 +118,7 @@ GQ_HD u32 global32(const u8* p, bool on) {       // 4-byte aligned
 GQ_HD int global_s8(const u8* p, bool on) {
 #ifdef __CUDA_ARCH__
     int v;
-    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.s8 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
+    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global" KQ_W_HINT ".s8 %0, [%1]; }" : "=r"(v) : "l"(p), "r"((int)on));
     return v;
 #else
     return on ? *reinterpret_cast<const i8*>(p) : 0;
@@ -109,7 +127,7 @@ GQ_HD int global_s8(const u8* p, bool on) {
 GQ_HD u16 global_u16(const u8* p, bool on) {      // 2-byte aligned
 #ifdef __CUDA_ARCH__
     u16 v;
-    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global.u16 %0, [%1]; }" : "=h"(v) : "l"(p), "r"((int)on));
+    asm("{ .reg .pred q; setp.ne.u32 q, %2, 0; @q ld.global" KQ_W_HINT ".u16 %0, [%1]; }" : "=h"(v) : "l"(p), "r"((int)on));
     return v;
 #else
     return on ? *reinterpret_cast<const u16*>(p) : 0;
@@ -208,8 +226,8 @@ template <> struct Lanes<Q4_K> {
     GQ_HD static void load(const Row& row, int sb, int part, Regs& r, bool on = true) {
         if (on) {
             const u8* b = row.w + sb * kBytes;
-            r.hd = load16(b);
-            r.qs = load16(b + 16 + 16 * part);
+            r.hd = wload16(b);
+            r.qs = wload16(b + 16 + 16 * part);
         }
     }
     GQ_HD static void load_x(const int* xq, const float* xd, const float* xs, int sb, int part, X& x) {

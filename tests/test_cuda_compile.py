@@ -222,6 +222,23 @@ def test_wgmma_phases_compile(tmp_path: Path):
     assert_no_spills(kernels, "attn_wgmma_kernel with its phase counters")
 
 
+@pytest.mark.parametrize("module,define", [("gemv_kq", "GEMV_WEIGHTS_L2_256B"), ("attention_stream", "ATTN_KV_L2_256B"),
+                                           ("attention_stream", "ATTN_KV_L2_128B")])
+def test_load_hint_switches_compile(module: str, define: str, tmp_path: Path):
+    """The A/B switches that put L2's prefetch-size hint on the weights' loads (kq_lanes.cuh) or on
+    decode attention's K/V copies (attn_mma_ptx.cuh) compile without spills, and the hint is in
+    the PTX."""
+    rc, log = compile_cubin(CUDA_SRC / f"{module}.cu", tmp_path, defines=("GLIMMER_INSTANTIATE", define))
+    assert rc == 0, f"{module}.cu does not compile with {define}:\n{log}"
+    assert_no_spills(ptxas_report(log), f"{module} with {define}")
+    ptx = tmp_path / f"{module}.ptx"
+    proc = subprocess.run(nvcc_command(CUDA_SRC / f"{module}.cu", ptx, ("GLIMMER_INSTANTIATE", define), nvcc=NVCC,
+                                       kind="ptx"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    size = define.rsplit("_", 1)[1]                  # 256B / 128B
+    assert f".L2::{size}" in ptx.read_text(), f"{module}.cu with {define}: no .L2::{size} load in its PTX"
+
+
 @pytest.mark.parametrize("module", ["norm", "activation", "gemv_kq", "embed"])
 def test_launch_log_compiles(module: str, tmp_path: Path):
     """The launch log in pdl_wait (cuda_src/pdl.cuh, for bench/probe_decode_stamps.py) compiles into

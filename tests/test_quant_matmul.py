@@ -710,6 +710,32 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
     np.testing.assert_array_equal(got, want)
 
 
+@gpu
+@pytest.mark.parametrize("q", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (1, 77, 768), (2, 515, 1024), (8, 300, 2048)])
+def test_kq_load_hint_switch_keeps_the_bits(q, m, n, k, monkeypatch):
+    """gemv_kq built with GEMV_WEIGHTS_L2_256B (the weights' loads with L2's prefetch-size hint,
+    kq_lanes.cuh; ops.matmul.KQ_DEFINES) gives the default build's outputs bit for bit, at M = 1 and
+    a few rows, on full and odd shapes, and the pair kernel too."""
+    import cupy
+
+    import glimmer_cupy.ops.matmul as matmul
+    from glimmer_cupy.ops.matmul import quantize_x
+    from glimmer_cupy.ops.q8 import Q8Rows
+    rng = np.random.default_rng(m * n + k)
+    w = QuantTensor("w", q, (n, k), random_blocks(q, n, k, rng, 0.05)).to_device()
+    other = QType.Q6_K if q == QType.Q4_K else QType.Q4_K
+    v = QuantTensor("v", other, (64, k), random_blocks(other, 64, k, rng, 0.05)).to_device()
+    x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
+    xin = Q8Rows(x, *quantize_x(x, q.name))
+    assert bucket(m, q) == "gemv_kq"
+    plain = [cupy.asnumpy(ops.quant_matmul(xin, w))] + ([cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v]))] if m == 1 else [])
+    monkeypatch.setattr(matmul, "KQ_DEFINES", {"GEMV_WEIGHTS_L2_256B": 1})
+    hinted = [cupy.asnumpy(ops.quant_matmul(xin, w))] + ([cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v]))] if m == 1 else [])
+    for a, b in zip(plain, hinted):
+        np.testing.assert_array_equal(b, a)
+
+
 def test_rows_host_path_is_the_parts_joined():
     """On NumPy arrays quant_matmul_rows is each part's quant_matmul, joined along the columns."""
     rng = np.random.default_rng(4)

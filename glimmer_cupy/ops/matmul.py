@@ -557,6 +557,9 @@ KQ_M1_ROWS = {QType.Q6_K: 4}
 # Qwen3-0.6B's Q6_K matrices take 2 and 1 already (its down at 1 cost +5.6 us in the same call).
 # In GGUF order the cap was a wash at 8B (thirty-third session).
 KQ_M1_MAX_WS = {QType.Q6_K: 2}
+# -D switches gemv_kq.cu's module is compiled with (both its kernels; none by default), for A/Bs in
+# one process: e.g. {"GEMV_WEIGHTS_L2_256B": 1} (kq_lanes.cuh), bench/ab_gemv_kq_model.py's "l2 256B"
+KQ_DEFINES: dict = {}
 
 
 # gemv_dp4a's bucket on the small-block types: gemv_staged_kernel (gemv_staged.cu), each warp's R rows
@@ -745,10 +748,14 @@ def kq_kernel_name(trait: str, m: int, rows: int, ws: int, occ: int = 0) -> str:
     return f"gemv_kq_kernel<gguf::{trait}, {m}, {rows}, {ws}>"
 
 
-@cache
 def _kq_kernel(trait: str, m: int, rows: int, ws: int, occ: int = 0):
+    return _kq_kernel_built(trait, m, rows, ws, occ, tuple(sorted(KQ_DEFINES.items())))
+
+
+@cache
+def _kq_kernel_built(trait: str, m: int, rows: int, ws: int, occ: int, defines: tuple):
     exprs = tuple(kq_kernel_name(trait, m, rows, s, occ) for s in KQ_SPLITS)
-    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), name_expressions=exprs)
+    return get_kernel("gemv_kq", kq_kernel_name(trait, m, rows, ws, occ), dict(defines), name_expressions=exprs)
 
 
 # Inside graph_safe(), the tensor-core rows of the table run the mma bucket instead of
@@ -1021,7 +1028,7 @@ def _kq_pair_kernel(a: QuantTensor, b: QuantTensor, n_a: int, n_b: int, k: int):
     name = f"gemv_kq_pair_kernel<gguf::{ta}, {ra}, {wsa}, gguf::{tb}, {rb}, {wsb}>"
     exprs = tuple(f"gemv_kq_pair_kernel<gguf::{ta}, {ra}, {i}, gguf::{tb}, {rb}, {j}>"
                   for i in KQ_SPLITS for j in KQ_SPLITS)
-    kern = get_kernel("gemv_kq", name, name_expressions=exprs)
+    kern = get_kernel("gemv_kq", name, KQ_DEFINES, name_expressions=exprs)
     return kern, -(-n_a // (ra * KQ_WARPS // wsa)), -(-n_b // (rb * KQ_WARPS // wsb))
 
 
