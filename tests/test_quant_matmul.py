@@ -712,11 +712,12 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("q", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (1, 77, 768), (2, 515, 1024), (8, 300, 2048)])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (1, 77, 768), (2, 515, 1024), (3, 300, 2048)])
 def test_kq_load_hint_switch_keeps_the_bits(q, m, n, k, monkeypatch):
     """gemv_kq built with GEMV_WEIGHTS_L2_256B (the weights' loads with L2's prefetch-size hint,
     kq_lanes.cuh; ops.matmul.KQ_DEFINES) gives the default build's outputs bit for bit, at M = 1 and
-    a few rows, on full and odd shapes, and the pair kernel too."""
+    a few rows (the table sends M <= 3 to gemv_kq for both types), on full and odd shapes, and the
+    pair kernel too."""
     import cupy
 
     import glimmer_cupy.ops.matmul as matmul
@@ -730,7 +731,9 @@ def test_kq_load_hint_switch_keeps_the_bits(q, m, n, k, monkeypatch):
     xin = Q8Rows(x, *quantize_x(x, q.name))
     assert bucket(m, q) == "gemv_kq"
     plain = [cupy.asnumpy(ops.quant_matmul(xin, w))] + ([cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v]))] if m == 1 else [])
+    default_kernel = matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1)
     monkeypatch.setattr(matmul, "KQ_DEFINES", {"GEMV_WEIGHTS_L2_256B": 1})
+    assert matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1) is not default_kernel   # the switch's own build
     hinted = [cupy.asnumpy(ops.quant_matmul(xin, w))] + ([cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v]))] if m == 1 else [])
     for a, b in zip(plain, hinted):
         np.testing.assert_array_equal(b, a)
