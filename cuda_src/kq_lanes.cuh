@@ -55,23 +55,15 @@ GQ_HD V load_vec(const void* p) {
 GQ_HD u32x4 load16(const u8* p) { return load_vec<u32x4>(p); }
 GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
-// The weights' loads (Lanes<Q4_K>::load, the global* loads below). GEMV_WEIGHTS_L2_256B adds the
-// prefetch-size hint .L2::256B (L2 fetches the 256-byte segment around each piece from DRAM in one
-// request), for the A/B (ops/matmul.py: KQ_DEFINES; bench/ab_gemv_kq_model.py's arm "l2 256B").
+// The weights' loads (the global* loads below, and Lanes<Q4_K>::load through wload16).
+// GEMV_WEIGHTS_L2_256B adds the prefetch-size hint .L2::256B (L2 fetches the 256-byte segment around
+// each piece from DRAM in one request), for the A/B (ops/matmul.py: KQ_DEFINES;
+// bench/ab_gemv_kq_model.py's arm "l2 256B").
 #ifdef GEMV_WEIGHTS_L2_256B
 #define KQ_W_HINT ".L2::256B"
 #else
 #define KQ_W_HINT ""
 #endif
-GQ_HD u32x4 wload16(const u8* p) {
-#if defined(__CUDA_ARCH__) && defined(GEMV_WEIGHTS_L2_256B)
-    u32x4 v;
-    asm("ld.global" KQ_W_HINT ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-#else
-    return load16(p);
-#endif
-}
 
 GQ_HD float fma_rn(float a, float b, float c) {     // a * b + c, rounded once
 #ifdef __CUDA_ARCH__
@@ -104,6 +96,15 @@ GQ_HD u32x4 global16(const u8* p, bool on) {    // 16-byte aligned
     return v;
 #else
     return on ? load16(p) : u32x4{0, 0, 0, 0};
+#endif
+}
+// Lanes<Q4_K>'s 16-byte weight loads: a plain vector load by default (the compiler's own), global16
+// with the hint under GEMV_WEIGHTS_L2_256B
+GQ_HD u32x4 wload16(const u8* p) {
+#ifdef GEMV_WEIGHTS_L2_256B
+    return global16(p, true);
+#else
+    return load16(p);
 #endif
 }
 GQ_HD u32 global32(const u8* p, bool on) {       // 4-byte aligned

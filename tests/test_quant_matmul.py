@@ -730,12 +730,17 @@ def test_kq_load_hint_switch_keeps_the_bits(q, m, n, k, monkeypatch):
     x = cupy.asarray(rng.normal(0, 1, (m, k)).astype(np.float32))
     xin = Q8Rows(x, *quantize_x(x, q.name))
     assert bucket(m, q) == "gemv_kq"
-    plain = [cupy.asnumpy(ops.quant_matmul(xin, w))] + ([cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v]))] if m == 1 else [])
+
+    def outputs():              # the GEMV, and at M = 1 the pair kernel
+        got = [cupy.asnumpy(ops.quant_matmul(xin, w))]
+        if m == 1:
+            got.append(cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v])))
+        return got
+    plain = outputs()
     default_kernel = matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1)
     monkeypatch.setattr(matmul, "KQ_DEFINES", {"GEMV_WEIGHTS_L2_256B": 1})
     assert matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1) is not default_kernel   # the switch's own build
-    hinted = [cupy.asnumpy(ops.quant_matmul(xin, w))] + ([cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v]))] if m == 1 else [])
-    for a, b in zip(plain, hinted):
+    for a, b in zip(plain, outputs()):
         np.testing.assert_array_equal(b, a)
 
 
