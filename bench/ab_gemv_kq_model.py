@@ -17,8 +17,8 @@ Arms:
   pair q6k rows 4 / 2 / 1   a large pair launch (KQ_PAIR_ROWS, above KQ_OCC_WEIGHTS) with its Q6_K
                 part at 4 / 2 / 1 rows a warp: the kernel needs 128 / 72 / 63 registers (nvcc -Xptxas
                 -v), so at 4 its Q4_K blocks are held to four an SM (the rule before df5463c: 4)
-  l2 256B       gemv_kq's weight loads with the prefetch-size hint .L2::256B (KQ_DEFINES
-                GEMV_WEIGHTS_L2_256B, kq_lanes.cuh)
+  l2 none       gemv_kq's weight loads without the rule's prefetch-size hint .L2::256B (KQ_DEFINES
+                empty; GEMV_WEIGHTS_L2_256B, kq_lanes.cuh)
   q6k pairs / gguf   Q6_K matrices uploaded in pair order (runtime/cuda_executor.py Q6K_PAIRS), which
                 every Q6_K kernel reads with aligned loads, or in GGUF order
 
@@ -60,7 +60,7 @@ ARMS = {
     "q4k rows 1": {(matmul, "KQ_M1_ROWS"): {QType.Q6_K: 4, QType.Q4_K: 1}},
     "q6k ws 4": {(matmul, "KQ_M1_MAX_WS"): {}},
     "no pair": {(matmul, "KQ_PAIRS"): frozenset()},
-    "l2 256B": {(matmul, "KQ_DEFINES"): {"GEMV_WEIGHTS_L2_256B": 1}},
+    "l2 none": {(matmul, "KQ_DEFINES"): {}},
     **{f"pair q6k rows {r}": {(matmul, "KQ_PAIR_ROWS"): {QType.Q6_K: r}} for r in (4, 2, 1)},
     "q6k pairs": {(cuda_executor, "Q6K_PAIRS"): True},
     "q6k gguf": {(cuda_executor, "Q6K_PAIRS"): False},

@@ -57,8 +57,9 @@ GQ_HD u32x2 load8(const u8* p) { return load_vec<u32x2>(p); }
 
 // The weights' loads (the global* loads below, and Lanes<Q4_K>::load through wload16).
 // GEMV_WEIGHTS_L2_256B adds the prefetch-size hint .L2::256B (L2 fetches the 256-byte segment around
-// each piece from DRAM in one request), for the A/B (ops/matmul.py: KQ_DEFINES;
-// bench/ab_gemv_kq_model.py's arm "l2 256B").
+// each piece from DRAM in one request). gemv_kq.cu's module is built with it (ops/matmul.py:
+// KQ_DEFINES, where its measurement is; bench/ab_gemv_kq_model.py's arm "l2 none" builds it
+// without); the other modules that include this file are built without it.
 #ifdef GEMV_WEIGHTS_L2_256B
 #define KQ_W_HINT ".L2::256B"
 #else

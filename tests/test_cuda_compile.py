@@ -176,8 +176,8 @@ def test_name_expressions_compile(module: str, tmp_path: Path):
 def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     """Every gemv_kq instance the M table of ops/matmul.py picks (rows of W per warp by M; the
     occupancy kernel where KQ_OCCUPANCY names the type and M; the type's own rows at M = 1), for
-    Q6_K in pair order (Q6_KP) as for Q6_K."""
-    from glimmer_cupy.ops.matmul import DP4A_WIDTHS, KQ_SPLITS, kq_kernel_name, kq_occupancy, kq_rows
+    Q6_K in pair order (Q6_KP) as for Q6_K, with the switches the library builds the module with."""
+    from glimmer_cupy.ops.matmul import DP4A_WIDTHS, KQ_DEFINES, KQ_SPLITS, kq_kernel_name, kq_occupancy, kq_rows
     from glimmer_cupy.weights.quant_tensor import QType
     q = QType["Q6_K" if trait == "Q6_KP" else trait]
     exprs = [kq_kernel_name(trait, m, kq_rows(m), s, kq_occupancy(q, m, 1024, 1024, kq_rows(m)))
@@ -187,7 +187,7 @@ def test_gemv_kq_table_compiles_without_spills(trait: str, tmp_path: Path):
     src = tmp_path / "gemv_kq_names.cu"
     src.write_text('#include "gemv_kq.cu"\nvoid* glimmer_name_expressions[] = {\n'
                    + "".join(f"    (void*)&{e},\n" for e in exprs) + "};\n")
-    rc, log = compile_cubin(src, tmp_path)
+    rc, log = compile_cubin(src, tmp_path, defines=tuple(f"{k}={v}" for k, v in KQ_DEFINES.items()))
     assert rc == 0, f"the gemv_kq instances of the M table do not compile:\n{log}"
     kernels = ptxas_report(log)
     assert len(kernels) == len(exprs)
@@ -225,9 +225,9 @@ def test_wgmma_phases_compile(tmp_path: Path):
 @pytest.mark.parametrize("module,define", [("gemv_kq", "GEMV_WEIGHTS_L2_256B"), ("attention_stream", "ATTN_KV_L2_256B"),
                                            ("attention_stream", "ATTN_KV_L2_128B")])
 def test_load_hint_switches_compile(module: str, define: str, tmp_path: Path):
-    """The A/B switches that put L2's prefetch-size hint on the weights' loads (kq_lanes.cuh) or on
-    decode attention's K/V copies (attn_mma_ptx.cuh) compile without spills, and the hint is in
-    the PTX."""
+    """The switches that put L2's prefetch-size hint on the weights' loads (kq_lanes.cuh; gemv_kq's
+    module is built with it) or on decode attention's K/V copies (attn_mma_ptx.cuh, for A/Bs) compile
+    without spills, and the hint is in the PTX."""
     rc, log = compile_cubin(CUDA_SRC / f"{module}.cu", tmp_path, defines=("GLIMMER_INSTANTIATE", define))
     assert rc == 0, f"{module}.cu does not compile with {define}:\n{log}"
     assert_no_spills(ptxas_report(log), f"{module} with {define}")

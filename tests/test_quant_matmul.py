@@ -714,10 +714,10 @@ def test_pair_is_two_gemvs_bit_for_bit(types, na, nb, k, q6k_rows, monkeypatch):
 @pytest.mark.parametrize("q", [QType.Q4_K, QType.Q6_K], ids=lambda q: q.name)
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (1, 77, 768), (2, 515, 1024), (3, 300, 2048)])
 def test_kq_load_hint_switch_keeps_the_bits(q, m, n, k, monkeypatch):
-    """gemv_kq built with GEMV_WEIGHTS_L2_256B (the weights' loads with L2's prefetch-size hint,
-    kq_lanes.cuh; ops.matmul.KQ_DEFINES) gives the default build's outputs bit for bit, at M = 1 and
-    a few rows (the table sends M <= 3 to gemv_kq for both types), on full and odd shapes, and the
-    pair kernel too."""
+    """gemv_kq as the library builds it, with GEMV_WEIGHTS_L2_256B (the weights' loads with L2's
+    prefetch-size hint, kq_lanes.cuh; ops.matmul.KQ_DEFINES), gives the outputs of the build without
+    the hint bit for bit, at M = 1 and a few rows (the table sends M <= 3 to gemv_kq for both types),
+    on full and odd shapes, and the pair kernel too."""
     import cupy
 
     import glimmer_cupy.ops.matmul as matmul
@@ -736,12 +736,13 @@ def test_kq_load_hint_switch_keeps_the_bits(q, m, n, k, monkeypatch):
         if m == 1:
             got.append(cupy.asnumpy(ops.quant_matmul_rows(xin, [w, v])))
         return got
-    plain = outputs()
+    assert "GEMV_WEIGHTS_L2_256B" in matmul.KQ_DEFINES
+    hinted = outputs()
     default_kernel = matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1)
-    monkeypatch.setattr(matmul, "KQ_DEFINES", {"GEMV_WEIGHTS_L2_256B": 1})
-    assert matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1) is not default_kernel   # the switch's own build
-    for a, b in zip(plain, outputs()):
-        np.testing.assert_array_equal(b, a)
+    monkeypatch.setattr(matmul, "KQ_DEFINES", {})
+    assert matmul._kq_kernel(matmul.block_trait(w), 1, 2, 1) is not default_kernel   # another build
+    for a, b in zip(hinted, outputs()):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_rows_host_path_is_the_parts_joined():

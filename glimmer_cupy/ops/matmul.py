@@ -557,9 +557,14 @@ KQ_M1_ROWS = {QType.Q6_K: 4}
 # Qwen3-0.6B's Q6_K matrices take 2 and 1 already (its down at 1 cost +5.6 us in the same call).
 # In GGUF order the cap was a wash at 8B (thirty-third session).
 KQ_M1_MAX_WS = {QType.Q6_K: 2}
-# -D switches gemv_kq.cu's module is compiled with (both its kernels; none by default), for A/Bs in
-# one process: e.g. {"GEMV_WEIGHTS_L2_256B": 1} (kq_lanes.cuh), bench/ab_gemv_kq_model.py's "l2 256B"
-KQ_DEFINES: dict = {}
+# -D switches gemv_kq.cu's module is compiled with (both its kernels), swapped whole for A/Bs in one
+# process. GEMV_WEIGHTS_L2_256B (kq_lanes.cuh): the weights' loads ask L2 for 256-byte segments. The
+# 8B step on an H100, the two builds alternated (bench/ab_gemv_kq_model.py; the arm "l2 none" now):
+# six rounds, with it 2,318-2,347 us against 2,352-2,384 without, median -26 us, every round faster
+# (bench/results/ab_gemv_l2_256b_8b_r6_2667f49_h100.json); an earlier call's three: -1, -29, 0
+# (ab_gemv_l2_256b_8b_2667f49_h100.json). The same bits (tests/test_quant_matmul.py). Not yet
+# measured on an H200.
+KQ_DEFINES: dict = {"GEMV_WEIGHTS_L2_256B": 1}
 
 
 # gemv_dp4a's bucket on the small-block types: gemv_staged_kernel (gemv_staged.cu), each warp's R rows
