@@ -82,7 +82,11 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", default="0", help="split counts to force (0: the rule's)")
     ap.add_argument("--calls", type=int, default=0, help="only this many eager calls of our kernel and of SDPA at "
                     "the first batch and context, consecutive cells, 32/8 heads (for ncu)")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME",
+                    help="build the kernels with -DNAME (repeatable), for an A/B of a source's switch")
     args = ap.parse_args(argv)
+    from glimmer_cupy.kernels import build
+    build.add_defines(*args.define)
     torch = torch_or_none()
     copy_bw = copy_bandwidth()
     print(f"# copy {copy_bw / 1e12:.2f} TB/s")
