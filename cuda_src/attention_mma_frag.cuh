@@ -37,6 +37,18 @@ constexpr int kRowPad = 8;                    // bf16 values of padding after ea
 template <int D>
 AM_HD int at(int row, int col) { return row * (D + kRowPad) + col; }
 
+// The decode kernel's K/V ring (attention_stream.cu): unpadded rows of D values, 16-byte piece c of
+// row r stored at piece c ^ (r & 7). An ldmatrix phase's eight rows of one piece still fall in eight
+// distinct 16-byte bank groups, and the two pieces of a 32-byte global sector stay in one 32-byte
+// shared unit. Padded rows (at) put every other row 16 bytes off a shared unit, and a cp.async then
+// fetches both sectors each unit straddles: ncu counted 1.5x the K/V bytes' sectors at L2
+// (bench/results/NOTES.md, sixty-fifth session).
+template <int D>
+AM_HD int at_swz(int row, int col) {
+    static_assert(D >= 64 && D % 64 == 0, "a swizzled row holds whole 128-byte lines");
+    return row * D + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
+}
+
 // ldmatrix.x4 row addresses, per thread i of the warp (mi = i / 8 the matrix, r = i % 8 its row):
 // Q, k-step ks: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15,
 // k 8-15) give a0..a3.

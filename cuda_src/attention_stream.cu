@@ -49,6 +49,19 @@ constexpr int kSplitTile = 64;
 constexpr int kSplitTile = kPos;
 #endif
 
+// The K/V ring's rows: unpadded with pieces swizzled (attention_mma_frag.cuh: at_swz), so that each
+// cp.async's 32-byte shared units take one global sector each; ATTN_STREAM_PADDED_RING keeps the
+// padded rows of attn_mma_kernel's tiles (at), for the A/B
+#ifdef ATTN_STREAM_PADDED_RING
+constexpr bool kSwizzledRing = false;
+#else
+constexpr bool kSwizzledRing = true;
+#endif
+template <int D>
+__device__ __forceinline__ int ring_at(int row, int col) {
+    return kSwizzledRing ? amma::at_swz<D>(row, col) : amma::at<D>(row, col);
+}
+
 // a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
 struct Span {
     int lo, hi;
@@ -69,15 +82,16 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     using namespace amma;
     using namespace astream;
     constexpr int M = kRows, NT = kPos / 8, NO = D / 8, RS = D + kRowPad;
+    constexpr int RR = kSwizzledRing ? D : RS;      // the ring's row stride (RS: the allocation's)
     static_assert(attn_end_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
                   "the merge and the cluster partial fit the stages");
     static_assert(attn_push_floats<D, M, kWarps>() * 4 <= kWarps * STAGES * 2 * kPos * RS * 2,
                   "the merge and a pushed merge's partials fit the stages");
-    extern __shared__ __align__(16) unsigned short smem[];
+    extern __shared__ __align__(128) unsigned short smem[];
     unsigned short* sQ = smem;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    unsigned short* ring = smem + M * RS + warp * STAGES * 2 * kPos * RS;   // [stage][K rows, V rows][RS]
+    unsigned short* ring = smem + M * RS + warp * STAGES * 2 * kPos * RR;   // [stage][K rows, V rows][RR]
     const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
     const int group = q_heads / kv_heads;
     const int hpb = min(group, M);
@@ -162,18 +176,19 @@ attn_stream_kernel(ATTN_TC_ARGS) {
     auto issue = [&](int j, int cell) {
         const int st = j % STAGES;
         const int rows = j < n_mine ? min(kPos, p_end - tile_start(j)) : 0;
-        const u32 dst = smem_u32(ring + st * 2 * kPos * RS + at<D>(lane / PPR, 8 * (lane % PPR)));
+        const u32 stage = smem_u32(ring + st * 2 * kPos * RR);
 #pragma unroll
         for (int i = 0; i < ITER; ++i) {
             const int r = lane / PPR + RPI * i;
             const unsigned long long off = (unsigned long long)((u32)__shfl_sync(kAll, cell, r) * cell16) * 16u;
             const int n = r < rows ? 16 : 0;
+            const u32 dk = stage + 2 * ring_at<D>(r, 8 * (lane % PPR)), dv = dk + 2 * kPos * RR;
 #ifndef ATTN_KV_EVICT_NORMAL
-            cp_async16_hint(dst + 2 * RPI * i * RS, kp + off, n, kv_policy);
-            cp_async16_hint(dst + 2 * (kPos + RPI * i) * RS, vp + off, n, kv_policy);
+            cp_async16_hint(dk, kp + off, n, kv_policy);
+            cp_async16_hint(dv, vp + off, n, kv_policy);
 #else
-            cp_async16(dst + 2 * RPI * i * RS, kp + off, n);
-            cp_async16(dst + 2 * (kPos + RPI * i) * RS, vp + off, n);
+            cp_async16(dk, kp + off, n);
+            cp_async16(dv, vp + off, n);
 #endif
         }
         cp_commit();
@@ -216,8 +231,8 @@ attn_stream_kernel(ATTN_TC_ARGS) {
 
     for (int j = 0; j < n_mine; ++j) {
         const int st = j % STAGES;
-        const unsigned short* tK = ring + st * 2 * kPos * RS;
-        const unsigned short* tV = tK + kPos * RS;
+        const unsigned short* tK = ring + st * 2 * kPos * RR;
+        const unsigned short* tV = tK + kPos * RR;
         const int pb = tile_start(j);
         cp_wait<STAGES - 1>();                        // tile j's group (one committed a tile since)
         __syncwarp();                                 // and every lane's pieces of it
@@ -232,7 +247,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
             const RowCol qa = q_addr(lane, ks);
             ldsm_x4(a, smem_u32(sQ + at<D>(qa.row, qa.col)));
             const RowCol ka = k_addr(lane, 0, ks);
-            ldsm_x4(b, smem_u32(tK + at<D>(ka.row, ka.col)));
+            ldsm_x4(b, smem_u32(tK + ring_at<D>(ka.row, ka.col)));
             mma_bf16(s[0], a, b[0], b[1]);
             mma_bf16(s[1], a, b[2], b[3]);
         }
@@ -264,7 +279,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         for (int dp = 0; dp < D / 16; ++dp) {
             u32 b[4];
             const RowCol va = v_addr(lane, 0, dp);
-            ldsm_x4_t(b, smem_u32(tV + at<D>(va.row, va.col)));
+            ldsm_x4_t(b, smem_u32(tV + ring_at<D>(va.row, va.col)));
             mma_bf16(o[2 * dp], p[0], b[0], b[1]);
             mma_bf16(o[2 * dp + 1], p[0], b[2], b[3]);
         }

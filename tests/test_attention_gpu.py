@@ -957,6 +957,20 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 
 
 @gpu
+@pytest.mark.parametrize("hq,hkv,d,lens,splits", [
+    (32, 8, 128, [32768], None),        # batch 1 at 32k, whole tiles
+    (32, 8, 128, [7, 511, 513], None),  # partial last tiles: zero-filled rows
+    (8, 2, 256, [4095, 4095], None),    # head dim 256 at two stages
+    (9, 3, 64, [3000, 45, 2999], 47),   # head dim 64, splits with no work
+])
+def test_stream_swizzled_ring_equals_padded(monkeypatch, hq, hkv, d, lens, splits):
+    """The K/V ring's swizzled rows (at_swz) against the same kernel built with
+    ATTN_STREAM_PADDED_RING (attn_mma_kernel's padded rows): the same bytes reach the same
+    fragments, so the same output and codes bit for bit; and the reference's attention."""
+    assert_switch_same_bits(monkeypatch, "ATTN_STREAM_PADDED_RING", hq, hkv, d, lens, splits, 7 * hq + d)
+
+
+@gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_stream_positions_past_the_length(d):
     """attn_stream_kernel loads a token's first cells for the range ending at its own position

@@ -40,6 +40,12 @@ extern "C" void addrs(int* q, int* k, int* v) {      // (32 lanes, ks, [np|dp], 
 }
 extern "C" int offset32(int row, int col) { return at<32>(row, col); }
 extern "C" int offset128(int row, int col) { return at<128>(row, col); }
+extern "C" int swizzled(int d, int row, int col) {
+    return d == 64 ? at_swz<64>(row, col) : d == 128 ? at_swz<128>(row, col) : at_swz<256>(row, col);
+}
+extern "C" int padded(int d, int row, int col) {
+    return d == 64 ? at<64>(row, col) : d == 128 ? at<128>(row, col) : at<256>(row, col);
+}
 extern "C" void c_place(int lane, int c, int* rc) { rc[0] = c_row(lane, c); rc[1] = c_col(lane, c); }
 extern "C" void piece128(int idx, int* rc) { RowCol p = piece<128>(idx); rc[0] = p.row; rc[1] = p.col; }
 extern "C" unsigned pack(float lo, float hi) { return pack_bf16(lo, hi); }
@@ -72,6 +78,7 @@ def lib(tmp_path_factory):
     dll = build_host_library(HARNESS, tmp_path_factory.mktemp("amma"), "amma")
     dll.addrs.argtypes = [P, P, P]
     dll.offset32.argtypes = dll.offset128.argtypes = [I, I]
+    dll.swizzled.argtypes = dll.padded.argtypes = [I, I, I]
     dll.c_place.argtypes = [I, I, P]
     dll.piece128.argtypes = [I, P]
     dll.pack.argtypes = [F, F]
@@ -232,6 +239,30 @@ def test_offsets_and_pieces(lib):
                 for off in (lib.offset32, lib.offset128):
                     banks = {(off(*table[8 * mat + r, j]) * 2 // 4 // 4) % 8 for r in range(8)}
                     assert len(banks) == 8
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_swizzled_ring_offsets(lib, d):
+    """attention_stream.cu's K/V ring (at_swz): each row's 16-byte pieces fill the row's D values
+    once; the eight rows of every ldmatrix phase of K and V (rows 0-15, pieces of one column) fall
+    in distinct 4-bank groups; each 8-lane quarter of a copy (8 consecutive pieces of a row) fills
+    one 128-byte line; and the two pieces of a 32-byte global sector share a 32-byte shared unit.
+    The padded rows (at) break the last for every odd row, which is why the ring is swizzled."""
+    pieces = d // 8
+    for r in range(16):
+        offs = [lib.swizzled(d, r, 8 * c) for c in range(pieces)]
+        assert sorted(offs) == [r * d + 8 * c for c in range(pieces)]
+        assert all(lib.swizzled(d, r, 8 * c + e) == offs[c] + e for c in range(pieces) for e in range(8))
+        for q in range(pieces // 8):
+            assert len({2 * offs[c] // 128 for c in range(8 * q, 8 * q + 8)}) == 1
+        assert all(offs[c] // 16 == offs[c ^ 1] // 16 for c in range(pieces))
+        assert all(lib.padded(d, r, 8 * c) // 16 == lib.padded(d, r, 8 * (c ^ 1)) // 16
+                   for c in range(pieces)) == (r % 2 == 0)
+    for ks in range(d // 16):
+        for base in (0, 8):
+            for col in (16 * ks, 16 * ks + 8):
+                banks = {(lib.swizzled(d, base + r, col) * 2 // 16) % 8 for r in range(8)}
+                assert len(banks) == 8
 
 
 def test_pack_rounds_to_nearest_even(lib):
