@@ -73,7 +73,8 @@ struct Span {
 
 }  // namespace astream
 
-// bytes of dynamic shared memory: Q (16 rows), then per warp and stage 16 K rows and 16 V rows
+// bytes of dynamic shared memory: Q (16 rows), then per warp and stage 16 K rows and 16 V rows, sized
+// for padded rows (the swizzled ring fills D of each D + 8; the block's end reuses the whole area)
 #define ATTN_STREAM_SMEM(D, STAGES) ((16 + 4 * (STAGES) * 32) * ((D) + 8) * 2)
 
 template <int D, int STAGES>
