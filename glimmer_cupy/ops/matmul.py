@@ -562,7 +562,8 @@ KQ_M1_MAX_WS = {QType.Q6_K: 2}
 # 8B step on an H100, the two builds alternated (bench/ab_gemv_kq_model.py; the arm "l2 none" now):
 # six rounds, with it 2,318-2,347 us against 2,352-2,384 without, median -26 us, every round faster
 # (bench/results/ab_gemv_l2_256b_8b_r6_2667f49_h100.json); an earlier call's three: -1, -29, 0
-# (ab_gemv_l2_256b_8b_2667f49_h100.json). The same bits (tests/test_quant_matmul.py). Not yet
+# (ab_gemv_l2_256b_8b_2667f49_h100.json); a third call's three: -36, +2, +21, level by the medians
+# (ab_gemv_l2_none_8b_ed4bfb5_h100.json). The same bits (tests/test_quant_matmul.py). Not yet
 # measured on an H200.
 KQ_DEFINES: dict = {"GEMV_WEIGHTS_L2_256B": 1}
 
