@@ -20,7 +20,7 @@
 //   The block walks K/V tiles of 64 positions of its tokens' sequence: the threads gather a tile's
 //     K and V rows from the pool through the cell table with cp.async (16-byte pieces, a row's
 //     D * 2 bytes contiguous; positions past the range are zero-filled, never read) into shared
-//     memory, STAGES stages: tiles i + 1 .. i + STAGES - 1 are in flight while tile i is
+//     memory (rows padded, or swizzled: kSwizzledTiles), STAGES stages: tiles i + 1 .. i + STAGES - 1 are in flight while tile i is
 //     multiplied. K and V of a tile are separate commit groups (the scores start when K has
 //     landed), and each tile's cell offsets are read from the cell table STAGES tiles ahead into
 //     shared memory (s_off), so no copy waits on an index load. The depth changes where a tile
@@ -59,7 +59,7 @@
 //     are handled by one pass over the tiles per distinct sequence, the other rows masked.
 //   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(32 * WARPS,)
 //   dynamic shared memory: ATTN_MMA_SMEM(D, MW, STAGES) bytes = (M + 2 * STAGES * 64) rows of
-//   D + 8 bf16 (ops/attention.py: mma_smem; which depths fit how many blocks: mma_blocks_per_sm).
+//   D + 8 bf16 (a swizzled K/V tile fills D of each) (ops/attention.py: mma_smem; which depths fit how many blocks: mma_blocks_per_sm).
 // Scores live in the log2 domain as in attention.cu (q pre-multiplied by scale * log2 e, or by
 // scale under a softcap whose factor carries log2 e). Error against the float64 reference: q and
 // P rounded to bf16 (K and V are bf16 already); see tests/test_attention_gpu.py for the budget.
@@ -76,9 +76,38 @@ enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy iss
 
 }  // namespace amma
 
+namespace amma {
+
+// The K/V tiles' rows: padded (at), or with ATTN_MMA_SWIZZLED_TILES unpadded with pieces swizzled
+// (attention_mma_frag.cuh: at_swz) as attn_stream_kernel's ring, so that each cp.async's 32-byte
+// shared units take one global sector each (padded rows put every odd row 16 bytes off a unit, and
+// its copies fetch 1.5x the sectors). Built and checked on the CPU, not yet timed on a GPU: off by
+// default until an A/B says (bench/results/NOTES.md, sixty-sixth session)
+#ifdef ATTN_MMA_SWIZZLED_TILES
+constexpr bool kSwizzledTiles = true;
+#else
+constexpr bool kSwizzledTiles = false;
+#endif
+template <int D>
+__device__ __forceinline__ int tile_at(int row, int col) {
+    return kSwizzledTiles ? at_swz<D>(row, col) : at<D>(row, col);
+}
+
+// tile_at for a fragment read, with the row's swizzle phase (row & 7) given as `phase`: a lane's
+// phase is the same in every read (its row within the 8-row period), and taking it from a register
+// opaque to the compiler at each k-step keeps ptxas from holding a base address for each of the
+// four phase-xored column groups (at head dim 256 those registers spilled)
+template <int D>
+__device__ __forceinline__ int frag_at(int row, int col, int phase) {
+    return kSwizzledTiles ? row * D + (((col >> 3) ^ phase) << 3) + (col & 7) : at<D>(row, col);
+}
+
+}  // namespace amma
+
 // Warps of a block: 8 for the 128-row prefill blocks, else 4
 #define ATTN_MMA_WARPS(MW) ((MW) == 8 ? 8 : 4)
-// bytes of dynamic shared memory: Q (M rows), then K and V of STAGES stages (64 rows each)
+// bytes of dynamic shared memory: Q (M rows), then K and V of STAGES stages (64 rows each), sized
+// for padded rows (swizzled tiles fill D of each D + 8; the block's end reuses the whole area)
 #define ATTN_MMA_SMEM(D, MW, STAGES) ((16 * (MW) + 2 * (STAGES) * 64) * ((D) + 8) * 2)
 
 template <int D, int MW, int STAGES>
@@ -92,18 +121,20 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     constexpr int NW = kTile / KW;                    // positions per warp per tile
     constexpr int NT = NW / 8;                        // n-tiles of S per warp
     constexpr int NO = D / 8;                         // n-tiles of O per warp
-    constexpr int RS = D + kRowPad;                   // shared row stride (bf16 values)
+    constexpr int RS = D + kRowPad;                   // shared row stride of Q and of a stage (bf16 values)
+    constexpr int RR = kSwizzledTiles ? D : RS;       // a K/V tile's row stride
     constexpr int C = D / 32;                         // output columns per lane in the epilogue
     constexpr int PIECES = kTile * D / 8 / THREADS;   // 16-byte pieces of a tile's K (or V) per thread
     static_assert(NT % 2 == 0 && D % 64 == 0 && WARPS % MW == 0, "whole k-steps");
+    static_assert(NW % 8 == 0, "a warp's slice of a tile starts on a row of swizzle period 0");
     static_assert(STAGES >= 2 && PIECES * THREADS == kTile * D / 8 && THREADS % (D / 8) == 0 && THREADS >= kTile, "tile copy");
     static_assert((KW * M * merge_stride<D, KW>() + 2 * KW * M) * 4 <= 2 * STAGES * kTile * RS * 2,
                   "the merge fits the stages");
     static_assert(MW != 1 || attn_end_floats<D, M, KW>() * 4 <= 2 * STAGES * kTile * RS * 2,
                   "the cluster partial fits the stages too");
-    extern __shared__ __align__(16) unsigned short smem[];
+    extern __shared__ __align__(128) unsigned short smem[];
     unsigned short* sQ = smem;
-    unsigned short* sK = smem + M * RS;               // [stage][64][RS]
+    unsigned short* sK = smem + M * RS;               // [stage][64 rows of RR, in 64 RS]
     unsigned short* sV = sK + STAGES * kTile * RS;
     __shared__ int s_seq[M], s_lo[M], s_hi[M];
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
@@ -180,12 +211,17 @@ attn_mma_kernel(ATTN_TC_ARGS) {
         };
         // thread tid copies column piece tid % (D / 8) of rows tid / (D / 8) + k * (THREADS / (D / 8))
         constexpr int ROW_STEP = THREADS / (D / 8);
+        static_assert(ROW_STEP % 4 == 0, "a thread's rows have two swizzle phases at most");
         const int row0 = tid / (D / 8), col0 = 8 * (tid % (D / 8));
         // part: kAllRows, or the rows no kernel of this step writes (kOldRows: below `fresh`, and
         // zero-filled rows past the range) or the others (kNewRows). Commits are the caller's.
         auto issue = [&](int tile, int st, const unsigned short* base, unsigned short* dst, int part) {
             if (tile < te) {
-                const u32 d0 = smem_u32(dst + st * kTile * RS + at<D>(row0, col0));
+                // row row0 + i's piece: i is a multiple of ROW_STEP (4 or more), so its swizzle phase
+                // is row0's, or row0's with bit 2 flipped where i & 4 (d4 as d0 shifted by 4 rows)
+                const unsigned short* tile_base = dst + st * kTile * RS;
+                const u32 d0 = smem_u32(tile_base + tile_at<D>(row0, col0));
+                const u32 d4 = kSwizzledTiles ? smem_u32(tile_base + tile_at<D>(row0 + 4, col0)) - 2 * 4 * RR : d0;
                 const char* src0 = reinterpret_cast<const char*>(base + col0);
                 const long long* offs = &s_off[st][row0];
                 const int p0 = LO + kTile * tile + row0;
@@ -195,7 +231,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                     const int i = k * ROW_STEP;
                     const bool old = i < safe || i >= left;
                     if (part == kAllRows || (part == kOldRows) == old)
-                        cp_async16(d0 + 2 * i * RS, src0 + offs[i], i < left ? 16 : 0);
+                        cp_async16(((i & 4) ? d4 : d0) + 2 * i * RR, src0 + offs[i], i < left ? 16 : 0);
                 }
             }
         };
@@ -268,11 +304,13 @@ attn_mma_kernel(ATTN_TC_ARGS) {
             const bool full = rr.all(pb, NW, masked);    // no position of the warp's slice hidden from any row
             float s[NT][4];
             if (need) {
-                const unsigned short* tK = sK + st * kTile * RS + kw * NW * RS;
+                const unsigned short* tK = sK + st * kTile * RS + kw * NW * RR;   // NW: whole 8-row swizzle periods
 #pragma unroll
                 for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < D / 16; ++ks) {
+                    int phase = lane & 7;             // k_addr's rows: lane & 7 within each 8
+                    if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
                     u32 a[4];
                     const RowCol qa = q_addr(lane, ks);
                     ldsm_x4(a, smem_u32(sQ + at<D>(16 * mw + qa.row, qa.col)));
@@ -280,7 +318,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                     for (int np = 0; np < NT / 2; ++np) {
                         u32 b[4];
                         const RowCol ka = k_addr(lane, np, ks);
-                        ldsm_x4(b, smem_u32(tK + at<D>(ka.row, ka.col)));
+                        ldsm_x4(b, smem_u32(tK + frag_at<D>(ka.row, ka.col, phase)));
                         mma_bf16(s[2 * np], a, b[0], b[1]);
                         mma_bf16(s[2 * np + 1], a, b[2], b[3]);
                     }
@@ -303,14 +341,16 @@ attn_mma_kernel(ATTN_TC_ARGS) {
             cp_wait<2 * STAGES - 2>();                // V of this tile
             __syncthreads();
             if (need) {
-                const unsigned short* tV = sV + st * kTile * RS + kw * NW * RS;
+                const unsigned short* tV = sV + st * kTile * RS + kw * NW * RR;
 #pragma unroll
                 for (int ks = 0; ks < NT / 2; ++ks)
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
                         u32 b[4];
+                        int phase = lane & 7;         // v_addr's rows: lane & 7 within each 8
+                        if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
                         const RowCol va = v_addr(lane, ks, dp);
-                        ldsm_x4_t(b, smem_u32(tV + at<D>(va.row, va.col)));
+                        ldsm_x4_t(b, smem_u32(tV + frag_at<D>(va.row, va.col, phase)));
                         mma_bf16(o[2 * dp], p[ks], b[0], b[1]);
                         mma_bf16(o[2 * dp + 1], p[ks], b[2], b[3]);
                     }

@@ -37,8 +37,8 @@ constexpr int kRowPad = 8;                    // bf16 values of padding after ea
 template <int D>
 AM_HD int at(int row, int col) { return row * (D + kRowPad) + col; }
 
-// The decode kernel's K/V ring (attention_stream.cu): unpadded rows of D values, 16-byte piece c of
-// row r stored at piece c ^ (r & 7). An ldmatrix phase's eight rows of one piece still fall in eight
+// The K/V tiles of both tensor-core kernels (attention_stream.cu's ring, attention_mma.cu's stages):
+// unpadded rows of D values, 16-byte piece c of row r stored at piece c ^ (r & 7). An ldmatrix phase's eight rows of one piece still fall in eight
 // distinct 16-byte bank groups, and the two pieces of a 32-byte global sector stay in one 32-byte
 // shared unit. Padded rows (at) put every other row 16 bytes off a shared unit, and a cp.async then
 // fetches both sectors each unit straddles: ncu counted 1.5x the K/V bytes' sectors at L2

@@ -480,6 +480,31 @@ def test_mma_stages_are_bit_identical(d, per_seq, rows):
 
 
 @gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("lens,per_seq,rows", [
+    ([3000, 300], 1, None),             # split decode, 16-row blocks, four warps along a tile
+    ([3000, 7], 1, 16),                 # a partial last tile: zero-filled rows
+    ([700, 65], 40, 64),                # prefill-shaped, one warp a row group along all 64 positions
+    ([700, 65], 40, 128),               # 128-row blocks: eight warps copy a tile
+])
+def test_mma_swizzled_tiles_equal_padded(monkeypatch, d, lens, per_seq, rows):
+    """attn_mma_kernel built with ATTN_MMA_SWIZZLED_TILES (K/V tiles in swizzled rows, at_swz)
+    against its default build (padded rows): the same bytes reach the same fragments, so the same
+    output bit for bit; and the reference's attention."""
+    att = sys.modules["glimmer_cupy.ops.attention"]
+    if rows == 128 and (d, 8, att.MMA_DEPTH) not in att.MMA_VARIANTS:
+        pytest.skip(f"no 128-row build at head dim {d} and {att.MMA_DEPTH} stages")
+    rng = np.random.default_rng(d + per_seq + len(lens))
+    step = make_step(rng, lens, 8, 2, d, per_seq=per_seq)
+    padded, ref = run_mma(*step, force_rows=rows)
+    built = att._mma_kernel
+    monkeypatch.setattr(att, "_mma_kernel", lambda d, mw, st: built(d, mw, st, (("ATTN_MMA_SWIZZLED_TILES", 1),)))
+    swizzled, _ = run_mma(*step, force_rows=rows)
+    np.testing.assert_array_equal(swizzled, padded)
+    assert_mma_close(swizzled, ref, (d, lens, per_seq, rows))
+
+
+@gpu
 @pytest.mark.parametrize("per_seq", [1, 3])
 @pytest.mark.parametrize("rows", [None, 64, 128])
 def test_mma_mixed_batch(per_seq, rows):

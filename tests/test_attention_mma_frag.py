@@ -243,7 +243,7 @@ def test_offsets_and_pieces(lib):
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_swizzled_ring_offsets(lib, d):
-    """attention_stream.cu's K/V ring (at_swz): each row's 16-byte pieces fill the row's D values
+    """The K/V tiles of attention_stream.cu's ring and attention_mma.cu's stages (at_swz): each row's 16-byte pieces fill the row's D values
     once; the eight rows of every ldmatrix phase of K and V (rows 0-15, pieces of one column) fall
     in distinct 4-bank groups; each 8-lane quarter of a copy (8 consecutive pieces of a row) fills
     one 128-byte line; and the two pieces of a 32-byte global sector share a 32-byte shared unit.
@@ -263,6 +263,22 @@ def test_swizzled_ring_offsets(lib, d):
             for col in (16 * ks, 16 * ks + 8):
                 banks = {(lib.swizzled(d, base + r, col) * 2 // 16) % 8 for r in range(8)}
                 assert len(banks) == 8
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("threads", [128, 256])
+def test_mma_tile_copy_offsets(lib, d, threads):
+    """attention_mma.cu's tile copy: a thread's pieces (column col0 of rows row0 + i, i a multiple of
+    ROW_STEP = threads / (D / 8)) from two addresses, its row's and the row 4 below's shifted back
+    4 rows, land where at_swz puts them."""
+    row_step = threads // (d // 8)
+    assert row_step % 4 == 0
+    for tid in range(threads):
+        row0, col0 = tid // (d // 8), 8 * (tid % (d // 8))
+        d0 = lib.swizzled(d, row0, col0)
+        d4 = lib.swizzled(d, row0 + 4, col0) - 4 * d
+        for i in range(0, 64, row_step):
+            assert (d4 if i & 4 else d0) + i * d == lib.swizzled(d, row0 + i, col0)
 
 
 def test_pack_rounds_to_nearest_even(lib):

@@ -416,8 +416,10 @@ def _wgmma_kernel(d: int, stages: int, rows: int, producer: bool = False):
 
 
 @cache
-def _mma_kernel(d: int, mw: int, stages: int):
-    kern = get_kernel("attention_mma", f"attn_mma_kernel<{d}, {mw}, {stages}>", name_expressions=_MMA_EXPRS)
+def _mma_kernel(d: int, mw: int, stages: int, defines: tuple[tuple[str, int], ...] = ()):
+    """attn_mma_kernel<d, mw, stages>; `defines`: attention_mma.cu's switches, for A/Bs."""
+    kern = get_kernel("attention_mma", f"attn_mma_kernel<{d}, {mw}, {stages}>", defines=dict(defines),
+                      name_expressions=_MMA_EXPRS)
     kern.fn.max_dynamic_shared_size_bytes = mma_smem(d, mw, stages)      # above the default 48 KB
     kern.fn.preferred_shared_memory_carveout = 100                        # two ~110 KB blocks need all of it
     if mw == 1:
