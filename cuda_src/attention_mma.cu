@@ -20,10 +20,11 @@
 //   The block walks K/V tiles of 64 positions of its tokens' sequence: the threads gather a tile's
 //     K and V rows from the pool through the cell table with cp.async (16-byte pieces, a row's
 //     D * 2 bytes contiguous; positions past the range are zero-filled, never read) into shared
-//     memory (rows padded, or swizzled: kSwizzledTiles), STAGES stages: tiles i + 1 .. i + STAGES - 1 are in flight while tile i is
-//     multiplied. K and V of a tile are separate commit groups (the scores start when K has
-//     landed), and each tile's cell offsets are read from the cell table STAGES tiles ahead into
-//     shared memory (s_off), so no copy waits on an index load. The depth changes where a tile
+//     memory (rows padded, or swizzled: kSwizzledTiles), STAGES stages: tiles i + 1 ..
+//     i + STAGES - 1 are in flight while tile i is multiplied. K and V of a tile are separate
+//     commit groups (the scores start when K has landed), and each tile's cell offsets are read
+//     from the cell table STAGES tiles ahead into shared memory (s_off), so no copy waits on an
+//     index load. The depth changes where a tile
 //     lands, never the arithmetic: every STAGES gives the same output bit for bit.
 //   Warp w = (mw, kw): rows 16 mw .. 16 mw + 15 of the block, positions kw * NW .. of each tile,
 //     NW = 64 / KW with KW = WARPS / MW warps along positions (decode: 16 positions a warp;
@@ -59,7 +60,8 @@
 //     are handled by one pass over the tiles per distinct sequence, the other rows masked.
 //   grid=(splits, kv_heads * head_chunks, ceil(n_tok / tpb)) block=(32 * WARPS,)
 //   dynamic shared memory: ATTN_MMA_SMEM(D, MW, STAGES) bytes = (M + 2 * STAGES * 64) rows of
-//   D + 8 bf16 (a swizzled K/V tile fills D of each) (ops/attention.py: mma_smem; which depths fit how many blocks: mma_blocks_per_sm).
+//   D + 8 bf16, of which a swizzled K/V tile fills D (ops/attention.py: mma_smem; which depths
+//   fit how many blocks: mma_blocks_per_sm).
 // Scores live in the log2 domain as in attention.cu (q pre-multiplied by scale * log2 e, or by
 // scale under a softcap whose factor carries log2 e). Error against the float64 reference: q and
 // P rounded to bf16 (K and V are bf16 already); see tests/test_attention_gpu.py for the budget.
@@ -73,10 +75,6 @@
 namespace amma {
 
 enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy issues (the PDL prologue)
-
-}  // namespace amma
-
-namespace amma {
 
 // The K/V tiles' rows: padded (at), or with ATTN_MMA_SWIZZLED_TILES unpadded with pieces swizzled
 // (attention_mma_frag.cuh: at_swz) as attn_stream_kernel's ring, so that each cp.async's 32-byte
@@ -221,7 +219,8 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                 // is row0's, or row0's with bit 2 flipped where i & 4 (d4 as d0 shifted by 4 rows)
                 const unsigned short* tile_base = dst + st * kTile * RS;
                 const u32 d0 = smem_u32(tile_base + tile_at<D>(row0, col0));
-                const u32 d4 = kSwizzledTiles ? smem_u32(tile_base + tile_at<D>(row0 + 4, col0)) - 2 * 4 * RR : d0;
+                const u32 d4 = kSwizzledTiles ? smem_u32(tile_base + tile_at<D>(row0 + 4, col0)) - 8 * RR
+                                              : d0;
                 const char* src0 = reinterpret_cast<const char*>(base + col0);
                 const long long* offs = &s_off[st][row0];
                 const int p0 = LO + kTile * tile + row0;
