@@ -24,8 +24,8 @@
 //     i + STAGES - 1 are in flight while tile i is multiplied. K and V of a tile are separate
 //     commit groups (the scores start when K has landed), and each tile's cell offsets are read
 //     from the cell table STAGES tiles ahead into shared memory (s_off), so no copy waits on an
-//     index load. The depth changes where a tile
-//     lands, never the arithmetic: every STAGES gives the same output bit for bit.
+//     index load. The depth changes where a tile lands, never the arithmetic: every STAGES gives
+//     the same output bit for bit.
 //   Warp w = (mw, kw): rows 16 mw .. 16 mw + 15 of the block, positions kw * NW .. of each tile,
 //     NW = 64 / KW with KW = WARPS / MW warps along positions (decode: 16 positions a warp;
 //     prefill: all 64). S = Q K^T by mma (Q as bf16 in shared memory, pre-scaled; Q and K
@@ -86,19 +86,6 @@ constexpr bool kSwizzledTiles = true;
 #else
 constexpr bool kSwizzledTiles = false;
 #endif
-template <int D>
-__device__ __forceinline__ int tile_at(int row, int col) {
-    return kSwizzledTiles ? at_swz<D>(row, col) : at<D>(row, col);
-}
-
-// tile_at for a fragment read, with the row's swizzle phase (row & 7) given as `phase`: a lane's
-// phase is the same in every read (its row within the 8-row period), and taking it from a register
-// opaque to the compiler at each k-step keeps ptxas from holding a base address for each of the
-// four phase-xored column groups (at head dim 256 those registers spilled)
-template <int D>
-__device__ __forceinline__ int frag_at(int row, int col, int phase) {
-    return kSwizzledTiles ? row * D + (((col >> 3) ^ phase) << 3) + (col & 7) : at<D>(row, col);
-}
 
 }  // namespace amma
 
@@ -218,9 +205,10 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                 // row row0 + i's piece: i is a multiple of ROW_STEP (4 or more), so its swizzle phase
                 // is row0's, or row0's with bit 2 flipped where i & 4 (d4 as d0 shifted by 4 rows)
                 const unsigned short* tile_base = dst + st * kTile * RS;
-                const u32 d0 = smem_u32(tile_base + tile_at<D>(row0, col0));
-                const u32 d4 = kSwizzledTiles ? smem_u32(tile_base + tile_at<D>(row0 + 4, col0)) - 8 * RR
-                                              : d0;
+                const u32 d0 = smem_u32(tile_base + kv_at<D, kSwizzledTiles>(row0, col0));
+                const u32 d4 = kSwizzledTiles
+                                   ? smem_u32(tile_base + kv_at<D, kSwizzledTiles>(row0 + 4, col0)) - 8 * RR
+                                   : d0;
                 const char* src0 = reinterpret_cast<const char*>(base + col0);
                 const long long* offs = &s_off[st][row0];
                 const int p0 = LO + kTile * tile + row0;
@@ -308,7 +296,10 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                 for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < D / 16; ++ks) {
-                    int phase = lane & 7;             // k_addr's rows: lane & 7 within each 8
+                    // k_addr's rows have phase lane & 7. Taken from a register opaque to the
+                    // compiler at each k-step, it keeps ptxas from holding a base address for each of
+                    // the four phase-xored column groups (at head dim 256 those registers spilled)
+                    int phase = lane & 7;
                     if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
                     u32 a[4];
                     const RowCol qa = q_addr(lane, ks);
@@ -317,7 +308,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                     for (int np = 0; np < NT / 2; ++np) {
                         u32 b[4];
                         const RowCol ka = k_addr(lane, np, ks);
-                        ldsm_x4(b, smem_u32(tK + frag_at<D>(ka.row, ka.col, phase)));
+                        ldsm_x4(b, smem_u32(tK + kv_at<D, kSwizzledTiles>(ka.row, ka.col, phase)));
                         mma_bf16(s[2 * np], a, b[0], b[1]);
                         mma_bf16(s[2 * np + 1], a, b[2], b[3]);
                     }
@@ -346,10 +337,10 @@ attn_mma_kernel(ATTN_TC_ARGS) {
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
                         u32 b[4];
-                        int phase = lane & 7;         // v_addr's rows: lane & 7 within each 8
+                        int phase = lane & 7;         // v_addr's rows' phase, opaque as K's
                         if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
                         const RowCol va = v_addr(lane, ks, dp);
-                        ldsm_x4_t(b, smem_u32(tV + frag_at<D>(va.row, va.col, phase)));
+                        ldsm_x4_t(b, smem_u32(tV + kv_at<D, kSwizzledTiles>(va.row, va.col, phase)));
                         mma_bf16(o[2 * dp], p[ks], b[0], b[1]);
                         mma_bf16(o[2 * dp + 1], p[ks], b[2], b[3]);
                     }

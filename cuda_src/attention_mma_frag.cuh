@@ -38,16 +38,28 @@ template <int D>
 AM_HD int at(int row, int col) { return row * (D + kRowPad) + col; }
 
 // The K/V tiles of both tensor-core kernels (attention_stream.cu's ring, attention_mma.cu's stages):
-// unpadded rows of D values, 16-byte piece c of row r stored at piece c ^ (r & 7). An ldmatrix phase's eight rows of one piece still fall in eight
-// distinct 16-byte bank groups, and the two pieces of a 32-byte global sector stay in one 32-byte
-// shared unit. Padded rows (at) put every other row 16 bytes off a shared unit, and a cp.async then
-// fetches both sectors each unit straddles: ncu counted 1.5x the K/V bytes' sectors at L2
-// (bench/results/NOTES.md, sixty-fifth session).
+// unpadded rows of D values, 16-byte piece c of row r stored at piece c ^ (r & 7). An ldmatrix
+// phase's eight rows of one piece still fall in eight distinct 16-byte bank groups, and the two
+// pieces of a 32-byte global sector stay in one 32-byte shared unit. Padded rows (at) put every
+// other row 16 bytes off a shared unit, and a cp.async then fetches both sectors each unit
+// straddles: ncu counted 1.5x the K/V bytes' sectors at L2 (bench/results/NOTES.md, sixty-fifth
+// session). `phase` is the row's r & 7, which a caller may pass from a register of its own.
 template <int D>
-AM_HD int at_swz(int row, int col) {
+AM_HD int at_swz(int row, int col, int phase) {
     static_assert(D >= 64 && D % 64 == 0, "a swizzled row holds whole 128-byte lines");
-    return row * D + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
+    return row * D + (((col >> 3) ^ phase) << 3) + (col & 7);
 }
+template <int D>
+AM_HD int at_swz(int row, int col) { return at_swz<D>(row, col, row & 7); }
+
+// A K/V tile's offset in the layout a kernel's build chose: swizzled (at_swz) or padded (at, which
+// has no phase)
+template <int D, bool kSwizzled>
+AM_HD int kv_at(int row, int col, int phase) {
+    return kSwizzled ? at_swz<D>(row, col, phase) : at<D>(row, col);
+}
+template <int D, bool kSwizzled>
+AM_HD int kv_at(int row, int col) { return kv_at<D, kSwizzled>(row, col, row & 7); }
 
 // ldmatrix.x4 row addresses, per thread i of the warp (mi = i / 8 the matrix, r = i % 8 its row):
 // Q, k-step ks: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15,

@@ -57,10 +57,6 @@ constexpr bool kSwizzledRing = false;
 #else
 constexpr bool kSwizzledRing = true;
 #endif
-template <int D>
-__device__ __forceinline__ int ring_at(int row, int col) {
-    return kSwizzledRing ? amma::at_swz<D>(row, col) : amma::at<D>(row, col);
-}
 
 // a token's visible positions [lo, hi), and the share of them of a block (split) and of a warp
 struct Span {
@@ -183,7 +179,8 @@ attn_stream_kernel(ATTN_TC_ARGS) {
             const int r = lane / PPR + RPI * i;
             const unsigned long long off = (unsigned long long)((u32)__shfl_sync(kAll, cell, r) * cell16) * 16u;
             const int n = r < rows ? 16 : 0;
-            const u32 dk = stage + 2 * ring_at<D>(r, 8 * (lane % PPR)), dv = dk + 2 * kPos * RR;
+            const u32 dk = stage + 2 * kv_at<D, kSwizzledRing>(r, 8 * (lane % PPR));
+            const u32 dv = dk + 2 * kPos * RR;
 #ifndef ATTN_KV_EVICT_NORMAL
             cp_async16_hint(dk, kp + off, n, kv_policy);
             cp_async16_hint(dv, vp + off, n, kv_policy);
@@ -248,7 +245,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
             const RowCol qa = q_addr(lane, ks);
             ldsm_x4(a, smem_u32(sQ + at<D>(qa.row, qa.col)));
             const RowCol ka = k_addr(lane, 0, ks);
-            ldsm_x4(b, smem_u32(tK + ring_at<D>(ka.row, ka.col)));
+            ldsm_x4(b, smem_u32(tK + kv_at<D, kSwizzledRing>(ka.row, ka.col)));
             mma_bf16(s[0], a, b[0], b[1]);
             mma_bf16(s[1], a, b[2], b[3]);
         }
@@ -280,7 +277,7 @@ attn_stream_kernel(ATTN_TC_ARGS) {
         for (int dp = 0; dp < D / 16; ++dp) {
             u32 b[4];
             const RowCol va = v_addr(lane, 0, dp);
-            ldsm_x4_t(b, smem_u32(tV + ring_at<D>(va.row, va.col)));
+            ldsm_x4_t(b, smem_u32(tV + kv_at<D, kSwizzledRing>(va.row, va.col)));
             mma_bf16(o[2 * dp], p[0], b[0], b[1]);
             mma_bf16(o[2 * dp + 1], p[0], b[2], b[3]);
         }
