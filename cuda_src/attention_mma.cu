@@ -76,15 +76,15 @@ namespace amma {
 
 enum { kAllRows, kOldRows, kNewRows };        // which rows of a tile a copy issues (the PDL prologue)
 
-// The K/V tiles' rows: padded (at), or with ATTN_MMA_SWIZZLED_TILES unpadded with pieces swizzled
-// (attention_mma_frag.cuh: at_swz) as attn_stream_kernel's ring, so that each cp.async's 32-byte
-// shared units take one global sector each (padded rows put every odd row 16 bytes off a unit, and
-// its copies fetch 1.5x the sectors). Built and checked on the CPU, not yet timed on a GPU: off by
-// default until an A/B says (bench/results/NOTES.md, sixty-sixth session)
-#ifdef ATTN_MMA_SWIZZLED_TILES
-constexpr bool kSwizzledTiles = true;
-#else
+// The K/V tiles' rows: unpadded with pieces swizzled (attention_mma_frag.cuh: at_swz) as
+// attn_stream_kernel's ring, so that each cp.async's 32-byte shared units take one global sector
+// each; ATTN_MMA_PADDED_TILES builds padded rows (at) instead, for the A/B: there every odd row sits
+// 16 bytes off a unit and its copies fetch 1.5x the sectors, and causal prefill at T = 2048 took
+// 5-8% more time on an H100 (bench/results/NOTES.md, sixty-seventh session)
+#ifdef ATTN_MMA_PADDED_TILES
 constexpr bool kSwizzledTiles = false;
+#else
+constexpr bool kSwizzledTiles = true;
 #endif
 
 }  // namespace amma

@@ -50,8 +50,8 @@ constexpr int kSplitTile = kPos;
 #endif
 
 // The K/V ring's rows: unpadded with pieces swizzled (attention_mma_frag.cuh: at_swz), so that each
-// cp.async's 32-byte shared units take one global sector each; ATTN_STREAM_PADDED_RING keeps the
-// padded rows of attn_mma_kernel's tiles (at), for the A/B
+// cp.async's 32-byte shared units take one global sector each; ATTN_STREAM_PADDED_RING builds
+// padded rows (at) instead, for the A/B
 #ifdef ATTN_STREAM_PADDED_RING
 constexpr bool kSwizzledRing = false;
 #else

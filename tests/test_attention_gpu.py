@@ -488,18 +488,18 @@ def test_mma_stages_are_bit_identical(d, per_seq, rows):
     ([700, 65], 40, 128),               # 128-row blocks: eight warps copy a tile
 ])
 def test_mma_swizzled_tiles_equal_padded(monkeypatch, d, lens, per_seq, rows):
-    """attn_mma_kernel built with ATTN_MMA_SWIZZLED_TILES (K/V tiles in swizzled rows, at_swz)
-    against its default build (padded rows): the same bytes reach the same fragments, so the same
+    """attn_mma_kernel's K/V tiles in swizzled rows (at_swz, the default) against the same kernel
+    built with ATTN_MMA_PADDED_TILES (padded rows, at): the same bytes reach the same fragments, so the same
     output bit for bit; and the reference's attention."""
     att = sys.modules["glimmer_cupy.ops.attention"]
     if rows == 128 and (d, 8, att.MMA_DEPTH) not in att.MMA_VARIANTS:
         pytest.skip(f"no 128-row build at head dim {d} and {att.MMA_DEPTH} stages")
     rng = np.random.default_rng(d + per_seq + len(lens))
     step = make_step(rng, lens, 8, 2, d, per_seq=per_seq)
-    padded, ref = run_mma(*step, force_rows=rows)
+    swizzled, ref = run_mma(*step, force_rows=rows)
     built = att._mma_kernel
-    monkeypatch.setattr(att, "_mma_kernel", lambda d, mw, st: built(d, mw, st, (("ATTN_MMA_SWIZZLED_TILES", 1),)))
-    swizzled, _ = run_mma(*step, force_rows=rows)
+    monkeypatch.setattr(att, "_mma_kernel", lambda d, mw, st: built(d, mw, st, (("ATTN_MMA_PADDED_TILES", 1),)))
+    padded, _ = run_mma(*step, force_rows=rows)
     np.testing.assert_array_equal(swizzled, padded)
     assert_mma_close(swizzled, ref, (d, lens, per_seq, rows))
 
@@ -990,7 +990,7 @@ def test_stream_rolled_merge_equals_pulled(monkeypatch, hq, hkv, d, lens, splits
 ])
 def test_stream_swizzled_ring_equals_padded(monkeypatch, hq, hkv, d, lens, splits):
     """The K/V ring's swizzled rows (at_swz) against the same kernel built with
-    ATTN_STREAM_PADDED_RING (attn_mma_kernel's padded rows): the same bytes reach the same
+    ATTN_STREAM_PADDED_RING (padded rows, at): the same bytes reach the same
     fragments, so the same output and codes bit for bit; and the reference's attention."""
     assert_switch_same_bits(monkeypatch, "ATTN_STREAM_PADDED_RING", hq, hkv, d, lens, splits, 7 * hq + d)
 
