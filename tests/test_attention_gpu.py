@@ -489,8 +489,8 @@ def test_mma_stages_are_bit_identical(d, per_seq, rows):
 ])
 def test_mma_swizzled_tiles_equal_padded(monkeypatch, d, lens, per_seq, rows):
     """attn_mma_kernel's K/V tiles in swizzled rows (at_swz, the default) against the same kernel
-    built with ATTN_MMA_PADDED_TILES (padded rows, at): the same bytes reach the same fragments, so the same
-    output bit for bit; and the reference's attention."""
+    built with ATTN_MMA_PADDED_TILES (padded rows, at): the same bytes reach the same fragments, so
+    the same output bit for bit; and the reference's attention."""
     att = sys.modules["glimmer_cupy.ops.attention"]
     if rows == 128 and (d, 8, att.MMA_DEPTH) not in att.MMA_VARIANTS:
         pytest.skip(f"no 128-row build at head dim {d} and {att.MMA_DEPTH} stages")

@@ -244,10 +244,11 @@ def test_offsets_and_pieces(lib):
 @pytest.mark.parametrize("d", [64, 128, 256])
 def test_swizzled_ring_offsets(lib, d):
     """The swizzled K/V tiles (at_swz: attention_stream.cu's ring, attention_mma.cu's stages unless
-    ATTN_MMA_PADDED_TILES): each row's 16-byte pieces fill the row's D values once; the eight rows of every ldmatrix phase of K and V (rows 0-15, pieces of one column) fall
-    in distinct 4-bank groups; each 8-lane quarter of a copy (8 consecutive pieces of a row) fills
-    one 128-byte line; and the two pieces of a 32-byte global sector share a 32-byte shared unit.
-    The padded rows (at) break the last for every odd row, which is why both kernels' tiles are swizzled."""
+    ATTN_MMA_PADDED_TILES): each row's 16-byte pieces fill the row's D values once; the eight rows
+    of every ldmatrix phase of K and V (rows 0-15, pieces of one column) fall in distinct 4-bank
+    groups; each 8-lane quarter of a copy (8 consecutive pieces of a row) fills one 128-byte line;
+    and the two pieces of a 32-byte global sector share a 32-byte shared unit. The padded rows (at)
+    break the last for every odd row, which is why both kernels' tiles are swizzled."""
     pieces = d // 8
     for r in range(16):
         offs = [lib.swizzled(d, r, 8 * c) for c in range(pieces)]
