@@ -497,8 +497,7 @@ def test_mma_swizzled_tiles_equal_padded(monkeypatch, d, lens, per_seq, rows):
     rng = np.random.default_rng(d + per_seq + len(lens))
     step = make_step(rng, lens, 8, 2, d, per_seq=per_seq)
     swizzled, ref = run_mma(*step, force_rows=rows)
-    built = att._mma_kernel
-    monkeypatch.setattr(att, "_mma_kernel", lambda d, mw, st: built(d, mw, st, (("ATTN_MMA_PADDED_TILES", 1),)))
+    use_defines(monkeypatch, "_mma_kernel", ["ATTN_MMA_PADDED_TILES"])
     padded, _ = run_mma(*step, force_rows=rows)
     np.testing.assert_array_equal(swizzled, padded)
     assert_mma_close(swizzled, ref, (d, lens, per_seq, rows))
@@ -932,18 +931,18 @@ def test_cluster_placement_changes_no_bit(monkeypatch, policy, lens, width):
         np.testing.assert_array_equal(got, want)
 
 
-def use_stream_defines(monkeypatch, names) -> None:
-    """Launch attn_stream_kernel from attention_stream.cu built with the switches `names`
-    (ops.attention._stream_kernel's `defines`, part of its cache key)."""
+def use_defines(monkeypatch, builder: str, names) -> None:
+    """Launch the kernel that ops.attention's `builder` (_stream_kernel, _mma_kernel) gives, built
+    with the switches `names` (the builder's `defines`, part of its cache key)."""
     att = sys.modules["glimmer_cupy.ops.attention"]         # the module (ops.attention is the op)
-    built = att._stream_kernel
+    built = getattr(att, builder)
     defines = tuple((n, 1) for n in sorted(names))
-    monkeypatch.setattr(att, "_stream_kernel", lambda d, stages: built(d, stages, defines))
+    monkeypatch.setattr(att, builder, lambda *variant: built(*variant, defines))
 
 
 def assert_switch_same_bits(monkeypatch, switch, hq, hkv, d, lens, splits, seed):
     """One decode step on attn_stream_kernel in its default build and built with `switch`
-    (use_stream_defines): the same output and int8 codes bit for bit, and the reference's attention."""
+    (use_defines): the same output and int8 codes bit for bit, and the reference's attention."""
     import cupy
     rng = np.random.default_rng(seed)
     q, k_pool, v_pool, table, seq_lens, tok_seq, tok_pos = make_step(rng, lens, hq, hkv, d)
@@ -956,7 +955,7 @@ def assert_switch_same_bits(monkeypatch, switch, hq, hkv, d, lens, splits, seed)
 
     default, default_codes = run()
     with monkeypatch.context() as m:
-        use_stream_defines(m, [switch])
+        use_defines(m, "_stream_kernel", [switch])
         built, built_codes = run()
     np.testing.assert_array_equal(built, default)
     for a, b in zip(built_codes, default_codes):
