@@ -125,6 +125,14 @@ attn_mma_kernel(ATTN_TC_ARGS) {
     __shared__ long long s_off[STAGES][kTile];        // each stage's rows: byte offsets of their cells in a pool
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // The swizzle phase (lane & 7) of the K/V rows this lane's ldmatrix addresses, taken at each
+    // k-step from a register opaque to the compiler: knowing it, ptxas holds a base address for
+    // each of the four phase-xored column groups (at head dim 256 those registers spilled)
+    auto frag_phase = [lane] {
+        int phase = lane & 7;
+        if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
+        return phase;
+    };
     const int mw = warp / KW, kw = warp % KW;
     const int kvh = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
     const int group = q_heads / kv_heads;
@@ -296,11 +304,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
                 for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < D / 16; ++ks) {
-                    // k_addr's rows have phase lane & 7. Taken from a register opaque to the
-                    // compiler at each k-step, it keeps ptxas from holding a base address for each of
-                    // the four phase-xored column groups (at head dim 256 those registers spilled)
-                    int phase = lane & 7;
-                    if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
+                    const int phase = frag_phase();
                     u32 a[4];
                     const RowCol qa = q_addr(lane, ks);
                     ldsm_x4(a, smem_u32(sQ + at<D>(16 * mw + qa.row, qa.col)));
@@ -337,8 +341,7 @@ attn_mma_kernel(ATTN_TC_ARGS) {
 #pragma unroll
                     for (int dp = 0; dp < D / 16; ++dp) {
                         u32 b[4];
-                        int phase = lane & 7;         // v_addr's rows' phase, opaque as K's
-                        if constexpr (kSwizzledTiles) asm volatile("" : "+r"(phase));
+                        const int phase = frag_phase();
                         const RowCol va = v_addr(lane, ks, dp);
                         ldsm_x4_t(b, smem_u32(tV + kv_at<D, kSwizzledTiles>(va.row, va.col, phase)));
                         mma_bf16(o[2 * dp], p[ks], b[0], b[1]);
