@@ -135,7 +135,7 @@ def run_case(b: int, ctx: int, rng, launches: int, reps: int, copy_bw: float, to
                mma_us=mma_us, mma_nmse_vs_exact=mma_nmse, mma_stages=mma_stages,
                mma_rule_stages=MMA_DEPTH if mma else None, stream_us=stream_us, stream_nmse_vs_exact=stream_nmse,
                stream_stages=stream_stages, sweep_kernel=sweep_kernel, sweep_cluster=sweep_cluster,
-               stream_splits=stream_splits(b * HKV, ctx, sm_count()) if stream else None,
+               stream_splits=stream_splits(b * HKV, ctx, sm_count(), D) if stream else None,
                stream_gbps=kv_bytes / stream_us / 1e3 if stream_us else None,
                stream_of_copy=kv_bytes / stream_us / 1e3 / (copy_bw / 1e9) if stream_us else None)
     for s in splits_sweep:

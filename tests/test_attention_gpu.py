@@ -843,6 +843,23 @@ def test_stream_splits_rule_cpu(units, width):
         assert got == expect[(units, width)]
 
 
+@pytest.mark.parametrize("units", [1, 2, 4, 8, 15, 16, 64])
+@pytest.mark.parametrize("width", [16, 300, 512, 1024, 8192, 16384, 32768, 131072])
+def test_stream_splits_one_block_an_sm_cpu(units, width):
+    """Head dim 256 (one block an SM): at most one wave of one block an SM, the width's tiles and the
+    power of two at or below sqrt(width / 8). Gemma 3 (one kv head): 8 splits at 512 (its window)
+    and 1024, 32 at 8192 and 16384, 64 at 32768; batch 8, 16 from 8192."""
+    from glimmer_cupy.ops.attention import MMA_TILE, stream_splits
+    got = stream_splits(units, width, 132, 256)
+    root = max(p for p in (1, 2, 4, 8, 16, 32, 64, 128, 256) if p * p * 8 <= max(8, width))
+    assert got == max(1, min(132 // units, -(-width // MMA_TILE), 256, root))
+    assert got == stream_splits(units, width, 132, 128, 4)     # head dim 128 at 4 stages: one block too
+    expect = {(1, 512): 8, (1, 1024): 8, (1, 8192): 32, (1, 16384): 32, (1, 32768): 64, (8, 1024): 8,
+              (8, 8192): 16, (8, 32768): 16}
+    if (units, width) in expect:
+        assert got == expect[(units, width)]
+
+
 @gpu
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("length", [1, 64, 65, 600, 1000])

@@ -19,6 +19,7 @@ that cells lie inside the pool, positions below seq_lens fit the table and tok_s
 sequence of the step is the runtime's contract, and breaking it reads out of bounds.
 """
 
+import math
 from functools import cache
 
 import numpy as np
@@ -235,11 +236,12 @@ STREAM_DEPTH = {64: 3, 128: 3, 256: 2}
 STREAM_SPLIT_SPAN = 512
 STREAM_FEW_BLOCKS = 64
 STREAM_CAPPED_WIDTH = 8192
+STREAM_MERGE_SPAN = 8
 
 
-def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
-    """Splits per (token, kv head, head chunk) of a decode step on attn_stream_kernel. units: tokens
-    x kv heads x head chunks; max_len: the table's width in a graph.
+def stream_splits(units: int, max_len: int, sms: int = 132, d: int = 128, stages: int | None = None) -> int:
+    """Splits per (token, kv head, head chunk) of a decode step on attn_stream_kernel<d, stages> (stages:
+    STREAM_DEPTH's). units: tokens x kv heads x head chunks; max_len: the table's width in a graph.
 
     Below 16 units: one wave of two blocks an SM (n_splits), up to a width of STREAM_CAPPED_WIDTH
     capped at max(the power of two at or below STREAM_FEW_BLOCKS // units, max_len //
@@ -260,7 +262,23 @@ def stream_splits(units: int, max_len: int, sms: int = 132) -> int:
     1024: 16 splits 519.5-522.6 µs a step, 8 splits 528.3-529.6.
 
     From 16 units one block an SM (batch 8: 2 splits 17.2 / 79.2 / 287.8 us at 1k / 8k / 32k
-    against the two-a-SM wave's 4 splits' 25.0 / 94.0 / 340.2; batch 32 and 64 take 1)."""
+    against the two-a-SM wave's 4 splits' 25.0 / 94.0 / 340.2; batch 32 and 64 take 1).
+
+    An instance that holds one block an SM (head dim 256) takes, at any units, at most one wave of
+    one block an SM and at most the power of two at or below sqrt(max_len / STREAM_MERGE_SPAN): the
+    last block of a (token, kv head) merges every split's partial alone, so the merge grows with the
+    splits as the stream shrinks with them, and their sum is least near the square root. Gemma 3's
+    heads (4 / 1 / 256) on an H100, µs (bench/results/NOTES.md, the sixty-eighth session):
+
+        batch 1:  1k  8 splits 9.2,  16 10.1, 32 11.7
+                  8k  16 19.5, 32 16.7, 64 18.8-19.0, 132 24.1, 256 41.8
+                  16k 64 21.8, 132 28.2, 256 45.0            (SDPA 20.3)
+                  32k 32 32.2, 64-66 28.6-28.7, 132 33.2, 256 52.2
+        batch 8:  1k  8 11.6-11.9, 16 13.4; 8k 8 34.6, 16 32.8-34.1, 32 39.9; 32k 16 99.0, 33 105.4"""
+    per_sm = stream_blocks_per_sm(d, STREAM_DEPTH[d] if stages is None else stages)
+    if per_sm < 2:
+        root = 1 << (math.isqrt(max(1, max_len // STREAM_MERGE_SPAN)).bit_length() - 1)
+        return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS, root))
     if units < 16:
         wave = n_splits(units, max_len, sms, MMA_TILE)
         if max_len > STREAM_CAPPED_WIDTH:
@@ -627,12 +645,12 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     wgmma = (kernel in ("stream", "wgmma") and mw != 1 and force_rows in (None, *WGMMA_ROW_CHOICES)
              and not force_splits and wgmma_runs(d, group, kernel))
     if stream:                                       # decode: one token a block
-        if not force_splits:
-            splits = stream_splits(t * hkv * chunks, max_len, sm_count())
         stages = int(force_stages) if force_stages else STREAM_DEPTH[d]
         if (d, stages) not in STREAM_VARIANTS:
             raise fail(op, "force_stages", f"one of {[st for dd, st in STREAM_VARIANTS if dd == d]} for head_dim {d}",
                        stages)
+        if not force_splits:
+            splits = stream_splits(t * hkv * chunks, max_len, sm_count(), d, stages)
         cluster = pick_cluster(d, splits, stream_cluster_cap(d, stages), force_cluster,
                                f"head_dim {d}, {stages} stages")
         fn, block = _stream_kernel(d, stages), (32 * STREAM_WARPS,)
