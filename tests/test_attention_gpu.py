@@ -781,6 +781,12 @@ def test_mma_plan_cpu():
     assert mma_plan(64, 2, 128, 1000, 1, 132) == (4, 1, 2, 2)
     assert mma_plan(64, 2, 128, 1000, 1, 132, force_rows=64) == (4, 1, 2, 2)
     assert mma_plan(64, 2, 4, 1000, 8, 132, force_splits=3) == (4, 1, 1, 3)
+    # head dim 256 (one block an SM at 2 stages): one_block_splits, as the decode kernel's
+    assert mma_plan(1, 1, 4, 8192, 1, 132, d=256) == (1, 1, 1, 32)
+    assert mma_plan(1, 1, 4, 32768, 1, 132, d=256) == (1, 1, 1, 64)
+    assert mma_plan(8, 8, 4, 32768, 1, 132, d=256) == (1, 1, 1, 16)
+    assert mma_plan(1, 1, 4, 32768, 8, 132, d=128, stages=4) == (1, 1, 1, 16)   # one block an SM too
+    assert mma_plan(1, 1, 4, 32768, 8, 132, d=256, force_splits=256) == (1, 1, 1, 256)
     with pytest.raises(OpArgumentError, match="force_rows must be one of"):
         mma_plan(64, 2, 4, 1000, 8, 132, force_rows=32)
 

@@ -69,7 +69,7 @@ def _kernel(expr: str):
 # attn_kernel but in tiles of MMA_TILE; otherwise unsplit blocks of MW = 4 (64 rows, 4 warps) of
 # 64 // group tokens (MW = 8, 128 rows of 8 warps, only when forced: measured slower). STAGES K/V
 # tiles in flight (cp.async). The split rule is n_splits' (one wave of BLOCKS_PER_SM blocks) in
-# MMA_TILE tiles. Measured on the H200 (ea56ef0, bench/results/attention_mma_stages.md and
+# MMA_TILE tiles, or one_block_splits' for an instance of one block an SM (head dim 256). Measured on the H200 (ea56ef0, bench/results/attention_mma_stages.md and
 # attention_mma_prefill.md): decode batch 1 / 32k 53.0 us (attn_kernel 57.6), causal prefill
 # T = 2048 276 us (attn_kernel 2372; SDPA 81.3).
 MMA_TILE = 64                                # positions per K/V tile (kTile)
@@ -275,10 +275,8 @@ def stream_splits(units: int, max_len: int, sms: int = 132, d: int = 128, stages
                   16k 64 21.8, 132 28.2, 256 45.0            (SDPA 20.3)
                   32k 32 32.2, 64-66 28.6-28.7, 132 33.2, 256 52.2
         batch 8:  1k  8 11.6-11.9, 16 13.4; 8k 8 34.6, 16 32.8-34.1, 32 39.9; 32k 16 99.0, 33 105.4"""
-    per_sm = stream_blocks_per_sm(d, STREAM_DEPTH[d] if stages is None else stages)
-    if per_sm < 2:
-        root = 1 << (math.isqrt(max(1, max_len // STREAM_MERGE_SPAN)).bit_length() - 1)
-        return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS, root))
+    if stream_blocks_per_sm(d, STREAM_DEPTH[d] if stages is None else stages) < 2:
+        return one_block_splits(units, max_len, sms)
     if units < 16:
         wave = n_splits(units, max_len, sms, MMA_TILE)
         if max_len > STREAM_CAPPED_WIDTH:
@@ -286,6 +284,17 @@ def stream_splits(units: int, max_len: int, sms: int = 132, d: int = 128, stages
         few = 1 << max(0, (STREAM_FEW_BLOCKS // units).bit_length() - 1)
         return min(wave, max(few, max_len // STREAM_SPLIT_SPAN))
     return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
+
+
+def one_block_splits(units: int, max_len: int, sms: int = 132) -> int:
+    """Decode splits of a tensor-core instance that holds one block an SM (head dim 256, either kernel):
+    at most one wave of one block an SM, the width's tiles of MMA_TILE and the power of two at or below
+    sqrt(max_len / STREAM_MERGE_SPAN) (stream_splits says why). attn_mma_kernel's counts at Gemma 3's
+    heads on an H100 follow the same law, µs (bench/results/NOTES.md, the sixty-eighth session):
+    batch 1 at 1k / 8k / 32k 8 splits 13.4, 32 25.5, 64 46.0 (the two-a-SM wave's 16 / 256 / 256: 15.1,
+    42.0, 89.2); batch 8 8 splits 13.8, 16 42.5, 16 114.1 (16 / 33 / 33: 16.4, 49.4, 122.3)."""
+    root = 1 << (math.isqrt(max(1, max_len // STREAM_MERGE_SPAN)).bit_length() - 1)
+    return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS, root))
 
 
 def stream_cluster_cap(d: int, stages: int) -> int:
@@ -446,13 +455,15 @@ def _mma_kernel(d: int, mw: int, stages: int, defines: tuple[tuple[str, int], ..
 
 
 def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int, sms: int = 132,
-             force_splits: int | None = None, force_rows: int | None = None) -> tuple[int, int, int, int]:
+             force_splits: int | None = None, force_rows: int | None = None, d: int = 128,
+             stages: int = MMA_DEPTH) -> tuple[int, int, int, int]:
     """(mw, tokens per block, head chunks, splits) of attn_mma_kernel for a step of t tokens over
     n_seqs sequences: decode-shaped steps (t <= n_seqs) one token a block, split over positions;
     others 64 // group tokens a block (64 rows: measured faster than 128-row blocks, which hold
     one block per SM: T = 2048 276 against 298 µs), one split (a block of tokens from several sequences runs one pass per
     sequence, so the choice never changes the result). force_rows (benchmarks, tests): 16, 64 or
-    128 rows a block."""
+    128 rows a block. Decode splits of an instance (head dim d, `stages` deep) that holds one block an
+    SM: one_block_splits."""
     if force_rows:
         if force_rows not in MMA_ROWS:
             raise fail("attention", "force_rows", f"one of {MMA_ROWS}", force_rows)
@@ -467,6 +478,8 @@ def mma_plan(t: int, n_seqs: int, group: int, max_len: int, units_per_token: int
     tpb = 1 if chunks > 1 or mw == 1 else m // hpb
     if force_splits:
         splits = int(force_splits)
+    elif mw == 1 and mma_blocks_per_sm(d, mw, stages) < 2:
+        splits = one_block_splits(t * units_per_token * chunks, max_len, sms)
     elif tpb == 1:
         splits = n_splits(t * units_per_token * chunks, max_len, sms, MMA_TILE)
     else:
@@ -640,7 +653,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         max_len = min(max_len, int(window))
     if kernel != "simt":
         mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, sm_count(), force_splits,
-                                           force_rows)
+                                           force_rows, d, int(force_stages) if force_stages else MMA_DEPTH)
     stream = kernel in ("stream", "wgmma") and mw == 1
     wgmma = (kernel in ("stream", "wgmma") and mw != 1 and force_rows in (None, *WGMMA_ROW_CHOICES)
              and not force_splits and wgmma_runs(d, group, kernel))
