@@ -69,9 +69,10 @@ def _kernel(expr: str):
 # attn_kernel but in tiles of MMA_TILE; otherwise unsplit blocks of MW = 4 (64 rows, 4 warps) of
 # 64 // group tokens (MW = 8, 128 rows of 8 warps, only when forced: measured slower). STAGES K/V
 # tiles in flight (cp.async). The split rule is n_splits' (one wave of BLOCKS_PER_SM blocks) in
-# MMA_TILE tiles, or one_block_splits' for an instance of one block an SM (head dim 256). Measured on the H200 (ea56ef0, bench/results/attention_mma_stages.md and
-# attention_mma_prefill.md): decode batch 1 / 32k 53.0 us (attn_kernel 57.6), causal prefill
-# T = 2048 276 us (attn_kernel 2372; SDPA 81.3).
+# MMA_TILE tiles, or one_block_splits' for an instance of one block an SM (head dim 256). Measured
+# on the H200 (ea56ef0, bench/results/attention_mma_stages.md and attention_mma_prefill.md): decode
+# batch 1 / 32k 53.0 us (attn_kernel 57.6), causal prefill T = 2048 276 us (attn_kernel 2372; SDPA
+# 81.3).
 MMA_TILE = 64                                # positions per K/V tile (kTile)
 KERNELS = ("mma", "simt", "stream", "wgmma")
 MMA_ROWS = (16, 64, 128)                     # rows per block: MW = 1, 4, 8
