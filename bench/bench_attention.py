@@ -444,17 +444,17 @@ def markdown(meta, rows) -> str:
              + "). "
              f"Copy bandwidth (D2D 1 GiB, read+write): {meta['copy_tbps']:.2f} TB/s, measured in this run."
              + "".join(f" Kernels built with -D{n}." for n in meta.get("defines", ())), "",
-             "| batch | context | splits | simt µs | simt K+V TB/s | simt of copy | torch SDPA µs | torch TB/s | mma µs "
-             "| stream µs (the default) | stream of copy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| batch | context | simt splits | simt µs | simt K+V TB/s | simt of copy | torch SDPA µs | torch TB/s "
+             "| mma µs | stream µs (the default) | stream splits | stream of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in (r for r in rows if "prefill" not in r):
         t = f"{r['torch_us']:.1f} | {r['torch_gbps'] / 1e3:.2f}" if r["torch_us"] else "– | –"
         if r["torch_us"] and not r["torch_nmse_vs_exact"] <= SDPA_CHECK_NMSE:     # nan and inf too
             t = t.replace(" |", f" (its output off: NMSE {r['torch_nmse_vs_exact']:.1e}) |", 1)
         lines.append(f"| {r['batch']} | {r['context']} | {r['splits']} | {r['us']:.1f} | {r['kv_gbps'] / 1e3:.2f} | "
                      f"{100 * r['of_copy']:.0f}% | {t} | " + (f"{r['mma_us']:.1f} |" if r.get("mma_us") else "– |")
-                     + (f" {r['stream_us']:.1f} | {100 * r['stream_of_copy']:.0f}% |" if r.get("stream_us")
-                        else " – | – |"))
+                     + (f" {r['stream_us']:.1f} | {r['stream_splits']} | {100 * r['stream_of_copy']:.0f}% |"
+                        if r.get("stream_us") else " – | – | – |"))
     swept = [r for r in rows if r.get("sweep")]
     if swept:
         lines += ["", "Split counts timed beside the rule (--splits), µs:", ""]

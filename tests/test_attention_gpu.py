@@ -409,11 +409,14 @@ def test_bench_table_marks_an_sdpa_time_whose_output_was_off():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench.bench_attention import markdown
     row = dict(batch=8, context=32768, splits=4, us=361.3, kv_gbps=2970.0, of_copy=0.70, torch_us=238.3,
-               torch_gbps=4510.0, stream_us=286.4, stream_of_copy=0.88)
+               torch_gbps=4510.0, stream_us=286.4, stream_splits=2, stream_of_copy=0.88)
     meta = dict(gpu="GPU", date="today", commit="abc", copy_tbps=4.24)
     def line(v):
         return markdown(meta, [dict(row, torch_nmse_vs_exact=v)]).splitlines()[-1]
     assert "| 238.3 | 4.51 |" in line(8e-6) and "off" not in line(8e-6)
+    assert line(8e-6).endswith("| 286.4 | 2 | 88% |")            # the stream kernel's own split count
+    table = markdown(meta, [dict(row, torch_nmse_vs_exact=8e-6)]).splitlines()
+    assert table[-3].count("|") == table[-2].count("|") == table[-1].count("|")
     for v in (float("inf"), 1.0, float("nan")):
         assert f"| 238.3 (its output off: NMSE {v:.1e}) | 4.51 |" in line(v), line(v)
 
