@@ -284,6 +284,12 @@ def stream_splits(units: int, max_len: int, sms: int = 132, d: int = 128, stages
             return wave
         few = 1 << max(0, (STREAM_FEW_BLOCKS // units).bit_length() - 1)
         return min(wave, max(few, max_len // STREAM_SPLIT_SPAN))
+    return one_block_wave(units, max_len, sms)
+
+
+def one_block_wave(units: int, max_len: int, sms: int = 132) -> int:
+    """Splits that fill the SMs with one wave of one block an SM: at most sms // units, the width's
+    tiles of MMA_TILE and MAX_SPLITS, at least 1."""
     return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS))
 
 
@@ -295,7 +301,7 @@ def one_block_splits(units: int, max_len: int, sms: int = 132) -> int:
     batch 1 at 1k / 8k / 32k 8 splits 13.4, 32 25.5, 64 46.0 (the two-a-SM wave's 16 / 256 / 256: 15.1,
     42.0, 89.2); batch 8 8 splits 13.8, 16 42.5, 16 114.1 (16 / 33 / 33: 16.4, 49.4, 122.3)."""
     root = 1 << (math.isqrt(max(1, max_len // STREAM_MERGE_SPAN)).bit_length() - 1)
-    return max(1, min(sms // units, -(-max_len // MMA_TILE), MAX_SPLITS, root))
+    return min(one_block_wave(units, max_len, sms), root)
 
 
 def stream_cluster_cap(d: int, stages: int) -> int:
@@ -652,9 +658,10 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
     max_len = width if host_len is None else host_len
     if window and visible is None:
         max_len = min(max_len, int(window))
+    mma_stages = int(force_stages) if force_stages else MMA_DEPTH
     if kernel != "simt":
         mw, tpb, chunks, splits = mma_plan(t, cell_table.shape[0], group, max_len, hkv, sm_count(), force_splits,
-                                           force_rows, d, int(force_stages) if force_stages else MMA_DEPTH)
+                                           force_rows, d, mma_stages)
     stream = kernel in ("stream", "wgmma") and mw == 1
     wgmma = (kernel in ("stream", "wgmma") and mw != 1 and force_rows in (None, *WGMMA_ROW_CHOICES)
              and not force_splits and wgmma_runs(d, group, kernel))
@@ -683,7 +690,7 @@ def attention(q, k_pool, v_pool, cell_table, seq_lens, tok_seq, tok_pos, scale: 
         grid = (min(items, WGMMA_MAX_BLOCKS or per_sm * sm_count()) if resident else items, 1, 1)
         smem = wgmma_smem(d, stages, rows)
     elif kernel != "simt":
-        stages = int(force_stages) if force_stages else MMA_DEPTH
+        stages = mma_stages
         if (d, mw, stages) not in MMA_VARIANTS:
             raise fail(op, "force_stages", f"one of {[st for dd, m, st in MMA_VARIANTS if (dd, m) == (d, mw)]} "
                        f"for head_dim {d} and {16 * mw}-row blocks", stages)
